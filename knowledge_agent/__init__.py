@@ -1,0 +1,15 @@
+"""knowledge_agent: an offline knowledge base and search engine for AI agents."""
+
+from knowledge_agent import errors
+from knowledge_agent.chunking import ChunkConfig, ContentChunker
+from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, SearchResult
+
+__all__ = [
+    "ChunkConfig",
+    "ContentChunker",
+    "KnowledgeChunk",
+    "KnowledgeItem",
+    "MatchedChunk",
+    "SearchResult",
+    "errors",
+]

@@ -1,0 +1,5 @@
+"""Splitting documents into chunks."""
+
+from knowledge_agent.chunking.content_chunker import ChunkConfig, ContentChunker
+
+__all__ = ["ChunkConfig", "ContentChunker"]

@@ -1,0 +1,63 @@
+"""The exceptions knowledge_agent raises.
+
+Every error the package raises on purpose derives from ``KnowledgeAgentError``;
+errors from SQLite, Whoosh or the file system are mapped at the boundary with
+``raise … from exc`` so callers need one ``except`` clause::
+
+    KnowledgeAgentError
+    ├── ConfigError          a bad option or configuration value
+    ├── StorageError         SQLite could not read or write
+    ├── SearchIndexError     a Whoosh or TF-IDF index could not be read or written
+    ├── IngestError          one source could not be turned into an item (names the path)
+    ├── QueryError           a query that cannot be run (never for odd query text)
+    └── NotFoundError        an item, chunk or knowledge base that does not exist
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "IngestError",
+    "KnowledgeAgentError",
+    "NotFoundError",
+    "QueryError",
+    "SearchIndexError",
+    "StorageError",
+]
+
+
+class KnowledgeAgentError(Exception):
+    """Base class of every error raised by knowledge_agent."""
+
+
+class ConfigError(KnowledgeAgentError, ValueError):
+    """An option or configuration value is invalid."""
+
+
+class StorageError(KnowledgeAgentError):
+    """The SQLite store could not complete an operation."""
+
+
+class SearchIndexError(KnowledgeAgentError):
+    """A search index (Whoosh or TF-IDF) could not be read or written."""
+
+
+class IngestError(KnowledgeAgentError):
+    """A source could not be ingested; ``path`` names it."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[IngestError], tuple[str, str]]:
+        # Keeps the error picklable across worker processes.
+        return (IngestError, (self.path, self.reason))
+
+
+class QueryError(KnowledgeAgentError):
+    """A search request is invalid (a bad filter or limit, not odd query text)."""
+
+
+class NotFoundError(KnowledgeAgentError, LookupError):
+    """The requested item, chunk or knowledge base does not exist."""

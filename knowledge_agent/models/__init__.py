@@ -1,0 +1,7 @@
+"""Plain data models: what crosses every layer and the package boundary."""
+
+from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
+from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.models.search_result import MatchedChunk, ScoreExplanation, SearchResult
+
+__all__ = ["KnowledgeChunk", "KnowledgeItem", "MatchedChunk", "ScoreExplanation", "SearchResult"]

@@ -1,0 +1,5 @@
+"""SQLiteStorageManager (being written)."""
+
+
+class SQLiteStorageManager:
+    pass
