@@ -1,17 +1,325 @@
-"""ContentChunker (being written)."""
+"""ContentChunker: split a document into chunks that keep headings and positions (R2).
+
+Three levels, in order (R2.1):
+
+1. sections, at Markdown headings (ATX ``#`` … ``######`` and setext underlines; a
+   ``#`` inside a fenced code block is not a heading);
+2. paragraphs, at blank lines (a fenced code block is one paragraph); paragraphs
+   shorter than ``min_chunk_size`` are merged with their neighbours in the section;
+3. a sliding window over any piece still longer than ``max_chunk_size``, breaking at
+   a sentence end or whitespace when one is near, with ``overlap_ratio`` overlap.
+
+Every chunk is an exact slice of the input (``content[start:end]``, R2.5), trimmed of
+surrounding whitespace, and carries its 1-based ``start_line`` / ``end_line``.
+"""
 
 from __future__ import annotations
 
+import bisect
+import logging
+import re
 from dataclasses import dataclass
+
+from knowledge_agent.errors import ConfigError
+from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
+
+__all__ = ["ChunkConfig", "ContentChunker"]
+
+logger = logging.getLogger(__name__)
+
+_ATX = re.compile(r"[ ]{0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*")
+_SETEXT = re.compile(r"[ ]{0,3}(=+|-{2,})[ \t]*")
+_FENCE = re.compile(r"[ ]{0,3}(`{3,}|~{3,})")
+# Lines that cannot be the text of a setext heading: list items, quotes, tables.
+_NOT_SETEXT_TEXT = re.compile(r"[ ]{0,3}(?:[-*+][ \t]|\d{1,9}[.)][ \t]|>|\|)")
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|[。！？；]")
+_CLAUSE_END = re.compile(r"[,;:](?=\s)|[，、：]")
+_NEWLINE = re.compile(r"\n")
+_FRONT_MATTER = re.compile(
+    r"---[ \t]*\r?\n[\w-]+[ \t]*:.*?^(?:---|\.\.\.)[ \t]*\r?$", re.DOTALL | re.MULTILINE
+)
+_SPACE = re.compile(r"\s")
 
 
 @dataclass(frozen=True)
 class ChunkConfig:
+    """Chunk size thresholds, in characters (R2.2).
+
+    A document shorter than ``2 * min_chunk_size`` is a single chunk; no chunk is
+    longer than ``max_chunk_size``; neighbouring window pieces share about
+    ``overlap_ratio * max_chunk_size`` characters.
+    """
+
     min_chunk_size: int = 100
     max_chunk_size: int = 1500
     overlap_ratio: float = 0.2
 
+    def __post_init__(self) -> None:
+        for name in ("min_chunk_size", "max_chunk_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.min_chunk_size > self.max_chunk_size:
+            raise ConfigError(
+                f"min_chunk_size ({self.min_chunk_size}) must not exceed "
+                f"max_chunk_size ({self.max_chunk_size})"
+            )
+        ratio = self.overlap_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
+            raise ConfigError(f"overlap_ratio must be in [0, 1), got {ratio!r}")
+
+
+@dataclass
+class _Block:
+    """A span of the document: a heading line, a paragraph or a fenced code block."""
+
+    start: int
+    end: int
+    kind: str  # "heading", "text" or "code"
+    section: int  # index into the section headings
+
 
 class ContentChunker:
+    """Splits text into ``KnowledgeChunk`` objects; never raises on content (R2.7)."""
+
     def __init__(self, config: ChunkConfig | None = None) -> None:
         self.config = config or ChunkConfig()
+
+    def chunk(self, content: str, title: str = "") -> list[KnowledgeChunk]:
+        """Chunks of ``content`` in document order; ``[]`` when it is blank.
+
+        ``title`` is the heading of the text before the first heading (R2.6).
+        """
+        start, end = _trim(content, 0, len(content))
+        if start >= end:
+            return []
+        try:
+            spans = self._spans(content, start, end, title)
+        except Exception:
+            logger.exception("chunking failed; keeping the document as one chunk")
+            spans = [(start, end, title)]
+        return _to_chunks(content, spans)
+
+    def _spans(self, content: str, start: int, end: int, title: str) -> list[tuple[int, int, str]]:
+        config = self.config
+        if end - start < 2 * config.min_chunk_size and end - start <= config.max_chunk_size:
+            return [(start, end, title)]
+        blocks, headings = _parse_blocks(content, title)
+        spans: list[tuple[int, int, str]] = []
+        for piece_start, piece_end, section, is_code in self._merge(blocks):
+            heading = headings[section]
+            for span_start, span_end in _window(content, piece_start, piece_end, config, is_code):
+                spans.append((span_start, span_end, heading))
+        return spans
+
+    def _merge(self, blocks: list[_Block]) -> list[tuple[int, int, int, bool]]:
+        """Join small blocks with their neighbours in the same section (level 2).
+
+        A section holding only its heading line is joined to the next section, so a
+        heading followed directly by a sub-heading does not become a chunk of its own.
+        """
+        min_size, max_size = self.config.min_chunk_size, self.config.max_chunk_size
+        pieces: list[tuple[int, int, int, bool]] = []
+        current: _Block | None = None
+        for block in blocks:
+            if current is None:
+                current = _Block(block.start, block.end, block.kind, block.section)
+                continue
+            heading_only = current.kind == "heading"
+            same_section = block.section == current.section or heading_only
+            small = current.end - current.start < min_size or block.end - block.start < min_size
+            if same_section and (small or heading_only) and block.end - current.start <= max_size:
+                current.end = block.end
+                current.section = block.section
+                # A heading joined to a code block still windows like code.
+                current.kind = "code" if heading_only and block.kind == "code" else "text"
+                continue
+            pieces.append((current.start, current.end, current.section, current.kind == "code"))
+            current = _Block(block.start, block.end, block.kind, block.section)
+        if current is not None:
+            pieces.append((current.start, current.end, current.section, current.kind == "code"))
+        return pieces
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    """Shrink [start, end) past whitespace at both ends."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def _parse_blocks(content: str, title: str) -> tuple[list[_Block], list[str]]:
+    """Split the document into heading, paragraph and code blocks (levels 1 and 2).
+
+    Returns the blocks and the heading path of every section; section 0 is the text
+    before the first heading, whose heading is ``title``.
+    """
+    headings = [title]
+    stack: list[tuple[int, str]] = []
+    blocks: list[_Block] = []
+    current: _Block | None = None
+    fence: str | None = None
+    previous_text_line: tuple[int, str] | None = None  # (start, text) of a 1-line paragraph
+
+    def flush() -> None:
+        nonlocal current
+        if current is not None:
+            blocks.append(current)
+            current = None
+
+    def open_section(level: int, text: str) -> int:
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, text))
+        headings.append(" > ".join(name for _, name in stack if name))
+        return len(headings) - 1
+
+    position = _front_matter_end(content)
+    if position:
+        current = _Block(0, position, "text", 0)
+        flush()
+    length = len(content)
+    while position < length:
+        newline = content.find("\n", position)
+        line_end = length if newline < 0 else newline
+        next_position = length if newline < 0 else newline + 1
+        line = content[position:line_end].rstrip("\r")
+        line_start = position
+        position = next_position
+
+        if fence is not None and current is not None:
+            current.end = line_end
+            if _closes_fence(line, fence):
+                fence = None
+                flush()
+            continue
+        if not line.strip():
+            flush()
+            previous_text_line = None
+            continue
+        fence_match = _FENCE.match(line)
+        if fence_match:
+            flush()
+            fence = fence_match.group(1)
+            current = _Block(line_start, line_end, "code", len(headings) - 1)
+            previous_text_line = None
+            continue
+        atx = _ATX.fullmatch(line)
+        if atx:
+            flush()
+            section = open_section(len(atx.group(1)), (atx.group(2) or "").strip())
+            blocks.append(_Block(line_start, line_end, "heading", section))
+            previous_text_line = None
+            continue
+        setext = _SETEXT.fullmatch(line)
+        if setext and previous_text_line is not None and current is not None:
+            text_start, text = previous_text_line
+            level = 1 if setext.group(1)[0] == "=" else 2
+            current = None
+            section = open_section(level, text.strip())
+            blocks.append(_Block(text_start, line_end, "heading", section))
+            previous_text_line = None
+            continue
+        if current is None:
+            current = _Block(line_start, line_end, "text", len(headings) - 1)
+            single = not _NOT_SETEXT_TEXT.match(line)
+            previous_text_line = (line_start, line) if single else None
+        else:
+            current.end = line_end
+            previous_text_line = None
+    flush()
+    return blocks, headings
+
+
+def _front_matter_end(content: str) -> int:
+    """End of a leading YAML front matter block (``---`` / ``key: value`` … ``---``), else 0."""
+    match = _FRONT_MATTER.match(content)
+    return match.end() if match else 0
+
+
+def _closes_fence(line: str, fence: str) -> bool:
+    stripped = line.strip()
+    return (
+        len(line) - len(line.lstrip(" ")) <= 3
+        and len(stripped) >= len(fence)
+        and stripped == fence[0] * len(stripped)
+    )
+
+
+def _window(
+    text: str, start: int, end: int, config: ChunkConfig, is_code: bool
+) -> list[tuple[int, int]]:
+    """Cut [start, end) into trimmed pieces of at most max_chunk_size (level 3)."""
+    max_size = config.max_chunk_size
+    overlap = int(max_size * config.overlap_ratio)
+    spans: list[tuple[int, int]] = []
+    position, end = _trim(text, start, end)
+    while position < end:
+        if end - position <= max_size:
+            spans.append((position, end))
+            break
+        cut = _break_point(text, position, position + max_size, is_code)
+        piece = _trim(text, position, cut)
+        if piece[0] < piece[1]:
+            spans.append(piece)
+        following = _word_start(text, max(cut - overlap, position + 1), cut)
+        position, _ = _trim(text, following, end)
+    return spans
+
+
+def _break_point(text: str, start: int, limit: int, is_code: bool) -> int:
+    """Where a piece starting at ``start`` should end, at most at ``limit``.
+
+    Looks in the second half of the window for, in order: a paragraph break, a
+    sentence end (for prose) or a line end (for code), a clause end, any whitespace.
+    Cuts inside a word only when none of those exist (e.g. a long run of CJK text).
+    """
+    low = start + (limit - start) // 2
+    window = text[low:limit]
+    paragraph = window.rfind("\n\n")
+    if paragraph > 0:
+        return low + paragraph
+    patterns = (_NEWLINE, _SENTENCE_END) if is_code else (_SENTENCE_END, _NEWLINE)
+    for pattern in (*patterns, _CLAUSE_END, _SPACE):
+        matches = list(pattern.finditer(window))
+        if matches:
+            return low + matches[-1].end()
+    return limit
+
+
+def _word_start(text: str, position: int, limit: int) -> int:
+    """The first position at or after ``position`` (before ``limit``) that starts a word."""
+    if position <= 0 or text[position - 1].isspace() or _is_cjk(text[position]):
+        return position
+    for index in range(position, limit):
+        if text[index].isspace():
+            return index + 1
+    return position
+
+
+def _is_cjk(char: str) -> bool:
+    return (
+        "\u2e80" <= char <= "\u9fff" or "\uac00" <= char <= "\ud7af" or "\uf900" <= char <= "\ufaff"
+    )
+
+
+def _to_chunks(content: str, spans: list[tuple[int, int, str]]) -> list[KnowledgeChunk]:
+    newlines = [match.start() for match in _NEWLINE.finditer(content)]
+    chunks = []
+    for index, (start, end, heading) in enumerate(spans):
+        chunks.append(
+            KnowledgeChunk(
+                chunk_index=index,
+                content=content[start:end],
+                heading=heading,
+                start_position=start,
+                end_position=end,
+                metadata={
+                    "start_line": bisect.bisect_left(newlines, start) + 1,
+                    "end_line": bisect.bisect_left(newlines, end - 1) + 1,
+                },
+            )
+        )
+    return chunks

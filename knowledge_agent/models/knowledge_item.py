@@ -94,4 +94,3 @@ class KnowledgeItem:
             if data.get(name) is not None:
                 kwargs[name] = to_datetime(data[name])
         return cls(**kwargs)
-
