@@ -1,0 +1,311 @@
+"""Retrieval quality of knowledge_agent next to reference systems measured in the same run.
+
+    python benchmarks/quality.py                        # every set, every system
+    python benchmarks/quality.py --datasets-only cranfield,cmrc2018 --limit-queries 200
+    python benchmarks/quality.py --systems knowledge_agent,bm25s-doc --ka-option key=value
+    python benchmarks/quality.py --json figures.json
+
+Data sets are read in place from ../shared/datasets (or --datasets DIR, or
+$KNOWLEDGE_AGENT_DATASETS). Quality figures are comparable across machines; ingest and query
+times are informative only (compare ratios against the references, not absolute values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import platform
+import shlex
+import sqlite3
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: import the harness as the `benchmarks` package
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+try:
+    import bm25s  # noqa: F401  (the reference systems need the `bench` extra)
+    import Stemmer  # noqa: F401
+except ImportError as exc:
+    sys.exit(f"{exc}: install the bench extra first: pip install -e '.[bench]'")
+
+from benchmarks.datasets import DATASET_NAMES, Dataset, default_datasets_dir, load_dataset
+from benchmarks.evaluation import METRICS, evaluate
+from benchmarks.package_system import (
+    KnowledgeAgentSystem,
+    SharedKnowledgeBase,
+    load_core_class,
+    parse_options,
+)
+from benchmarks.reference_figures import NOTES, PUBLISHED
+from benchmarks.reference_systems import Bm25DocSystem, Bm25ParagraphSystem, Fts5System
+from benchmarks.systems import Hit, System
+
+REFERENCE_SYSTEMS = ("bm25s-doc", "bm25s-para", "fts5")
+PACKAGE_SYSTEMS = ("knowledge_agent", "knowledge_agent-item")
+SYSTEM_NAMES = REFERENCE_SYSTEMS + PACKAGE_SYSTEMS
+
+
+@dataclass
+class SystemResult:
+    system: str
+    figures: dict[str, float] = field(default_factory=dict)
+    ingest_seconds: float = 0.0
+    ingest_shared: bool = False
+    query_ms: float = 0.0
+    queries: int = 0
+    error: str | None = None
+
+
+def build_systems(names: list[str], core_class: type | None, ka_options: dict) -> list[System]:
+    """Fresh systems for one data set (the two knowledge_agent levels share one ingestion)."""
+    shared = SharedKnowledgeBase(core_class, ka_options) if core_class else None
+    factories: dict[str, Callable[[], System]] = {
+        "bm25s-doc": Bm25DocSystem,
+        "bm25s-para": Bm25ParagraphSystem,
+        "fts5": Fts5System,
+    }
+    if shared is not None:
+        factories["knowledge_agent"] = lambda: KnowledgeAgentSystem("knowledge_agent", shared)
+        factories["knowledge_agent-item"] = lambda: KnowledgeAgentSystem(
+            "knowledge_agent-item", shared, level="item"
+        )
+    return [factories[name]() for name in names if name in factories]
+
+
+def run_system(system: System, dataset: Dataset) -> SystemResult:
+    """Ingest the corpus, run every query, score the run."""
+    depth, _ = METRICS[dataset.name]
+    result = SystemResult(system.name, queries=len(dataset.queries))
+    started = time.perf_counter()
+    system.index(dataset.documents)
+    result.ingest_seconds = getattr(system, "ingest_seconds", None) or (
+        time.perf_counter() - started
+    )
+    result.ingest_shared = bool(getattr(system, "ingest_shared", False))
+    runs: dict[str, list[Hit]] = {}
+    started = time.perf_counter()
+    for query in dataset.queries:
+        runs[query.query_id] = system.search(query.text, depth)
+    elapsed = time.perf_counter() - started
+    result.query_ms = 1000 * elapsed / max(1, len(dataset.queries))
+    result.figures = evaluate(dataset, runs)
+    return result
+
+
+def run_dataset(dataset: Dataset, systems: list[System]) -> list[SystemResult]:
+    results = []
+    try:
+        for system in systems:
+            try:
+                result = run_system(system, dataset)
+            except Exception as exc:  # report it, keep measuring the others
+                traceback.print_exc(file=sys.stderr)
+                result = SystemResult(system.name, error=f"{type(exc).__name__}: {exc}")
+            log(
+                f"[{dataset.name}] {system.name}: ingest {result.ingest_seconds:.1f} s, "
+                f"{result.queries} queries at {result.query_ms:.2f} ms"
+                + (f" — FAILED {result.error}" if result.error else "")
+            )
+            results.append(result)
+    finally:
+        for system in systems:
+            system.close()
+    return results
+
+
+def format_table(dataset: Dataset, results: list[SystemResult]) -> str:
+    _, metrics = METRICS[dataset.name]
+    labels = [m.label for m in metrics]
+    header = ["system", *labels, "ingest s", "query ms"]
+    rows = []
+    for r in results:
+        if r.error:
+            rows.append([r.system, *(["error"] * len(labels)), "", ""])
+            continue
+        ingest = f"{r.ingest_seconds:.2f}" + ("*" if r.ingest_shared else "")
+        rows.append(
+            [
+                r.system,
+                *(f"{r.figures[label]:.3f}" for label in labels),
+                ingest,
+                f"{r.query_ms:.2f}",
+            ]
+        )
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    judged = sum(1 for q in dataset.queries if q.query_id in dataset.qrels)
+    out = [
+        f"== {dataset.name}: {len(dataset.documents):,} documents, {judged:,} queries",
+        line(header),
+        line(["-" * w for w in widths]),
+        *(line(row) for row in rows),
+    ]
+    published = PUBLISHED.get(dataset.name, {})
+    if published:
+        parts = [
+            f"{system} {label} {value:.3f}"
+            for label, by_system in published.items()
+            for system, value in by_system.items()
+        ]
+        out.append("README reference figures: " + ", ".join(parts))
+    if dataset.name in NOTES:
+        out.append("README also: " + NOTES[dataset.name])
+    if any(r.ingest_shared for r in results):
+        out.append("* index shared with the system above (one ingestion per data set)")
+    for r in results:
+        if r.error:
+            out.append(f"{r.system} failed: {r.error}")
+    return "\n".join(out)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def split_names(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown {what}: {', '.join(unknown)} (choose from {', '.join(allowed)})"
+        )
+    return names
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Retrieval quality of knowledge_agent against bm25s and SQLite FTS5."
+    )
+    parser.add_argument(
+        "--datasets",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="folder holding the data sets (default: $KNOWLEDGE_AGENT_DATASETS, else "
+        "../shared/datasets from the project root)",
+    )
+    parser.add_argument(
+        "--datasets-only",
+        type=lambda v: split_names(v, DATASET_NAMES, "data set"),
+        default=list(DATASET_NAMES),
+        metavar="NAMES",
+        help=f"comma-separated subset of {','.join(DATASET_NAMES)}",
+    )
+    parser.add_argument(
+        "--systems",
+        type=lambda v: split_names(v, SYSTEM_NAMES, "system"),
+        default=list(SYSTEM_NAMES),
+        metavar="NAMES",
+        help=f"comma-separated subset of {','.join(SYSTEM_NAMES)}",
+    )
+    parser.add_argument(
+        "--limit-queries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run a deterministic sample of N queries per data set",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of --limit-queries sampling")
+    parser.add_argument(
+        "--ka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="keyword argument for KnowledgeAgentCore(...), repeatable; VALUE parsed as JSON "
+        "when it parses (e.g. --ka-option fusion='\"rrf\"' --ka-option keyword_weight=0.7)",
+    )
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write figures")
+    args = parser.parse_args(argv)
+    try:
+        args.ka_options = parse_options(args.ka_option)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
+
+
+def environment() -> dict[str, str]:
+    import bm25s
+
+    env = {
+        "python": platform.python_version(),
+        "bm25s": bm25s.__version__,
+        "sqlite": sqlite3.sqlite_version,
+        "machine": f"{platform.machine()}, {platform.system()}",
+    }
+    try:
+        env["knowledge_agent"] = importlib.metadata.version("knowledge-agent")
+    except importlib.metadata.PackageNotFoundError:
+        env["knowledge_agent"] = "not installed"
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    root = args.datasets or default_datasets_dir()
+    if not root.is_dir():
+        print(f"data sets not found at {root} (use --datasets DIR)", file=sys.stderr)
+        return 2
+
+    core_class = None
+    if any(name in PACKAGE_SYSTEMS for name in args.systems):
+        try:
+            core_class = load_core_class()
+        except (ImportError, AttributeError) as exc:
+            print(f"knowledge_agent systems skipped: KnowledgeAgentCore not importable ({exc})")
+
+    started = time.perf_counter()
+    env = environment()
+    print("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
+    if args.ka_options:
+        print(f"KnowledgeAgentCore options: {json.dumps(args.ka_options, ensure_ascii=False)}")
+    report: dict = {
+        "command": shlex.join(["python", "benchmarks/quality.py", *sys.argv[1:]]),
+        "environment": env,
+        "ka_options": args.ka_options,
+        "limit_queries": args.limit_queries,
+        "seed": args.seed,
+        "datasets": {},
+    }
+    for name in args.datasets_only:
+        dataset = load_dataset(name, root).sample_queries(args.limit_queries, args.seed)
+        systems = build_systems(args.systems, core_class, args.ka_options)
+        results = run_dataset(dataset, systems)
+        print()
+        print(format_table(dataset, results), flush=True)
+        report["datasets"][name] = {
+            "documents": len(dataset.documents),
+            "queries": len(dataset.queries),
+            "published": PUBLISHED.get(name, {}),
+            "systems": {
+                r.system: {
+                    "figures": r.figures,
+                    "ingest_seconds": r.ingest_seconds,
+                    "ingest_shared": r.ingest_shared,
+                    "query_ms": r.query_ms,
+                    "error": r.error,
+                }
+                for r in results
+            },
+        }
+    total = time.perf_counter() - started
+    report["total_seconds"] = total
+    print(f"\ntotal {total:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
