@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import pytest
@@ -94,7 +95,9 @@ def test_invariants_hold_with_default_config(text: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     text=st.text(
-        alphabet=st.sampled_from("重置密码数据库连接失败。，！？的是了在 "), min_size=0, max_size=800
+        alphabet=st.sampled_from("重置密码数据库连接失败。，！？的是了在 "),
+        min_size=0,
+        max_size=800,
     ),
     config=configs,
 )
@@ -146,9 +149,15 @@ def test_heading_paths_and_title_for_preamble_r2_6() -> None:
 
 def test_setext_headings_and_closing_hashes() -> None:
     body = LOREM * 2
-    text = f"Top Title\n=========\n\n{body}\n\nSecond ##\n---------\n\n{body}\n\n## Third ##\n\n{body}"
+    text = (
+        f"Top Title\n=========\n\n{body}\n\nSecond ##\n---------\n\n{body}\n\n## Third ##\n\n{body}"
+    )
     chunks = ContentChunker().chunk(text)
-    assert [c.heading for c in chunks] == ["Top Title", "Top Title > Second ##", "Top Title > Third"]
+    assert [c.heading for c in chunks] == [
+        "Top Title",
+        "Top Title > Second ##",
+        "Top Title > Third",
+    ]
 
 
 def test_hash_inside_fenced_code_is_not_a_heading() -> None:
@@ -188,7 +197,7 @@ def test_sliding_window_overlaps_and_breaks_at_sentence_ends_r2_4() -> None:
     text = " ".join(f"Sentence number {i} talks about topic {i}." for i in range(80))
     chunks = ContentChunker(config).chunk(text)
     assert len(chunks) > 5
-    for before, after in zip(chunks, chunks[1:]):
+    for before, after in itertools.pairwise(chunks):
         assert len(before.content) <= 300
         overlap = before.end_position - after.start_position
         assert 0 < overlap <= 0.2 * 300 + 40

@@ -1,5 +1,611 @@
-"""SQLiteStorageManager (being written)."""
+"""SQLiteStorageManager: items, chunks and the index journal in one SQLite file.
+
+SQLite is the source of truth; the Whoosh and TF-IDF indexes are derived from it.
+Every write appends to ``index_journal`` in the same transaction as the change, so
+an index that missed a write (a crash between the two commits) can replay it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from knowledge_agent.errors import NotFoundError, QueryError, StorageError
+from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStorageManager"]
+
+logger = logging.getLogger(__name__)
+
+Migration = Sequence[str] | Callable[[sqlite3.Connection], None]
+
+_MIGRATIONS: list[Migration] = [
+    # Version 1: the initial schema.
+    [
+        """CREATE TABLE knowledge_items (
+            id TEXT PRIMARY KEY,
+            title TEXT NOT NULL DEFAULT '',
+            content TEXT NOT NULL DEFAULT '',
+            source_type TEXT NOT NULL DEFAULT '',
+            source_uri TEXT,
+            content_type TEXT NOT NULL DEFAULT '',
+            doc_type TEXT NOT NULL DEFAULT '',
+            language TEXT NOT NULL DEFAULT '',
+            tags TEXT NOT NULL DEFAULT '[]',
+            metadata TEXT NOT NULL DEFAULT '{}',
+            content_hash TEXT NOT NULL DEFAULT '',
+            kb TEXT NOT NULL DEFAULT 'default',
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX idx_items_kb ON knowledge_items (kb)",
+        "CREATE INDEX idx_items_source_type ON knowledge_items (source_type)",
+        "CREATE INDEX idx_items_source_uri ON knowledge_items (source_uri)",
+        # Serves the (created_at, id) order of list_items and the keyset paging of iter_items.
+        "CREATE INDEX idx_items_created_id ON knowledge_items (created_at, id)",
+        """CREATE TABLE knowledge_chunks (
+            id TEXT PRIMARY KEY,
+            item_id TEXT NOT NULL,
+            chunk_index INTEGER NOT NULL,
+            content TEXT NOT NULL DEFAULT '',
+            heading TEXT NOT NULL DEFAULT '',
+            start_position INTEGER NOT NULL DEFAULT 0,
+            end_position INTEGER NOT NULL DEFAULT 0,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            FOREIGN KEY (item_id) REFERENCES knowledge_items(id) ON DELETE CASCADE
+        )""",
+        "CREATE INDEX idx_chunks_item_id ON knowledge_chunks (item_id)",
+        "CREATE UNIQUE INDEX idx_chunks_item_chunk ON knowledge_chunks (item_id, chunk_index)",
+        """CREATE TABLE index_journal (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            item_id TEXT NOT NULL,
+            op TEXT NOT NULL CHECK (op IN ('upsert', 'delete'))
+        )""",
+        "CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT)",
+    ],
+]
+
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_BUSY_TIMEOUT_S = 30.0
+# Below SQLite's default limit of 999 host parameters on old builds.
+_MAX_VARIABLES = 500
+
+_ITEM_COLUMNS = (
+    "id",
+    "title",
+    "content",
+    "source_type",
+    "source_uri",
+    "content_type",
+    "doc_type",
+    "language",
+    "tags",
+    "metadata",
+    "content_hash",
+    "kb",
+    "created_at",
+    "updated_at",
+)
+_CHUNK_COLUMNS = (
+    "id",
+    "item_id",
+    "chunk_index",
+    "content",
+    "heading",
+    "start_position",
+    "end_position",
+    "metadata",
+)
+_ITEM_SELECT = f"SELECT {', '.join(_ITEM_COLUMNS)} FROM knowledge_items"
+_CHUNK_SELECT = f"SELECT {', '.join(_CHUNK_COLUMNS)} FROM knowledge_chunks"
+_ITEM_UPSERT = (
+    f"INSERT INTO knowledge_items ({', '.join(_ITEM_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in _ITEM_COLUMNS)}) "
+    "ON CONFLICT(id) DO UPDATE SET "
+    + ", ".join(f"{name} = excluded.{name}" for name in _ITEM_COLUMNS[1:])
+)
+_CHUNK_INSERT = (
+    f"INSERT INTO knowledge_chunks ({', '.join(_CHUNK_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in _CHUNK_COLUMNS)})"
+)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _loads(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StorageError(f"corrupt JSON in {what}: {exc}") from exc
+
+
+def _item_to_row(item: KnowledgeItem) -> tuple[Any, ...]:
+    return (
+        item.id,
+        item.title,
+        item.content,
+        item.source_type,
+        item.source_uri,
+        item.content_type,
+        item.doc_type,
+        item.language,
+        _dumps(list(item.tags)),
+        _dumps(item.metadata),
+        item.content_hash,
+        item.kb,
+        item.created_at.isoformat(),
+        item.updated_at.isoformat(),
+    )
+
+
+def _row_to_item(row: sqlite3.Row) -> KnowledgeItem:
+    what = f"item {row['id']!r}"
+    try:
+        created_at = datetime.fromisoformat(row["created_at"])
+        updated_at = datetime.fromisoformat(row["updated_at"])
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"corrupt timestamp in {what}: {exc}") from exc
+    return KnowledgeItem(
+        id=row["id"],
+        title=row["title"],
+        content=row["content"],
+        source_type=row["source_type"],
+        source_uri=row["source_uri"],
+        content_type=row["content_type"],
+        doc_type=row["doc_type"],
+        language=row["language"],
+        tags=_loads(row["tags"], what),
+        metadata=_loads(row["metadata"], what),
+        content_hash=row["content_hash"],
+        kb=row["kb"],
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+
+
+def _chunk_to_row(chunk: KnowledgeChunk, item_id: str) -> tuple[Any, ...]:
+    return (
+        chunk.id,
+        item_id,
+        chunk.chunk_index,
+        chunk.content,
+        chunk.heading,
+        chunk.start_position,
+        chunk.end_position,
+        _dumps(chunk.metadata),
+    )
+
+
+def _row_to_chunk(row: sqlite3.Row) -> KnowledgeChunk:
+    return KnowledgeChunk(
+        id=row["id"],
+        item_id=row["item_id"],
+        chunk_index=row["chunk_index"],
+        content=row["content"],
+        heading=row["heading"],
+        start_position=row["start_position"],
+        end_position=row["end_position"],
+        metadata=_loads(row["metadata"], f"chunk {row['id']!r}"),
+    )
+
+
+def _batches(ids: Iterable[str]) -> Iterator[list[str]]:
+    unique = list(dict.fromkeys(ids))
+    for start in range(0, len(unique), _MAX_VARIABLES):
+        yield unique[start : start + _MAX_VARIABLES]
+
+
+def _placeholders(count: int) -> str:
+    return ", ".join("?" * count)
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if batch_size < 1:
+        raise QueryError(f"batch_size must be at least 1, got {batch_size}")
+
+
+def _is_memory(path: str) -> bool:
+    return path in ("", ":memory:")
 
 
 class SQLiteStorageManager:
-    pass
+    """Items, chunks, the index journal and small settings, in one SQLite database.
+
+    Thread-safe: one connection, every public method serialised by a re-entrant lock.
+    Use as a context manager or call ``close()``.
+    """
+
+    def __init__(self, db_path: str | os.PathLike[str] = ":memory:") -> None:
+        self._db_path = os.fspath(db_path)
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        try:
+            if not _is_memory(self._db_path):
+                Path(self._db_path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self._db_path,
+                timeout=_BUSY_TIMEOUT_S,
+                check_same_thread=False,
+                isolation_level=None,
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise StorageError(f"open {self._db_path!r} failed: {exc}") from exc
+        conn.row_factory = sqlite3.Row
+        try:
+            self._configure(conn)
+            self._migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    # -- connection setup ---------------------------------------------------------------
+
+    def _configure(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if not _is_memory(self._db_path):
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    logger.warning("%s: journal_mode is %s, not wal", self._db_path, mode)
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            raise StorageError(f"configure {self._db_path!r} failed: {exc}") from exc
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        try:
+            # Read the version inside the write transaction so two processes opening the
+            # same new file cannot both apply the migrations.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                current = conn.execute("PRAGMA user_version").fetchone()[0]
+                if current > SCHEMA_VERSION:
+                    raise StorageError(
+                        f"{self._db_path!r} has schema version {current}: written by a newer "
+                        f"version of knowledge_agent (this one knows {SCHEMA_VERSION})"
+                    )
+                for version in range(current + 1, SCHEMA_VERSION + 1):
+                    migration = _MIGRATIONS[version - 1]
+                    if callable(migration):
+                        migration(conn)
+                    else:
+                        for statement in migration:
+                            conn.execute(statement)
+                    logger.info("%s: migrated schema to version %d", self._db_path, version)
+                if current < SCHEMA_VERSION:
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StorageError(f"migrate {self._db_path!r} failed: {exc}") from exc
+
+    # -- guards -------------------------------------------------------------------------
+
+    @contextmanager
+    def _reading(self, operation: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._conn is None:
+                raise StorageError(f"{operation}: the storage manager is closed")
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise StorageError(f"{operation} failed: {exc}") from exc
+
+    @contextmanager
+    def _writing(self, operation: str) -> Iterator[sqlite3.Connection]:
+        with self._reading(operation) as conn:
+            # IMMEDIATE takes the write lock up front, so a busy database waits in BEGIN
+            # (honouring busy_timeout) instead of failing half-way through.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                self._rollback(conn, operation)
+                raise
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection, operation: str) -> None:
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            # The original error matters more than a failed rollback.
+            logger.exception("rollback after failed %s failed", operation)
+
+    @staticmethod
+    def _journal(conn: sqlite3.Connection, item_ids: Iterable[str], op: str) -> None:
+        conn.executemany(
+            "INSERT INTO index_journal (item_id, op) VALUES (?, ?)",
+            [(item_id, op) for item_id in item_ids],
+        )
+
+    @staticmethod
+    def _replace_chunks(
+        conn: sqlite3.Connection, item_id: str, chunks: Sequence[KnowledgeChunk]
+    ) -> None:
+        conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (item_id,))
+        conn.executemany(_CHUNK_INSERT, [_chunk_to_row(chunk, item_id) for chunk in chunks])
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def db_path(self) -> str:
+        """The database path as given (``":memory:"`` for an in-memory store)."""
+        return self._db_path
+
+    def close(self) -> None:
+        """Close the connection; safe to call twice."""
+        with self._lock:
+            if self._conn is None:
+                return
+            conn, self._conn = self._conn, None
+            try:
+                conn.close()
+            except sqlite3.Error as exc:
+                raise StorageError(f"close {self._db_path!r} failed: {exc}") from exc
+
+    def __enter__(self) -> SQLiteStorageManager:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- items --------------------------------------------------------------------------
+
+    def save_item(self, item: KnowledgeItem) -> None:
+        """Insert or update an item; its chunks are kept."""
+        with self._writing("save_item") as conn:
+            conn.execute(_ITEM_UPSERT, _item_to_row(item))
+            self._journal(conn, [item.id], "upsert")
+
+    def get_item(self, item_id: str) -> KnowledgeItem | None:
+        """The item with this id, or None."""
+        with self._reading("get_item") as conn:
+            row = conn.execute(f"{_ITEM_SELECT} WHERE id = ?", (item_id,)).fetchone()
+        return None if row is None else _row_to_item(row)
+
+    def get_items(self, item_ids: Iterable[str]) -> dict[str, KnowledgeItem]:
+        """The items found among these ids, by id; missing ids are absent."""
+        found: dict[str, KnowledgeItem] = {}
+        with self._reading("get_items") as conn:
+            for batch in _batches(item_ids):
+                sql = f"{_ITEM_SELECT} WHERE id IN ({_placeholders(len(batch))})"
+                for row in conn.execute(sql, batch):
+                    found[row["id"]] = _row_to_item(row)
+        return found
+
+    def delete_item(self, item_id: str) -> bool:
+        """Delete an item and (by cascade) its chunks; True if it existed."""
+        with self._writing("delete_item") as conn:
+            deleted = conn.execute("DELETE FROM knowledge_items WHERE id = ?", (item_id,))
+            existed = deleted.rowcount > 0
+            if existed:
+                self._journal(conn, [item_id], "delete")
+        return existed
+
+    def list_items(
+        self,
+        *,
+        kb: str | None = None,
+        source_type: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[KnowledgeItem]:
+        """A page of items ordered by (created_at, id), optionally filtered."""
+        if limit < 0 or offset < 0:
+            raise QueryError(f"limit and offset must be >= 0, got {limit} and {offset}")
+        clauses: list[str] = []
+        params: list[Any] = []
+        if kb is not None:
+            clauses.append("kb = ?")
+            params.append(kb)
+        if source_type is not None:
+            clauses.append("source_type = ?")
+            params.append(source_type)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        sql = f"{_ITEM_SELECT}{where} ORDER BY created_at, id LIMIT ? OFFSET ?"
+        with self._reading("list_items") as conn:
+            rows = conn.execute(sql, [*params, limit, offset]).fetchall()
+        return [_row_to_item(row) for row in rows]
+
+    def iter_items(
+        self, *, kb: str | None = None, batch_size: int = 500
+    ) -> Iterator[KnowledgeItem]:
+        """Stream every item (of one kb, if given) in (created_at, id) order."""
+        _check_batch_size(batch_size)
+        kb_clause = "" if kb is None else "kb = ? AND "
+        kb_params: list[Any] = [] if kb is None else [kb]
+        first = f"{_ITEM_SELECT} WHERE {kb_clause}1 ORDER BY created_at, id LIMIT ?"
+        after = (
+            f"{_ITEM_SELECT} WHERE {kb_clause}(created_at, id) > (?, ?) "
+            "ORDER BY created_at, id LIMIT ?"
+        )
+        # Keyset paging, lock released between pages: callers may write while iterating.
+        last: tuple[str, str] | None = None
+        while True:
+            with self._reading("iter_items") as conn:
+                if last is None:
+                    rows = conn.execute(first, [*kb_params, batch_size]).fetchall()
+                else:
+                    rows = conn.execute(after, [*kb_params, *last, batch_size]).fetchall()
+            if not rows:
+                return
+            last = (rows[-1]["created_at"], rows[-1]["id"])
+            yield from (_row_to_item(row) for row in rows)
+            if len(rows) < batch_size:
+                return
+
+    def count_items(self, *, kb: str | None = None) -> int:
+        """How many items (in one kb, if given)."""
+        with self._reading("count_items") as conn:
+            if kb is None:
+                row = conn.execute("SELECT COUNT(*) FROM knowledge_items").fetchone()
+            else:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM knowledge_items WHERE kb = ?", (kb,)
+                ).fetchone()
+        return int(row[0])
+
+    # -- chunks -------------------------------------------------------------------------
+
+    def save_chunks(self, item_id: str, chunks: Iterable[KnowledgeChunk]) -> None:
+        """Replace every chunk of an existing item with these, atomically."""
+        chunk_list = list(chunks)
+        with self._writing("save_chunks") as conn:
+            exists = conn.execute("SELECT 1 FROM knowledge_items WHERE id = ?", (item_id,))
+            if exists.fetchone() is None:
+                raise NotFoundError(f"item {item_id!r} does not exist")
+            self._replace_chunks(conn, item_id, chunk_list)
+            self._journal(conn, [item_id], "upsert")
+        # Only after the commit, so a failed save leaves the caller's objects untouched.
+        for chunk in chunk_list:
+            chunk.item_id = item_id
+
+    def save_item_with_chunks(self, item: KnowledgeItem, chunks: Iterable[KnowledgeChunk]) -> None:
+        """Upsert an item and replace its chunks in one transaction."""
+        chunk_list = list(chunks)
+        with self._writing("save_item_with_chunks") as conn:
+            conn.execute(_ITEM_UPSERT, _item_to_row(item))
+            self._replace_chunks(conn, item.id, chunk_list)
+            self._journal(conn, [item.id], "upsert")
+        for chunk in chunk_list:
+            chunk.item_id = item.id
+
+    def get_chunks_for_item(self, item_id: str) -> list[KnowledgeChunk]:
+        """An item's chunks in chunk_index order ([] for an unknown item)."""
+        with self._reading("get_chunks_for_item") as conn:
+            rows = conn.execute(
+                f"{_CHUNK_SELECT} WHERE item_id = ? ORDER BY chunk_index", (item_id,)
+            ).fetchall()
+        return [_row_to_chunk(row) for row in rows]
+
+    def get_chunk_by_id(self, chunk_id: str) -> KnowledgeChunk | None:
+        """The chunk with this id, or None."""
+        with self._reading("get_chunk_by_id") as conn:
+            row = conn.execute(f"{_CHUNK_SELECT} WHERE id = ?", (chunk_id,)).fetchone()
+        return None if row is None else _row_to_chunk(row)
+
+    def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, KnowledgeChunk]:
+        """The chunks found among these ids, by id; missing ids are absent."""
+        found: dict[str, KnowledgeChunk] = {}
+        with self._reading("get_chunks") as conn:
+            for batch in _batches(chunk_ids):
+                sql = f"{_CHUNK_SELECT} WHERE id IN ({_placeholders(len(batch))})"
+                for row in conn.execute(sql, batch):
+                    found[row["id"]] = _row_to_chunk(row)
+        return found
+
+    def get_adjacent_chunks(
+        self, item_id: str, chunk_index: int, window: int = 1
+    ) -> list[KnowledgeChunk]:
+        """The same item's chunks within ``window`` of ``chunk_index``, excluding it."""
+        if window < 0:
+            raise QueryError(f"window must be >= 0, got {window}")
+        if window == 0:
+            return []
+        with self._reading("get_adjacent_chunks") as conn:
+            rows = conn.execute(
+                f"{_CHUNK_SELECT} WHERE item_id = ? AND chunk_index BETWEEN ? AND ? "
+                "AND chunk_index != ? ORDER BY chunk_index",
+                (item_id, chunk_index - window, chunk_index + window, chunk_index),
+            ).fetchall()
+        return [_row_to_chunk(row) for row in rows]
+
+    def iter_chunks(self, *, batch_size: int = 1000) -> Iterator[KnowledgeChunk]:
+        """Stream every chunk in (item_id, chunk_index) order, one page at a time."""
+        _check_batch_size(batch_size)
+        first = f"{_CHUNK_SELECT} ORDER BY item_id, chunk_index LIMIT ?"
+        after = (
+            f"{_CHUNK_SELECT} WHERE (item_id, chunk_index) > (?, ?) "
+            "ORDER BY item_id, chunk_index LIMIT ?"
+        )
+        # Keyset paging, lock released between pages: callers may write while iterating.
+        last: tuple[str, int] | None = None
+        while True:
+            with self._reading("iter_chunks") as conn:
+                if last is None:
+                    rows = conn.execute(first, (batch_size,)).fetchall()
+                else:
+                    rows = conn.execute(after, (*last, batch_size)).fetchall()
+            if not rows:
+                return
+            last = (rows[-1]["item_id"], rows[-1]["chunk_index"])
+            yield from (_row_to_chunk(row) for row in rows)
+            if len(rows) < batch_size:
+                return
+
+    def count_chunks(self, *, kb: str | None = None) -> int:
+        """How many chunks (of items in one kb, if given)."""
+        with self._reading("count_chunks") as conn:
+            if kb is None:
+                row = conn.execute("SELECT COUNT(*) FROM knowledge_chunks").fetchone()
+            else:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM knowledge_chunks AS c "
+                    "JOIN knowledge_items AS i ON i.id = c.item_id WHERE i.kb = ?",
+                    (kb,),
+                ).fetchone()
+        return int(row[0])
+
+    # -- index journal ------------------------------------------------------------------
+
+    def last_journal_seq(self) -> int:
+        """The highest sequence number ever written to the journal (0 if none)."""
+        # sqlite_sequence, not MAX(seq): trimming must not make the journal look older.
+        with self._reading("last_journal_seq") as conn:
+            row = conn.execute(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'index_journal'"
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def journal_since(self, seq: int) -> list[tuple[int, str, str]]:
+        """Journal entries (seq, item_id, op) with a sequence number above ``seq``."""
+        with self._reading("journal_since") as conn:
+            rows = conn.execute(
+                "SELECT seq, item_id, op FROM index_journal WHERE seq > ? ORDER BY seq", (seq,)
+            ).fetchall()
+        return [(int(row[0]), str(row[1]), str(row[2])) for row in rows]
+
+    def trim_journal(self, upto_seq: int) -> None:
+        """Delete journal entries with a sequence number up to ``upto_seq``."""
+        with self._writing("trim_journal") as conn:
+            conn.execute("DELETE FROM index_journal WHERE seq <= ?", (upto_seq,))
+
+    # -- key/value settings -------------------------------------------------------------
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        """A stored setting, or ``default``."""
+        with self._reading("get_meta") as conn:
+            row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        return default if row is None else row[0]
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Store a setting, replacing any previous value."""
+        with self._writing("set_meta") as conn:
+            conn.execute(
+                "INSERT INTO kv (key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )

@@ -1,0 +1,207 @@
+"""Models: defaults and to_dict / from_dict round trips (R1.1, R1.5, R1.6, R6.1)."""
+
+from __future__ import annotations
+
+import json
+import types
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import knowledge_agent
+from knowledge_agent.models import (
+    KnowledgeChunk,
+    KnowledgeItem,
+    MatchedChunk,
+    ScoreExplanation,
+    SearchResult,
+)
+from knowledge_agent.models.knowledge_item import content_hash
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+metadata = st.dictionaries(st.text(max_size=10), json_values, max_size=5)
+zones = st.one_of(
+    st.none(),
+    st.builds(lambda minutes: timezone(timedelta(minutes=minutes)), st.integers(-1439, 1439)),
+)
+datetimes = st.datetimes(timezones=zones)
+
+items = st.builds(
+    KnowledgeItem,
+    id=st.text(),
+    title=st.text(),
+    content=st.text(),
+    source_type=st.text(),
+    source_uri=st.none() | st.text(),
+    content_type=st.text(),
+    doc_type=st.text(),
+    language=st.text(),
+    tags=st.lists(st.text(), max_size=5),
+    metadata=metadata,
+    content_hash=st.text(),
+    kb=st.text(),
+    created_at=datetimes,
+    updated_at=datetimes,
+)
+chunks = st.builds(
+    KnowledgeChunk,
+    id=st.text(),
+    item_id=st.text(),
+    chunk_index=st.integers(min_value=0),
+    content=st.text(),
+    heading=st.text(),
+    start_position=st.integers(min_value=0),
+    end_position=st.integers(min_value=0),
+    metadata=metadata,
+)
+matched = st.builds(
+    MatchedChunk,
+    chunk_id=st.text(),
+    content=st.text(),
+    heading=st.text(),
+    chunk_index=st.integers(min_value=0),
+    start_position=st.integers(min_value=0),
+    end_position=st.integers(min_value=0),
+    score=st.floats(allow_nan=False),
+    metadata=metadata,
+)
+explanations = st.builds(
+    ScoreExplanation,
+    matched_terms=st.dictionaries(st.text(), st.integers(0, 100), max_size=5),
+    keyword_score=st.floats(allow_nan=False),
+    semantic_score=st.floats(allow_nan=False),
+    fused_score=st.floats(allow_nan=False),
+    keyword_rank=st.none() | st.integers(1, 1000),
+    semantic_rank=st.none() | st.integers(1, 1000),
+    details=metadata,
+)
+results = st.builds(
+    SearchResult,
+    item=items,
+    relevance_score=st.floats(allow_nan=False),
+    matched_fields=st.lists(st.text(), max_size=3),
+    highlights=st.lists(st.text(), max_size=3),
+    matched_chunks=st.lists(matched, max_size=3),
+    context_chunks=st.lists(matched, max_size=3),
+    explanation=st.none() | explanations,
+    search_mode=st.sampled_from(["chunk", "item"]),
+)
+
+
+def through_json(data: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(data))
+
+
+@settings(max_examples=200, deadline=None)
+@given(item=items)
+def test_item_round_trip(item: KnowledgeItem) -> None:
+    assert KnowledgeItem.from_dict(item.to_dict()) == item
+    assert KnowledgeItem.from_dict(through_json(item.to_dict())) == item
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunk=chunks)
+def test_chunk_round_trip_r1_6(chunk: KnowledgeChunk) -> None:
+    assert KnowledgeChunk.from_dict(chunk.to_dict()) == chunk
+    assert KnowledgeChunk.from_dict(through_json(chunk.to_dict())) == chunk
+
+
+@settings(max_examples=200, deadline=None)
+@given(result=results)
+def test_search_result_round_trip(result: SearchResult) -> None:
+    assert SearchResult.from_dict(result.to_dict()) == result
+    assert SearchResult.from_dict(through_json(result.to_dict())) == result
+
+
+def test_chunk_has_exactly_the_r1_1_fields_and_defaults() -> None:
+    chunk = KnowledgeChunk()
+    assert list(chunk.to_dict()) == [
+        "id",
+        "item_id",
+        "chunk_index",
+        "content",
+        "heading",
+        "start_position",
+        "end_position",
+        "metadata",
+    ]
+    assert uuid.UUID(chunk.id).version == 4
+    assert chunk.metadata == {}
+    assert KnowledgeChunk().id != chunk.id
+    other = KnowledgeChunk()
+    other.metadata["x"] = 1
+    assert chunk.metadata == {}, "metadata defaults are not shared"
+
+
+def test_to_dict_does_not_share_nested_state() -> None:
+    chunk = KnowledgeChunk(metadata={"lines": [1, 2]})
+    data = chunk.to_dict()
+    data["metadata"]["lines"].append(3)
+    assert chunk.metadata == {"lines": [1, 2]}
+
+
+def test_item_defaults_and_content_hash() -> None:
+    item = KnowledgeItem(title="t", content="hello")
+    assert item.content_hash == content_hash("hello")
+    assert item.kb == "default"
+    assert item.created_at.tzinfo is not None
+    assert KnowledgeItem(content="hello", content_hash="given").content_hash == "given"
+    assert KnowledgeItem(content="a").content_hash != KnowledgeItem(content="b").content_hash
+
+
+def test_item_from_dict_accepts_partial_data_and_timestamps() -> None:
+    item = KnowledgeItem.from_dict(
+        {"title": "x", "created_at": 0, "updated_at": "2024-05-01T12:00"}
+    )
+    assert item.title == "x"
+    assert item.created_at == datetime(1970, 1, 1, tzinfo=timezone.utc)
+    assert item.updated_at == datetime(2024, 5, 1, 12, 0)
+
+
+def test_matched_chunk_from_chunk_copies_position_fields_r6_1() -> None:
+    chunk = KnowledgeChunk(
+        item_id="i",
+        chunk_index=3,
+        content="c",
+        heading="H",
+        start_position=10,
+        end_position=11,
+        metadata={"start_line": 2},
+    )
+    view = MatchedChunk.from_chunk(chunk, score=0.5)
+    assert view.to_dict() == {
+        "chunk_id": chunk.id,
+        "content": "c",
+        "heading": "H",
+        "chunk_index": 3,
+        "start_position": 10,
+        "end_position": 11,
+        "score": 0.5,
+        "metadata": {"start_line": 2},
+    }
+
+
+def test_search_result_keeps_item_level_fields_r6_3_r6_4() -> None:
+    result = SearchResult(item=KnowledgeItem(title="t"), relevance_score=1.0)
+    data = result.to_dict()
+    for name in ("item", "relevance_score", "matched_fields", "highlights"):
+        assert name in data
+    assert data["matched_chunks"] == [] and data["context_chunks"] == []
+
+
+def test_public_api_is_exactly_all() -> None:
+    public = {
+        name
+        for name, value in vars(knowledge_agent).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    assert public | {"errors"} == set(knowledge_agent.__all__)
