@@ -25,21 +25,21 @@ def _sample_files() -> list[tuple[str, str]]:
 def demo() -> int:
     """Chunk the bundled samples into a throwaway knowledge base and show the chunks."""
     chunker = ContentChunker()
-    with tempfile.TemporaryDirectory() as folder:
-        with SQLiteStorageManager(Path(folder) / "demo.sqlite3") as storage:
-            for name, text in _sample_files():
-                item = KnowledgeItem(title=name, content=text, source_uri=name)
-                storage.save_item_with_chunks(item, chunker.chunk(text, title=name))
-            print(
-                f"Stored {storage.count_items()} documents as {storage.count_chunks()} chunks.\n"
-            )
-            for item in storage.iter_items():
-                print(item.source_uri)
-                for chunk in storage.get_chunks_for_item(item.id):
-                    lines = f"L{chunk.metadata['start_line']}-L{chunk.metadata['end_line']}"
-                    preview = " ".join(chunk.content.split())[:70]
-                    print(f"  #{chunk.chunk_index} {lines:<9} {chunk.heading}")
-                    print(f"      {preview}…")
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        SQLiteStorageManager(Path(folder) / "demo.sqlite3") as storage,
+    ):
+        for name, text in _sample_files():
+            item = KnowledgeItem(title=name, content=text, source_uri=name)
+            storage.save_item_with_chunks(item, chunker.chunk(text, title=name))
+        print(f"Stored {storage.count_items()} documents as {storage.count_chunks()} chunks.\n")
+        for item in storage.iter_items():
+            print(item.source_uri)
+            for chunk in storage.get_chunks_for_item(item.id):
+                lines = f"L{chunk.metadata['start_line']}-L{chunk.metadata['end_line']}"
+                preview = " ".join(chunk.content.split())[:70]
+                print(f"  #{chunk.chunk_index} {lines:<9} {chunk.heading}")
+                print(f"      {preview}…")
     return 0
 
 

@@ -1,0 +1,127 @@
+"""Search filters, applied inside each engine before ranking (never after a global top-k)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cached_property
+
+from knowledge_agent.errors import QueryError
+from knowledge_agent.models.knowledge_item import KnowledgeItem
+
+__all__ = ["SearchFilters", "to_epoch"]
+
+
+def to_epoch(value: datetime) -> float:
+    """POSIX seconds; a naive datetime is taken to be UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.timestamp()
+
+
+def _names(value: str | Iterable[str] | None, name: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    try:
+        names = tuple(value)
+    except TypeError:
+        raise QueryError(f"{name} must be a string or a list of strings, got {value!r}") from None
+    if not all(isinstance(entry, str) for entry in names):
+        raise QueryError(f"{name} must be a string or a list of strings, got {value!r}")
+    return names
+
+
+def _datetime(value: datetime | str | None, name: str) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            raise QueryError(f"{name} is not an ISO 8601 date: {value!r}") from None
+    raise QueryError(f"{name} must be a datetime or an ISO 8601 string, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """Restrictions on which items a search may return; empty fields restrict nothing.
+
+    ``path_prefix`` and ``path_glob`` match an item's ``source_uri`` (``fnmatch`` rules:
+    ``*`` also matches ``/``); the date bounds are inclusive and compare ``updated_at``.
+    """
+
+    kb: tuple[str, ...] = ()
+    source_type: tuple[str, ...] = ()
+    doc_type: tuple[str, ...] = ()
+    language: tuple[str, ...] = ()
+    path_prefix: str | None = None
+    path_glob: str | None = None
+    updated_after: datetime | None = None
+    updated_before: datetime | None = None
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        kb: str | Iterable[str] | None = None,
+        source_type: str | Iterable[str] | None = None,
+        doc_type: str | Iterable[str] | None = None,
+        language: str | Iterable[str] | None = None,
+        path_prefix: str | None = None,
+        path_glob: str | None = None,
+        updated_after: datetime | str | None = None,
+        updated_before: datetime | str | None = None,
+    ) -> SearchFilters:
+        """Filters from user-facing options: a name or a list of names, ISO dates allowed."""
+        for name, value in (("path_prefix", path_prefix), ("path_glob", path_glob)):
+            if value is not None and not isinstance(value, str):
+                raise QueryError(f"{name} must be a string, got {value!r}")
+        return cls(
+            kb=_names(kb, "kb"),
+            source_type=_names(source_type, "source_type"),
+            doc_type=_names(doc_type, "doc_type"),
+            language=_names(language, "language"),
+            path_prefix=path_prefix or None,
+            path_glob=path_glob or None,
+            updated_after=_datetime(updated_after, "updated_after"),
+            updated_before=_datetime(updated_before, "updated_before"),
+        )
+
+    def is_empty(self) -> bool:
+        """True when the filters let every item through."""
+        return self == SearchFilters()
+
+    @cached_property
+    def _glob(self) -> re.Pattern[str] | None:
+        return None if self.path_glob is None else re.compile(fnmatch.translate(self.path_glob))
+
+    def matches_path(self, path: str) -> bool:
+        """Whether a ``source_uri`` passes the path prefix and glob."""
+        if self.path_prefix is not None and not path.startswith(self.path_prefix):
+            return False
+        return self._glob is None or self._glob.match(path) is not None
+
+    def matches_time(self, updated_at: float) -> bool:
+        """Whether an ``updated_at`` (POSIX seconds) lies inside the date bounds."""
+        if self.updated_after is not None and updated_at < to_epoch(self.updated_after):
+            return False
+        return self.updated_before is None or updated_at <= to_epoch(self.updated_before)
+
+    def matches(self, item: KnowledgeItem) -> bool:
+        """The reference semantics every engine must agree with."""
+        for allowed, value in (
+            (self.kb, item.kb),
+            (self.source_type, item.source_type),
+            (self.doc_type, item.doc_type),
+            (self.language, item.language),
+        ):
+            if allowed and value not in allowed:
+                return False
+        return self.matches_path(item.source_uri or "") and self.matches_time(
+            to_epoch(item.updated_at)
+        )
