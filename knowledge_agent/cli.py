@@ -6,11 +6,15 @@ import argparse
 import sys
 import tempfile
 from importlib import resources
-from pathlib import Path
 
-from knowledge_agent.chunking import ContentChunker
-from knowledge_agent.models import KnowledgeItem
-from knowledge_agent.storage import SQLiteStorageManager
+from knowledge_agent.core import KnowledgeAgentCore
+from knowledge_agent.models import SearchResult
+
+DEMO_QUERIES = (
+    "how do I roll back a failed deploy",
+    "ETag revalidation 304",
+    "如何重置密码",
+)
 
 
 def _sample_files() -> list[tuple[str, str]]:
@@ -22,24 +26,48 @@ def _sample_files() -> list[tuple[str, str]]:
     )
 
 
+def _title(text: str, default: str) -> str:
+    """The first level-one heading of a markdown page."""
+    for line in text.splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    return default
+
+
+def _format_result(rank: int, result: SearchResult) -> str:
+    best = result.matched_chunks[0] if result.matched_chunks else None
+    lines = ""
+    if best is not None:
+        lines = f":{best.metadata.get('start_line', '?')}-{best.metadata.get('end_line', '?')}"
+    out = [f"{rank}. {result.item.title}  ({result.item.source_uri}{lines})"]
+    out.append(f"   score {result.relevance_score:.4f}")
+    if best is not None and best.heading:
+        out.append(f"   § {best.heading}")
+    if result.highlights:
+        out.append("   " + " ".join(result.highlights[0].split()))
+    if result.context_chunks:
+        indexes = ", ".join(str(chunk.chunk_index) for chunk in result.context_chunks)
+        out.append(f"   context: chunks {indexes}")
+    return "\n".join(out)
+
+
 def demo() -> int:
-    """Chunk the bundled samples into a throwaway knowledge base and show the chunks."""
-    chunker = ContentChunker()
-    with (
-        tempfile.TemporaryDirectory() as folder,
-        SQLiteStorageManager(Path(folder) / "demo.sqlite3") as storage,
-    ):
-        for name, text in _sample_files():
-            item = KnowledgeItem(title=name, content=text, source_uri=name)
-            storage.save_item_with_chunks(item, chunker.chunk(text, title=name))
-        print(f"Stored {storage.count_items()} documents as {storage.count_chunks()} chunks.\n")
-        for item in storage.iter_items():
-            print(item.source_uri)
-            for chunk in storage.get_chunks_for_item(item.id):
-                lines = f"L{chunk.metadata['start_line']}-L{chunk.metadata['end_line']}"
-                preview = " ".join(chunk.content.split())[:70]
-                print(f"  #{chunk.chunk_index} {lines:<9} {chunk.heading}")
-                print(f"      {preview}…")
+    """Index the bundled sample knowledge base in a throwaway folder and answer three queries."""
+    with tempfile.TemporaryDirectory() as folder, KnowledgeAgentCore(folder) as core:
+        with core.batch():
+            for name, text in _sample_files():
+                core.add_text(
+                    text, title=_title(text, name), source_uri=name, source_type="markdown"
+                )
+        print(
+            f"Indexed {core.storage.count_items()} sample documents "
+            f"as {core.storage.count_chunks()} chunks.\n"
+        )
+        for query in DEMO_QUERIES:
+            print(f"Query: {query}")
+            for rank, result in enumerate(core.search(query, limit=2), start=1):
+                print(_format_result(rank, result))
+            print()
     return 0
 
 

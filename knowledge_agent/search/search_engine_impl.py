@@ -1,0 +1,408 @@
+"""SearchEngineImpl: two-stage hybrid search over chunks, with an item-level fallback (R5).
+
+Stage one ranks chunks with both engines (Whoosh BM25F and TF-IDF cosine), each restricted
+by the filters before ranking, and fuses the two rankings. Stage two groups the chunks per
+item (an item scores as its best chunk, R5.2), loads the neighbouring chunks as context
+(R5.3) and hydrates everything from SQLite, dropping hits whose rows are gone.
+
+The engine also keeps both indexes in step with SQLite: every storage write appends to the
+journal, and :meth:`SearchEngineImpl.sync` replays what the indexes have not applied yet.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from knowledge_agent.analysis import TextAnalyzer, highlight
+from knowledge_agent.errors import ConfigError, NotFoundError, QueryError, SearchIndexError
+from knowledge_agent.models import (
+    KnowledgeChunk,
+    KnowledgeItem,
+    MatchedChunk,
+    ScoreExplanation,
+    SearchResult,
+)
+from knowledge_agent.search.explain import matched_fields, matched_terms
+from knowledge_agent.search.filters import SearchFilters
+from knowledge_agent.search.fusion import FUSION_METHODS, fuse
+from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.search_index_manager import SearchIndexManager
+from knowledge_agent.search.semantic_searcher import SemanticSearcher
+from knowledge_agent.storage import SQLiteStorageManager
+
+__all__ = ["LEVELS", "MODES", "SearchConfig", "SearchEngineImpl"]
+
+logger = logging.getLogger(__name__)
+
+LEVELS = ("auto", "chunk", "item")
+MODES = ("hybrid", "keyword", "semantic")
+
+_TRIMMED_KEY = "journal_trimmed_upto"
+_SYNC_BATCH = 500  # items per index update while replaying the journal
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchConfig:
+    """How the chunk stage ranks and fuses; the defaults come from benchmarks/quality.py."""
+
+    fusion: str = "rrf"
+    keyword_weight: float = 1.0
+    semantic_weight: float = 1.0
+    rrf_k: int = 60
+    candidates: int = 100
+    max_chunks_per_item: int = 3
+    max_query_terms: int = 512
+
+    def __post_init__(self) -> None:
+        if self.fusion not in FUSION_METHODS:
+            raise ConfigError(f"fusion must be one of {FUSION_METHODS}, got {self.fusion!r}")
+        for name in ("keyword_weight", "semantic_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
+        for name in ("rrf_k", "candidates", "max_chunks_per_item", "max_query_terms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+@dataclass
+class _Candidate:
+    """An item in the chunk stage: its best chunks (fused score, chunk id), best first."""
+
+    item_id: str
+    chunks: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return self.chunks[0][0]
+
+
+class SearchEngineImpl:
+    """Answers queries over the chunk index and keeps the indexes in step with SQLite."""
+
+    def __init__(
+        self,
+        storage: SQLiteStorageManager,
+        keyword_index: SearchIndexManager,
+        semantic_searcher: SemanticSearcher,
+        analyzer: TextAnalyzer | None = None,
+        config: SearchConfig | None = None,
+    ) -> None:
+        self.storage = storage
+        self.keyword_index = keyword_index
+        self.semantic_searcher = semantic_searcher
+        self.analyzer = analyzer or TextAnalyzer()
+        self.config = config or SearchConfig()
+
+    # -- index maintenance ---------------------------------------------------------------
+
+    def sync(self) -> int:
+        """Replay the storage journal into both indexes; returns how many items changed.
+
+        Rebuilds instead when the journal no longer reaches back to what an index applied
+        (it was trimmed, or the database was replaced).
+        """
+        applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
+        newest = max(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
+        trimmed = int(self.storage.get_meta(_TRIMMED_KEY) or 0)
+        if applied < trimmed or newest > self.storage.last_journal_seq():
+            logger.info("search indexes are out of reach of the journal; rebuilding")
+            self.rebuild()
+            return self.storage.count_items()
+        entries = self.storage.journal_since(applied)
+        if not entries:
+            return 0
+        latest: dict[str, str] = {}
+        for _, item_id, op in entries:
+            latest.pop(item_id, None)  # keep the order of each item's last change
+            latest[item_id] = op
+        item_ids = list(latest)
+        for start in range(0, len(item_ids), _SYNC_BATCH):
+            batch = item_ids[start : start + _SYNC_BATCH]
+            upsert_ids = [item_id for item_id in batch if latest[item_id] == "upsert"]
+            items = self.storage.get_items(upsert_ids)
+            upserts = [
+                (items[item_id], self.storage.get_chunks_for_item(item_id))
+                for item_id in upsert_ids
+                if item_id in items
+            ]
+            deletes = [item_id for item_id in batch if item_id not in items]
+            self._update(upserts, deletes)
+        self._mark_applied(entries[-1][0])
+        return len(item_ids)
+
+    def rebuild(self) -> int:
+        """Rebuild both indexes from SQLite (R4.5); returns the number of chunks indexed."""
+        seq = self.storage.last_journal_seq()
+        count = self.keyword_index.rebuild(self._stored_pairs())
+        self.semantic_searcher.fit_chunks(self._stored_pairs())
+        self._mark_applied(seq)
+        logger.info("rebuilt the search indexes: %d chunks", count)
+        return count
+
+    rebuild_chunk_index = rebuild
+
+    def update_chunk_index(self, item_id: str, chunks: Sequence[KnowledgeChunk]) -> None:
+        """Replace the indexed chunks of a stored item with ``chunks`` (R4.3)."""
+        item = self.storage.get_item(item_id)
+        if item is None:
+            raise NotFoundError(f"item {item_id!r} does not exist")
+        self._update([(item, chunks)], [])
+
+    def remove_chunks_from_index(self, item_id: str) -> None:
+        """Remove every indexed chunk of an item (R4.4)."""
+        self._update([], [item_id])
+
+    def has_chunk_index(self) -> bool:
+        """Whether a chunk index holds anything to search."""
+        return self.keyword_index.has_chunk_index() or self.semantic_searcher.has_chunks()
+
+    def _update(
+        self, upserts: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]], deletes: list[str]
+    ) -> None:
+        self.keyword_index.update(upserts, deletes)
+        self.semantic_searcher.update(upserts, deletes)
+
+    def _mark_applied(self, seq: int) -> None:
+        self.keyword_index.set_applied_seq(seq)
+        self.semantic_searcher.set_applied_seq(seq)
+        self.storage.trim_journal(seq)
+        self.storage.set_meta(_TRIMMED_KEY, str(seq))
+
+    def _stored_pairs(self) -> Iterator[tuple[KnowledgeItem, list[KnowledgeChunk]]]:
+        for item in self.storage.iter_items():
+            yield item, self.storage.get_chunks_for_item(item.id)
+
+    # -- search --------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        context_window: int = 1,
+        filters: SearchFilters | None = None,
+        level: str = "auto",
+        mode: str = "hybrid",
+        min_score: float | None = None,
+    ) -> list[SearchResult]:
+        """The best items for ``query``, each with its best chunks and their context.
+
+        ``level`` is ``"auto"`` (chunks, or items when no chunk index exists), ``"chunk"``
+        or ``"item"``; ``mode`` picks the engines: ``"hybrid"``, ``"keyword"`` or
+        ``"semantic"``. Any query text is accepted: text with no searchable terms gives [].
+        """
+        _check_request(query, limit, context_window, level, mode)
+        terms = self.analyzer.terms(query)[: self.config.max_query_terms]
+        if not terms or limit == 0:
+            return []
+        filters = filters or SearchFilters()
+        if level != "item":
+            try:
+                if level == "chunk" or self.has_chunk_index():
+                    return self._chunk_search(
+                        terms, limit, context_window, filters, mode, min_score
+                    )
+            except SearchIndexError:
+                if level == "chunk":
+                    raise
+                logger.warning("chunk index unavailable; searching items", exc_info=True)
+        return self._item_search(terms, limit, filters, mode, min_score)
+
+    def _candidate_count(self, limit: int) -> int:
+        return max(self.config.candidates, limit * self.config.max_chunks_per_item * 2)
+
+    def _engine_weights(self, mode: str) -> tuple[float, float]:
+        keyword = self.config.keyword_weight if mode != "semantic" else 0.0
+        semantic = self.config.semantic_weight if mode != "keyword" else 0.0
+        return keyword, semantic
+
+    def _chunk_search(
+        self,
+        terms: list[str],
+        limit: int,
+        context_window: int,
+        filters: SearchFilters,
+        mode: str,
+        min_score: float | None,
+    ) -> list[SearchResult]:
+        count = self._candidate_count(limit)
+        keyword_weight, semantic_weight = self._engine_weights(mode)
+        keyword_hits: list[ChunkHit] = []
+        semantic_hits: list[ChunkHit] = []
+        if keyword_weight > 0:
+            keyword_hits = self.keyword_index.search_chunks(terms, count, filters)
+        if semantic_weight > 0:
+            semantic_hits = self.semantic_searcher.search_chunks(terms, count, 0.0, filters)
+        keyword_scores = {hit.chunk_id: hit.score for hit in keyword_hits}
+        semantic_scores = {hit.chunk_id: hit.score for hit in semantic_hits}
+        fused = fuse(
+            self.config.fusion,
+            [keyword_scores, semantic_scores],
+            [keyword_weight, semantic_weight],
+            self.config.rrf_k,
+        )
+        located = {hit.chunk_id: (hit.item_id, hit.chunk_index) for hit in semantic_hits}
+        located.update({hit.chunk_id: (hit.item_id, hit.chunk_index) for hit in keyword_hits})
+
+        candidates: dict[str, _Candidate] = {}
+        for chunk_id, score in fused.items():
+            item_id = located[chunk_id][0]
+            candidates.setdefault(item_id, _Candidate(item_id)).chunks.append((score, chunk_id))
+        for candidate in candidates.values():
+            candidate.chunks.sort(key=lambda entry: (-entry[0], located[entry[1]][1]))
+            del candidate.chunks[self.config.max_chunks_per_item :]
+        # A stable sort on the score alone: ties keep the engines' order, which follows the
+        # index order, so the same corpus and query give the same results every run.
+        ranked = sorted(candidates.values(), key=lambda candidate: -candidate.score)
+        if min_score is not None:
+            ranked = [candidate for candidate in ranked if candidate.score >= min_score]
+
+        keyword_ranks = {chunk_id: rank for rank, chunk_id in enumerate(keyword_scores, 1)}
+        semantic_ranks = {chunk_id: rank for rank, chunk_id in enumerate(semantic_scores, 1)}
+        results: list[SearchResult] = []
+        # Hydrate a page at a time: a hit whose item or chunk is gone from SQLite is dropped.
+        for start in range(0, len(ranked), limit):
+            page = ranked[start : start + limit]
+            items = self.storage.get_items(candidate.item_id for candidate in page)
+            chunks = self.storage.get_chunks(
+                chunk_id for candidate in page for _, chunk_id in candidate.chunks
+            )
+            for candidate in page:
+                item = items.get(candidate.item_id)
+                matched = [
+                    (score, chunks[chunk_id])
+                    for score, chunk_id in candidate.chunks
+                    if chunk_id in chunks
+                ]
+                if item is None or not matched:
+                    continue
+                best_score, best = matched[0]
+                explanation = ScoreExplanation(
+                    matched_terms=matched_terms(
+                        self.analyzer, f"{best.heading}\n{best.content}", set(terms)
+                    ),
+                    keyword_score=keyword_scores.get(best.id, 0.0),
+                    semantic_score=semantic_scores.get(best.id, 0.0),
+                    fused_score=best_score,
+                    keyword_rank=keyword_ranks.get(best.id),
+                    semantic_rank=semantic_ranks.get(best.id),
+                    details={"chunk_id": best.id, "fusion": self.config.fusion, "mode": mode},
+                )
+                results.append(
+                    SearchResult(
+                        item=item,
+                        relevance_score=best_score,
+                        matched_fields=matched_fields(
+                            self.analyzer,
+                            set(terms),
+                            {"title": item.title, "heading": best.heading, "content": best.content},
+                        ),
+                        highlights=[highlight(c.content, terms, self.analyzer) for _, c in matched],
+                        matched_chunks=[MatchedChunk.from_chunk(c, score) for score, c in matched],
+                        context_chunks=self._context(item.id, matched, context_window),
+                        explanation=explanation,
+                        search_mode="chunk",
+                    )
+                )
+                if len(results) == limit:
+                    return results
+        return results
+
+    def _context(
+        self,
+        item_id: str,
+        matched: list[tuple[float, KnowledgeChunk]],
+        window: int,
+    ) -> list[MatchedChunk]:
+        """The ±window neighbours of the matched chunks, same item only, in document order."""
+        if window == 0:
+            return []
+        matched_indexes = {chunk.chunk_index for _, chunk in matched}
+        neighbours: dict[int, KnowledgeChunk] = {}
+        for _, chunk in matched:
+            for neighbour in self.storage.get_adjacent_chunks(item_id, chunk.chunk_index, window):
+                if neighbour.chunk_index not in matched_indexes:
+                    neighbours[neighbour.chunk_index] = neighbour
+        return [MatchedChunk.from_chunk(neighbours[index]) for index in sorted(neighbours)]
+
+    def _item_search(
+        self,
+        terms: list[str],
+        limit: int,
+        filters: SearchFilters,
+        mode: str,
+        min_score: float | None,
+    ) -> list[SearchResult]:
+        """The item-level fallback (R5.5): whole documents, no chunk lists (R6.4)."""
+        count = self._candidate_count(limit)
+        keyword_weight, semantic_weight = self._engine_weights(mode)
+        keyword_hits: list[ItemHit] = []
+        semantic_hits: list[ItemHit] = []
+        if keyword_weight > 0:
+            keyword_hits = self.keyword_index.search_items(terms, count, filters)
+        if semantic_weight > 0:
+            semantic_hits = self.semantic_searcher.search_items(terms, count, 0.0, filters)
+        keyword_scores = {hit.item_id: hit.score for hit in keyword_hits}
+        semantic_scores = {hit.item_id: hit.score for hit in semantic_hits}
+        fused = fuse(
+            self.config.fusion,
+            [keyword_scores, semantic_scores],
+            [keyword_weight, semantic_weight],
+            self.config.rrf_k,
+        )
+        ranked = sorted(fused.items(), key=lambda entry: -entry[1])
+        if min_score is not None:
+            ranked = [(item_id, score) for item_id, score in ranked if score >= min_score]
+        keyword_ranks = {item_id: rank for rank, item_id in enumerate(keyword_scores, 1)}
+        semantic_ranks = {item_id: rank for rank, item_id in enumerate(semantic_scores, 1)}
+        results: list[SearchResult] = []
+        for start in range(0, len(ranked), limit):
+            page = ranked[start : start + limit]
+            items = self.storage.get_items(item_id for item_id, _ in page)
+            for item_id, score in page:
+                item = items.get(item_id)
+                if item is None:
+                    continue
+                results.append(
+                    SearchResult(
+                        item=item,
+                        relevance_score=score,
+                        matched_fields=matched_fields(
+                            self.analyzer,
+                            set(terms),
+                            {"title": item.title, "content": item.content},
+                        ),
+                        highlights=[highlight(item.content, terms, self.analyzer)],
+                        explanation=ScoreExplanation(
+                            matched_terms=matched_terms(
+                                self.analyzer, f"{item.title}\n{item.content}", set(terms)
+                            ),
+                            keyword_score=keyword_scores.get(item_id, 0.0),
+                            semantic_score=semantic_scores.get(item_id, 0.0),
+                            fused_score=score,
+                            keyword_rank=keyword_ranks.get(item_id),
+                            semantic_rank=semantic_ranks.get(item_id),
+                            details={"fusion": self.config.fusion, "mode": mode},
+                        ),
+                        search_mode="item",
+                    )
+                )
+                if len(results) == limit:
+                    return results
+        return results
+
+
+def _check_request(query: str, limit: int, context_window: int, level: str, mode: str) -> None:
+    if not isinstance(query, str):
+        raise QueryError(f"query must be a string, got {type(query).__name__}")
+    for name, value in (("limit", limit), ("context_window", context_window)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise QueryError(f"{name} must be an integer >= 0, got {value!r}")
+    if level not in LEVELS:
+        raise QueryError(f"level must be one of {LEVELS}, got {level!r}")
+    if mode not in MODES:
+        raise QueryError(f"mode must be one of {MODES}, got {mode!r}")

@@ -1,0 +1,829 @@
+"""SearchIndexManager: the Whoosh BM25F keyword index over chunks and over whole items (R4.1).
+
+Two Whoosh indexes, both derived from SQLite and rebuildable from it at any time:
+
+* the **chunk index** (``{index_dir}/chunks/``), one document per chunk — the first stage
+  of every search;
+* the **item index** (``{index_dir}/items/``), one document per item — the fallback when the
+  chunk index is empty or unavailable (R6.4).
+
+``index_dir=None`` keeps both in memory. ``{index_dir}/state.json`` records the journal
+sequence number the indexes reflect (:attr:`SearchIndexManager.applied_seq`); the SQLite
+journal replays later entries on open.
+
+Decisions (see also the module's tests):
+
+* **Queries are lists of analysed terms**, built into ``Term`` queries directly; no query
+  parser ever sees user text, so no input can raise. A term repeated in the query becomes one
+  ``Term`` per field whose boost is multiplied by the repeat count, which scores exactly like
+  repeating it (BM25 query-term frequency) with fewer matchers.
+* **Scoring** is Whoosh's ``BM25F(B=0.75, K1=1.2)``: the per-field BM25 scores summed, each
+  ``Term`` boosted by its field boost (title 2.0, heading 1.5, content 1.0 by default), so a
+  heading match outranks a body-only match of the same term. Boosts are applied at query
+  time: changing them needs no reindexing.
+* **Ties** are broken by docnum, i.e. by index order: the same documents indexed by the same
+  sequence of updates give the same order every run (ids are random, so they cannot decide).
+* **Filters** run inside Whoosh as an allowed-docnum set (``searcher.search(filter=...)``),
+  built per :class:`SearchFilters` and cached until the index changes. Paths are matched by
+  walking the ``path`` lexicon (narrowed by the literal prefix of the prefix / glob) with
+  :meth:`SearchFilters.matches_path` itself, once per distinct path per segment, so the
+  semantics are the reference ones by construction.
+* **No positions**: text fields are indexed with ``phrase=False`` (frequencies only). Every
+  query here is a bag of terms; positions would cost index size and indexing time for
+  nothing. Phrase search would need a schema change and a rebuild.
+* **Searchers** are long-lived (one per index) and reopened only when a commit, here or in
+  another process, changed the index generation; not through ``Searcher.refresh()``, which is
+  broken in whoosh-reloaded 2.7.5 (see :meth:`SearchIndexManager._searcher`). **Writers** wait
+  up to ``lock_timeout`` for the write lock; one :meth:`SearchIndexManager.update` is one
+  writer and one commit per index.
+* **Nothing stored but keys**: SQLite holds the text. Opening an index that is corrupt, or
+  whose schema or analyzer differs from this code's, raises :class:`SearchIndexError`: the
+  caller deletes the directory and rebuilds from SQLite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from whoosh import fields as wf
+from whoosh import query as wq
+from whoosh.filedb.filestore import FileStorage, RamStorage, Storage
+from whoosh.index import FileIndex, LockError
+from whoosh.scoring import BM25F
+from whoosh.searching import Searcher
+from whoosh.util import random_name
+from whoosh.writing import CLEAR, SegmentWriter
+
+from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
+from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
+from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.search.filters import SearchFilters, to_epoch
+from knowledge_agent.search.hits import ChunkHit, ItemHit
+
+__all__ = ["DEFAULT_FIELD_BOOSTS", "SearchIndexManager"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_FIELD_BOOSTS: Mapping[str, float] = {"title": 2.0, "heading": 1.5, "content": 1.0}
+"""Query-time boost of each text field."""
+
+_FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
+_STATE_FILE = "state.json"
+_WHOOSH_INDEX_NAME = "MAIN"  # whoosh's default index name inside a storage
+_WRITER_LIMIT_MB = 256
+_LOCK_RETRY_DELAY = 0.05  # seconds between attempts to take a held write lock
+_FILTER_CACHE_SIZE = 16  # distinct SearchFilters remembered per searcher generation
+_GLOB_SPECIALS = "*?["
+
+Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+def _filter_fields() -> dict[str, wf.FieldType]:
+    return {
+        **{name: wf.ID() for name in _FILTER_FIELDS},
+        "path": wf.ID(),
+        # 64-bit sortable floats with tiered terms (shift_step 4): fast inclusive ranges.
+        "updated_at": wf.NUMERIC(float, stored=False),
+    }
+
+
+def _text(analyzer: TextAnalyzer) -> wf.TEXT:
+    # phrase=False: frequencies only, no positions (every query is a bag of terms).
+    return wf.TEXT(analyzer=analyzer.whoosh_analyzer(), phrase=False, stored=False)
+
+
+def _chunk_schema(analyzer: TextAnalyzer) -> wf.Schema:
+    return wf.Schema(
+        chunk_id=wf.ID(stored=True, unique=True),
+        item_id=wf.ID(stored=True),
+        # Only ever read back, never queried: no tiered range terms needed.
+        chunk_index=wf.NUMERIC(int, bits=64, stored=True, shift_step=0),
+        title=_text(analyzer),
+        heading=_text(analyzer),
+        content=_text(analyzer),
+        **_filter_fields(),
+    )
+
+
+def _item_schema(analyzer: TextAnalyzer) -> wf.Schema:
+    return wf.Schema(
+        item_id=wf.ID(stored=True, unique=True),
+        title=_text(analyzer),
+        content=_text(analyzer),
+        **_filter_fields(),
+    )
+
+
+def _signature(schema: wf.Schema) -> list[tuple[Any, ...]]:
+    """What must agree between an index on disk and this code for the index to be usable."""
+    sig = []
+    for name in sorted(schema.names()):
+        fobj = schema[name]
+        analyzer = getattr(fobj, "analyzer", None)
+        config = getattr(analyzer, "config", None)
+        sig.append(
+            (
+                name,
+                type(fobj).__name__,
+                type(getattr(fobj, "format", None)).__name__,
+                bool(fobj.stored),
+                bool(getattr(fobj, "unique", False)),
+                getattr(fobj, "numtype", None),
+                getattr(fobj, "bits", None),
+                type(analyzer).__name__,
+                None if config is None else json.dumps(config.to_dict(), sort_keys=True),
+            )
+        )
+    return sig
+
+
+def _safe(value: object) -> str:
+    """A str Whoosh can encode: None → "", lone surrogates (undecodable file names) replaced."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def _glob_literal_prefix(glob: str) -> str:
+    """The part of an fnmatch pattern before its first wildcard: every match starts with it."""
+    cut = min((i for i in (glob.find(c) for c in _GLOB_SPECIALS) if i >= 0), default=len(glob))
+    return glob[:cut]
+
+
+def _term_weights(terms: Sequence[str]) -> Counter[str]:
+    if isinstance(terms, str):
+        raise QueryError("terms must be a sequence of analysed terms, not a single string")
+    weights: Counter[str] = Counter()
+    for term in terms:
+        if not isinstance(term, str):
+            raise QueryError(f"every term must be a string, got {term!r}")
+        if term:
+            weights[term] += 1
+    return weights
+
+
+class _RamStorage(RamStorage):
+    """In-memory storage whose writers keep their temporary files in a private directory.
+
+    Whoosh's RamStorage puts them in ``{tempdir}/{indexname}.tmp``, shared by every in-memory
+    index of the machine: whichever writer finishes first deletes the others' files. Here the
+    same layout lives under a directory of this storage's own, removed by :meth:`remove_tempdir`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tempdir: str | None = None
+        self._remove_tempdir: weakref.finalize | None = None
+
+    def temp_storage(self, name: str | None = None) -> FileStorage:
+        if self._tempdir is None:
+            self._tempdir = tempfile.mkdtemp(prefix="knowledge-agent-whoosh-")
+            self._remove_tempdir = weakref.finalize(
+                self, shutil.rmtree, self._tempdir, ignore_errors=True
+            )
+        name = name or f"{random_name()}.tmp"
+        return FileStorage(os.path.join(self._tempdir, name)).create()
+
+    def remove_tempdir(self) -> None:
+        # Not close(): whoosh calls Storage.close() itself whenever a reader closes.
+        if self._remove_tempdir is not None:
+            self._remove_tempdir()
+        self._tempdir = self._remove_tempdir = None
+
+
+# --------------------------------------------------------------------------- one index
+
+
+@dataclass(eq=False)
+class _Index:
+    """One Whoosh index and what the manager keeps open on it."""
+
+    name: str
+    schema: wf.Schema
+    text_fields: tuple[str, ...]
+    location: str  # for messages: a directory or "memory"
+    path: Path | None
+    storage: Storage | None = None
+    ix: FileIndex | None = None
+    searcher: Searcher | None = None
+    filter_cache: OrderedDict[SearchFilters, set[int]] = field(default_factory=OrderedDict)
+
+    def close_searcher(self) -> None:
+        if self.searcher is not None:
+            with contextlib.suppress(Exception):  # closing must never mask the real error
+                self.searcher.close()
+            self.searcher = None
+        self.filter_cache.clear()
+
+
+class _BatchWriter:
+    """Feeds one index during a rebuild: a commit every ``every`` documents, the first one
+    dropping every older segment (whoosh's CLEAR merge policy) under the write lock."""
+
+    def __init__(self, manager: SearchIndexManager, idx: _Index, every: int) -> None:
+        self._manager = manager
+        self._idx = idx
+        self._every = every
+        self._pending = 0  # documents added since the last commit
+        self._cleared = False
+        self._writer: SegmentWriter | None = manager._writer(idx)
+
+    def add(self, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]) -> int:
+        assert self._writer is not None
+        try:
+            added = self._manager._add(self._idx, self._writer, item, chunks)
+        except SearchIndexError:
+            raise
+        except Exception as exc:
+            raise self._error(exc) from exc
+        self._pending += added
+        if self._pending >= self._every:
+            self._commit()
+            self._writer = self._manager._writer(self._idx)
+        return added
+
+    def finish(self) -> None:
+        if self._cleared and not self._pending:
+            self.cancel()  # nothing added since the last commit
+        else:
+            self._commit()
+
+    def cancel(self) -> None:
+        if self._writer is not None and not self._writer.is_closed:
+            SearchIndexManager._cancel(self._writer)
+        self._writer = None
+
+    def _commit(self) -> None:
+        assert self._writer is not None
+        try:
+            self._writer.commit(mergetype=None if self._cleared else CLEAR)
+        except SearchIndexError:
+            raise
+        except Exception as exc:
+            raise self._error(exc) from exc
+        self._writer = None
+        self._cleared = True
+        self._pending = 0
+
+    def _error(self, exc: Exception) -> SearchIndexError:
+        idx = self._idx
+        return SearchIndexError(f"rebuilding the {idx.name} index in {idx.location} failed: {exc}")
+
+
+# --------------------------------------------------------------------------- the manager
+
+
+class SearchIndexManager:
+    """The keyword (BM25F) indexes over chunks and items; safe to share between threads.
+
+    One :meth:`update` call opens one writer per index and commits once, which is how bulk
+    ingestion stays fast. Every Whoosh or OS error surfaces as :class:`SearchIndexError`.
+    """
+
+    #: Documents per commit during :meth:`rebuild` (bounded memory, visible progress).
+    rebuild_commit_every: int = 5_000
+
+    def __init__(
+        self,
+        index_dir: str | os.PathLike[str] | None = None,
+        analyzer: TextAnalyzer | None = None,
+        *,
+        field_boosts: Mapping[str, float] | None = None,
+        lock_timeout: float = 10.0,
+    ) -> None:
+        self.analyzer = analyzer if analyzer is not None else TextAnalyzer()
+        boosts = dict(DEFAULT_FIELD_BOOSTS)
+        if field_boosts:
+            unknown = set(field_boosts) - set(DEFAULT_FIELD_BOOSTS)
+            if unknown:
+                raise ConfigError(f"field_boosts: unknown fields {sorted(unknown)}")
+            boosts.update({name: float(value) for name, value in field_boosts.items()})
+        if any(value < 0 for value in boosts.values()):
+            raise ConfigError(f"field_boosts must not be negative, got {boosts}")
+        if lock_timeout < 0:
+            raise ConfigError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
+        self.field_boosts: dict[str, float] = boosts
+        self.lock_timeout = float(lock_timeout)
+        self.index_dir = None if index_dir is None else Path(index_dir)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._weighting = BM25F(B=0.75, K1=1.2)
+        self._applied_seq = 0
+
+        self._chunks = self._new_index("chunks", _chunk_schema(self.analyzer))
+        self._items = self._new_index("items", _item_schema(self.analyzer))
+        if self.index_dir is not None:
+            self._applied_seq = self._read_state()
+        try:
+            for idx in (self._chunks, self._items):
+                self._open(idx)
+        except BaseException:
+            self.close()
+            raise
+
+    def _new_index(self, name: str, schema: wf.Schema) -> _Index:
+        text_fields = tuple(f for f in ("title", "heading", "content") if f in schema.names())
+        if self.index_dir is None:
+            return _Index(name, schema, text_fields, location="memory", path=None)
+        path = self.index_dir / name
+        return _Index(name, schema, text_fields, location=str(path), path=path)
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def _open(self, idx: _Index, *, recreate: bool = False) -> None:
+        """Open one index, creating it when missing (or, with ``recreate``, afresh).
+
+        An index that cannot be read (corrupt TOC or segments) or was built with another
+        schema or analyzer configuration raises :class:`SearchIndexError` naming its
+        directory: the caller deletes it and rebuilds from SQLite.
+        """
+        idx.close_searcher()
+        idx.ix = None
+        try:
+            if idx.path is None:
+                if recreate or idx.storage is None:
+                    if isinstance(idx.storage, _RamStorage):
+                        idx.storage.remove_tempdir()
+                    idx.storage = _RamStorage()
+            else:
+                if recreate and idx.path.exists():
+                    shutil.rmtree(idx.path)
+                idx.path.mkdir(parents=True, exist_ok=True)
+                idx.storage = FileStorage(str(idx.path))
+            storage = idx.storage
+            # Whoosh's index_exists() would unpickle the TOC; a file listing is enough here
+            # and leaves a corrupt TOC to the guarded open below.
+            toc_prefix = f"_{_WHOOSH_INDEX_NAME}_"
+            if not any(n.startswith(toc_prefix) and n.endswith(".toc") for n in storage.list()):
+                idx.ix = storage.create_index(idx.schema)
+                logger.debug("created the %s index in %s", idx.name, idx.location)
+                return
+        except Exception as exc:  # OSError, or whoosh's assorted errors on odd storage
+            raise SearchIndexError(
+                f"cannot create the {idx.name} index in {idx.location}: {exc}"
+            ) from exc
+        try:
+            on_disk = storage.open_index()
+            compatible = _signature(on_disk.schema) == _signature(idx.schema)
+        except Exception as exc:  # corrupt TOC, unpickling error, unreadable files, …
+            raise SearchIndexError(
+                f"the {idx.name} index in {idx.location} cannot be opened "
+                f"({type(exc).__name__}: {exc}); delete it and rebuild"
+            ) from exc
+        if not compatible:
+            raise SearchIndexError(
+                f"the {idx.name} index in {idx.location} was built with another schema or "
+                "analyzer configuration; delete it and rebuild"
+            )
+        # Our own schema object: its analyzer (and its term cache) is shared by every writer
+        # instead of being unpickled afresh from the TOC for each one.
+        idx.ix = FileIndex(storage, schema=idx.schema)
+        self._searcher(idx)  # reads every segment now: a broken one fails here, not later
+
+    def _usable(self, idx: _Index) -> FileIndex:
+        if self._closed or idx.ix is None:
+            raise SearchIndexError("the search index manager is closed")
+        return idx.ix
+
+    def _searcher(self, idx: _Index) -> Searcher:
+        """The index's long-lived searcher, reopened when any writer (here or in another
+        process) has committed since it was opened.
+
+        Not ``Searcher.refresh()``: in whoosh-reloaded 2.7.5 it reuses readers by segment id
+        and re-adds the old reader's segments (whoosh PR #520), so after a merge it returns
+        merged-away documents twice and after a delete it keeps the deleted ones.
+        """
+        ix = self._usable(idx)
+        try:
+            if idx.searcher is not None and not idx.searcher.up_to_date():
+                idx.close_searcher()
+            if idx.searcher is None:
+                idx.searcher = ix.searcher(weighting=self._weighting)
+            return idx.searcher
+        except Exception as exc:
+            idx.close_searcher()
+            raise SearchIndexError(
+                f"cannot read the {idx.name} index in {idx.location}: {exc}"
+            ) from exc
+
+    def _writer(self, idx: _Index) -> SegmentWriter:
+        ix = self._usable(idx)
+        try:
+            return ix.writer(
+                timeout=self.lock_timeout, delay=_LOCK_RETRY_DELAY, limitmb=_WRITER_LIMIT_MB
+            )
+        except LockError as exc:
+            raise SearchIndexError(
+                f"timed out after {self.lock_timeout:g} s waiting for the write lock of the "
+                f"{idx.name} index in {idx.location}"
+            ) from exc
+        except Exception as exc:
+            raise SearchIndexError(
+                f"cannot open a writer on the {idx.name} index in {idx.location}: {exc}"
+            ) from exc
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def update(self, upserts: Sequence[Pair] = (), deletes: Iterable[str] = ()) -> None:
+        """Replace the documents of every upserted item and remove those of every deleted id.
+
+        One writer per index, one commit. Deletes apply first, so an id both deleted and
+        upserted ends up upserted; an item upserted twice keeps its last version. Replaying
+        the same call is harmless.
+        """
+        latest: dict[str, Pair] = {}
+        for item, chunks in upserts:
+            latest.pop(item.id, None)  # last one wins, in its own position
+            latest[item.id] = (item, chunks)
+        doomed = {item_id for item_id in deletes if item_id not in latest}
+        if not latest and not doomed:
+            return
+        with self._lock:
+            for idx in (self._chunks, self._items):
+                self._usable(idx)
+            self._write(self._chunks, latest, doomed)
+            self._write(self._items, latest, doomed)
+
+    def _write(self, idx: _Index, latest: Mapping[str, Pair], doomed: Iterable[str]) -> None:
+        writer = self._writer(idx)
+        try:
+            # Skip per-id delete look-ups on an empty index (the bulk first import).
+            if writer.segments:
+                for item_id in (*doomed, *latest):
+                    writer.delete_by_term("item_id", item_id)
+            for item, chunks in latest.values():
+                self._add(idx, writer, item, chunks)
+            writer.commit()
+        except SearchIndexError:
+            self._cancel(writer)
+            raise
+        except Exception as exc:
+            self._cancel(writer)
+            raise SearchIndexError(
+                f"cannot write to the {idx.name} index in {idx.location}: {exc}"
+            ) from exc
+
+    def _add(
+        self,
+        idx: _Index,
+        writer: SegmentWriter,
+        item: KnowledgeItem,
+        chunks: Sequence[KnowledgeChunk],
+    ) -> int:
+        """Add one item's documents to ``writer``; returns how many were added."""
+        common: dict[str, Any] = {name: _safe(getattr(item, name)) for name in _FILTER_FIELDS}
+        common["path"] = _safe(item.source_uri)
+        common["updated_at"] = to_epoch(item.updated_at)
+        title = _safe(item.title)
+        if idx is self._items:
+            writer.add_document(item_id=item.id, title=title, content=_safe(item.content), **common)
+            return 1
+        for chunk in chunks:
+            writer.add_document(
+                chunk_id=chunk.id,
+                item_id=item.id,
+                chunk_index=int(chunk.chunk_index),
+                title=title,
+                heading=_safe(chunk.heading),
+                content=_safe(chunk.content),
+                **common,
+            )
+        return len(chunks)
+
+    @staticmethod
+    def _cancel(writer: SegmentWriter) -> None:
+        try:
+            writer.cancel()  # releases the write lock
+        except Exception:
+            logger.exception("could not cancel a Whoosh writer")
+
+    def add_chunks(self, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]) -> None:
+        """Index one item and its chunks, replacing whatever was indexed for it before."""
+        self.update(upserts=[(item, chunks)])
+
+    def remove_chunks_for_item(self, item_id: str) -> None:
+        """Remove an item's chunk and item documents (nothing happens if there are none)."""
+        self.update(deletes=[item_id])
+
+    def rebuild(self, pairs: Iterable[Pair]) -> int:
+        """Drop both indexes and index every (item, chunks) pair; returns the chunk count.
+
+        ``pairs`` is consumed lazily, one pair at a time, with a commit every
+        :attr:`rebuild_commit_every` documents per index; readers see the old content until
+        the first commit. An index that has become unreadable since it was opened is deleted
+        and created afresh first. If ``pairs`` or a write fails, the error propagates
+        (``pairs``' own exceptions unchanged) and the index may hold part of the rebuild:
+        rebuild again.
+        """
+        with self._lock:
+            if self._closed:
+                raise SearchIndexError("the search index manager is closed")
+            for idx in (self._chunks, self._items):
+                try:
+                    self._searcher(idx)  # proves the index and its segments can be read
+                except SearchIndexError:
+                    self._open(idx, recreate=True)
+            every = max(1, int(self.rebuild_commit_every))
+            chunks = _BatchWriter(self, self._chunks, every)
+            try:
+                items = _BatchWriter(self, self._items, every)
+            except BaseException:
+                chunks.cancel()
+                raise
+            total = 0
+            try:
+                for item, item_chunks in pairs:
+                    total += chunks.add(item, item_chunks)
+                    items.add(item, item_chunks)
+                chunks.finish()
+                items.finish()
+            except BaseException:
+                chunks.cancel()
+                items.cancel()
+                raise
+        logger.info("rebuilt the keyword indexes: %d chunks", total)
+        return total
+
+    def rebuild_chunk_index(self, pairs: Iterable[Pair]) -> int:
+        """Alias of :meth:`rebuild` under the requirement's name."""
+        return self.rebuild(pairs)
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def applied_seq(self) -> int:
+        """The journal sequence number the indexes reflect (0 for a new index)."""
+        with self._lock:
+            return self._applied_seq
+
+    def set_applied_seq(self, seq: int) -> None:
+        """Record that the indexes reflect the journal up to ``seq`` (persisted atomically)."""
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise ConfigError(f"applied_seq must be an integer >= 0, got {seq!r}")
+        with self._lock:
+            if self._closed:
+                raise SearchIndexError("the search index manager is closed")
+            if self.index_dir is not None:
+                self._write_state({"applied_seq": seq})
+            self._applied_seq = seq
+
+    def _read_state(self) -> int:
+        assert self.index_dir is not None
+        path = self.index_dir / _STATE_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            seq = data["applied_seq"]
+            if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+                raise ValueError(f"bad applied_seq {seq!r}")
+            return seq
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            # 0 is the safe answer: the journal replays everything it still holds.
+            logger.warning("ignoring unreadable %s (%s); applied_seq is 0", path, exc)
+            return 0
+
+    def _write_state(self, state: dict[str, Any]) -> None:
+        assert self.index_dir is not None
+        path = self.index_dir / _STATE_FILE
+        tmp = path.with_name(f"{_STATE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            self.index_dir.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(state, fh)
+                fh.flush()
+                os.fsync(fh.fileno())  # never replace a good state file with an empty one
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise SearchIndexError(f"cannot write {path}: {exc}") from exc
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def search_chunks(
+        self, terms: Sequence[str], limit: int, filters: SearchFilters | None = None
+    ) -> list[ChunkHit]:
+        """The best ``limit`` chunks for analysed ``terms`` among those ``filters`` allow."""
+        return [
+            ChunkHit(
+                chunk_id=str(fields_["chunk_id"]),
+                item_id=str(fields_["item_id"]),
+                chunk_index=int(fields_["chunk_index"]),
+                score=float(score),
+            )
+            for score, fields_ in self._search(self._chunks, terms, limit, filters)
+        ]
+
+    def search_items(
+        self, terms: Sequence[str], limit: int, filters: SearchFilters | None = None
+    ) -> list[ItemHit]:
+        """The best ``limit`` items (whole-document BM25F) for analysed ``terms``."""
+        return [
+            ItemHit(item_id=str(fields_["item_id"]), score=float(score))
+            for score, fields_ in self._search(self._items, terms, limit, filters)
+        ]
+
+    def _search(
+        self, idx: _Index, terms: Sequence[str], limit: int, filters: SearchFilters | None
+    ) -> list[tuple[float, dict[str, Any]]]:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise QueryError(f"limit must be an integer, got {limit!r}")
+        weights = _term_weights(terms)
+        if filters is not None and not isinstance(filters, SearchFilters):
+            raise QueryError(f"filters must be SearchFilters, got {type(filters).__name__}")
+        if not weights or limit < 1:
+            return []
+        with self._lock:
+            searcher = self._searcher(idx)
+            try:
+                if searcher.doc_count() == 0:
+                    return []
+                allow = self._allowed(idx, searcher, filters)
+                # Whoosh reads an empty filter set as "no filter": a filter that matches
+                # nothing must short-circuit here.
+                if allow is not None and not allow:
+                    return []
+                # DefaultOr (a tree of union matchers that skips blocks which cannot reach
+                # the top k) rather than Or's automatic choice, which preloads every posting
+                # into an array below 5,000 documents: measured 30 % slower at 2,000 chunks.
+                q = wq.DefaultOr(
+                    [
+                        wq.Term(name, term, boost=self.field_boosts[name] * count)
+                        for term, count in weights.items()
+                        for name in idx.text_fields
+                        if self.field_boosts[name] > 0
+                    ]
+                )
+                return self._top(searcher, q, limit, allow)
+            except SearchIndexError:
+                raise
+            except Exception as exc:
+                raise SearchIndexError(
+                    f"searching the {idx.name} index in {idx.location} failed: {exc}"
+                ) from exc
+
+    @staticmethod
+    def _top(
+        searcher: Searcher, q: wq.Query, limit: int, allow: set[int] | None
+    ) -> list[tuple[float, dict[str, Any]]]:
+        """Top ``limit`` by score; Whoosh breaks ties by docnum, i.e. by index order."""
+        top = searcher.search(q, limit=limit, filter=allow).top_n
+        return [(score, searcher.stored_fields(docnum)) for score, docnum in top]
+
+    # -- filters -----------------------------------------------------------------------------
+
+    def _allowed(
+        self, idx: _Index, searcher: Searcher, filters: SearchFilters | None
+    ) -> set[int] | None:
+        """The docnums ``filters`` allow (None: everything), cached for this searcher."""
+        if filters is None or filters.is_empty():
+            return None
+        cache = idx.filter_cache
+        if filters in cache:
+            cache.move_to_end(filters)
+            return cache[filters]
+        docs = self._filter_docs(searcher, filters)
+        cache[filters] = docs
+        if len(cache) > _FILTER_CACHE_SIZE:
+            cache.popitem(last=False)
+        return docs
+
+    @staticmethod
+    def _filter_docs(searcher: Searcher, filters: SearchFilters) -> set[int]:
+        docs: set[int] | None = None
+        constraints: list[wq.Query] = []
+        for name in _FILTER_FIELDS:
+            values: tuple[str, ...] = getattr(filters, name)
+            if values:
+                constraints.append(wq.Or([wq.Term(name, _safe(v)) for v in sorted(set(values))]))
+        if filters.updated_after is not None or filters.updated_before is not None:
+            constraints.append(
+                wq.NumericRange(
+                    "updated_at",
+                    None if filters.updated_after is None else to_epoch(filters.updated_after),
+                    None if filters.updated_before is None else to_epoch(filters.updated_before),
+                )
+            )
+        for constraint in constraints:
+            found = searcher.docs_for_query(constraint)
+            docs = set(found) if docs is None else docs.intersection(found)
+            if not docs:
+                return set()
+        if filters.path_prefix is not None or filters.path_glob is not None:
+            paths = SearchIndexManager._path_docs(searcher, filters)
+            docs = paths if docs is None else docs & paths
+        return docs if docs is not None else set()
+
+    @staticmethod
+    def _path_docs(searcher: Searcher, filters: SearchFilters) -> set[int]:
+        """Docnums whose ``path`` passes ``filters.matches_path`` — the reference semantics —
+        tested once per distinct path per segment, over the lexicon slice that can match."""
+        prefix = filters.path_prefix or ""
+        literal = "" if filters.path_glob is None else _glob_literal_prefix(filters.path_glob)
+        if literal.startswith(prefix):
+            start = literal
+        elif prefix.startswith(literal):
+            start = prefix
+        else:
+            return set()  # the prefix and the glob's fixed start disagree: nothing matches
+        path_field = searcher.schema["path"]
+        verdicts: dict[bytes, bool] = {}
+        docs: set[int] = set()
+        for leaf, offset in searcher.leaf_searchers():
+            reader = leaf.reader()
+            for raw in reader.expand_prefix("path", start):
+                ok = verdicts.get(raw)
+                if ok is None:
+                    ok = verdicts[raw] = filters.matches_path(path_field.from_bytes(raw))
+                if ok:
+                    docs.update(offset + d for d in reader.postings("path", raw).all_ids())
+        return docs
+
+    # -- status ------------------------------------------------------------------------------
+
+    def has_chunk_index(self) -> bool:
+        """True when the chunk index exists, opens and holds at least one chunk; never raises."""
+        return self._has_docs(self._chunks)
+
+    def has_item_index(self) -> bool:
+        """True when the item index exists, opens and holds at least one item; never raises."""
+        return self._has_docs(self._items)
+
+    def _has_docs(self, idx: _Index) -> bool:
+        with self._lock:
+            try:
+                return self._count(idx) > 0
+            except SearchIndexError:
+                return False
+
+    def chunk_count(self) -> int:
+        """How many chunks the chunk index holds."""
+        with self._lock:
+            return self._count(self._chunks)
+
+    def item_count(self) -> int:
+        """How many items the item index holds."""
+        with self._lock:
+            return self._count(self._items)
+
+    def _count(self, idx: _Index) -> int:
+        searcher = self._searcher(idx)
+        try:
+            return int(searcher.doc_count())
+        except Exception as exc:
+            raise SearchIndexError(f"cannot read the {idx.name} index in {idx.location}") from exc
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release searchers and indexes; calling it again does nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for idx in (self._chunks, self._items):
+                idx.close_searcher()
+                if idx.ix is not None:
+                    with contextlib.suppress(Exception):
+                        idx.ix.close()
+                    idx.ix = None
+                if isinstance(idx.storage, _RamStorage):
+                    idx.storage.remove_tempdir()
+
+    def __enter__(self) -> SearchIndexManager:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = "memory" if self.index_dir is None else str(self.index_dir)
+        return f"{type(self).__name__}({where!r})"
