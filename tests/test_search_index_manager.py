@@ -157,12 +157,15 @@ def test_heading_match_outranks_body_only_match(mem: SearchIndexManager) -> None
 
 def test_field_boosts_drive_the_ranking() -> None:
     pairs = [
-        make_pair("h", [("Rollback procedure", "steps for undoing things safely")]),
-        make_pair("b", [("Notes", "rollback steps for undoing things")]),
+        make_pair("h", [("Rollback", "steps for undoing things safely")]),
+        make_pair("b", [("Notes", "rollback rollback rollback rollback rollback steps")]),
     ]
-    with SearchIndexManager(field_boosts={"heading": 0.0}) as mgr:
-        mgr.update(upserts=pairs)
-        assert chunk_ids(mgr.search_chunks(["rollback"], 5)) == ["b-c0"]
+    with SearchIndexManager() as plain:
+        plain.update(upserts=pairs)
+        assert chunk_ids(plain.search_chunks(["rollback"], 5)) == ["b-c0", "h-c0"]
+    with SearchIndexManager(field_boosts={"heading": 5.0}) as boosted:
+        boosted.update(upserts=pairs)
+        assert chunk_ids(boosted.search_chunks(["rollback"], 5)) == ["h-c0", "b-c0"]
 
 
 def test_title_counts_for_every_chunk(mem: SearchIndexManager) -> None:

@@ -642,7 +642,7 @@ def test_a_mismatched_configuration_raises(saved: Path) -> None:
     with pytest.raises(SearchIndexError, match="n_features"):
         SemanticSearcher(saved, n_features=2**18)
     with pytest.raises(SearchIndexError, match="include_title"):
-        SemanticSearcher(saved, include_title=False)
+        SemanticSearcher(saved, include_title=True)
     SemanticSearcher(saved, sublinear_tf=False).close()  # raw counts are stored: no rebuild
 
 

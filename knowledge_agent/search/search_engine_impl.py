@@ -48,7 +48,7 @@ class SearchConfig:
     """How the chunk stage ranks and fuses; the defaults come from benchmarks/quality.py."""
 
     fusion: str = "rrf"
-    keyword_weight: float = 1.0
+    keyword_weight: float = 2.0
     semantic_weight: float = 1.0
     rrf_k: int = 60
     candidates: int = 100

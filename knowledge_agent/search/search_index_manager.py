@@ -17,10 +17,12 @@ Decisions (see also the module's tests):
   parser ever sees user text, so no input can raise. A term repeated in the query becomes one
   ``Term`` per field whose boost is multiplied by the repeat count, which scores exactly like
   repeating it (BM25 query-term frequency) with fewer matchers.
-* **Scoring** is Whoosh's ``BM25F(B=0.75, K1=1.2)``: the per-field BM25 scores summed, each
-  ``Term`` boosted by its field boost (title 2.0, heading 1.5, content 1.0 by default), so a
-  heading match outranks a body-only match of the same term. Boosts are applied at query
-  time: changing them needs no reindexing.
+* **Scoring** is Whoosh's ``BM25F(B=0.75, K1=1.2)`` with Lucene's idf (:class:`LuceneBM25F`).
+  A chunk's ``content`` field holds its heading path twice, the title and the body
+  (:func:`~knowledge_agent.search.documents.chunk_search_text`), so a heading match outranks a
+  body-only match the BM25F way: weighted term frequency in one field. The separate
+  ``heading`` (and, for items, ``title``) fields have query boost 0 by default; boosts are
+  applied at query time, so changing them needs no reindexing.
 * **Ties** are broken by docnum, i.e. by index order: the same documents indexed by the same
   sequence of updates give the same order every run (ids are random, so they cannot decide).
 * **Filters** run inside Whoosh as an allowed-docnum set (``searcher.search(filter=...)``),
@@ -46,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -71,6 +74,7 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.search.documents import chunk_search_text, item_search_text
 from knowledge_agent.search.filters import SearchFilters, to_epoch
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 
@@ -78,8 +82,10 @@ __all__ = ["DEFAULT_FIELD_BOOSTS", "SearchIndexManager"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_FIELD_BOOSTS: Mapping[str, float] = {"title": 2.0, "heading": 1.5, "content": 1.0}
-"""Query-time boost of each text field."""
+DEFAULT_FIELD_BOOSTS: Mapping[str, float] = {"title": 0.0, "heading": 0.0, "content": 1.0}
+"""Query-time boost of each text field. ``content`` already holds the heading path (weighted)
+and the title (see :func:`~knowledge_agent.search.documents.chunk_search_text`); the separate
+``title`` and ``heading`` fields are there for callers who want to boost them further."""
 
 _FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
 _STATE_FILE = "state.json"
@@ -93,6 +99,20 @@ Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
 
 
 # --------------------------------------------------------------------------- schemas
+
+
+class LuceneBM25F(BM25F):
+    """Whoosh's BM25F with Lucene's idf, ``log(1 + (N - df + 0.5) / (df + 0.5))``.
+
+    Whoosh's own idf, ``log(N / (df + 1)) + 1``, never falls below 1, so common words weigh
+    almost as much as rare ones (Cranfield nDCG@10 0.362 against 0.373 for Lucene BM25).
+    """
+
+    def idf(self, searcher: Searcher, fieldname: str, text: str) -> float:
+        parent = searcher.get_parent()
+        df = parent.doc_frequency(fieldname, text)
+        n = parent.doc_count_all()
+        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
 def _filter_fields() -> dict[str, wf.FieldType]:
@@ -115,7 +135,6 @@ def _chunk_schema(analyzer: TextAnalyzer) -> wf.Schema:
         item_id=wf.ID(stored=True),
         # Only ever read back, never queried: no tiered range terms needed.
         chunk_index=wf.NUMERIC(int, bits=64, stored=True, shift_step=0),
-        title=_text(analyzer),
         heading=_text(analyzer),
         content=_text(analyzer),
         **_filter_fields(),
@@ -329,7 +348,7 @@ class SearchIndexManager:
         self.index_dir = None if index_dir is None else Path(index_dir)
         self._lock = threading.RLock()
         self._closed = False
-        self._weighting = BM25F(B=0.75, K1=1.2)
+        self._weighting = LuceneBM25F(B=0.75, K1=1.2)
         self._applied_seq = 0
 
         self._chunks = self._new_index("chunks", _chunk_schema(self.analyzer))
@@ -498,16 +517,17 @@ class SearchIndexManager:
         common["updated_at"] = to_epoch(item.updated_at)
         title = _safe(item.title)
         if idx is self._items:
-            writer.add_document(item_id=item.id, title=title, content=_safe(item.content), **common)
+            writer.add_document(
+                item_id=item.id, title=title, content=_safe(item_search_text(item)), **common
+            )
             return 1
         for chunk in chunks:
             writer.add_document(
                 chunk_id=chunk.id,
                 item_id=item.id,
                 chunk_index=int(chunk.chunk_index),
-                title=title,
                 heading=_safe(chunk.heading),
-                content=_safe(chunk.content),
+                content=_safe(chunk_search_text(item, chunk)),
                 **common,
             )
         return len(chunks)
@@ -666,10 +686,10 @@ class SearchIndexManager:
                 # nothing must short-circuit here.
                 if allow is not None and not allow:
                     return []
-                # DefaultOr (a tree of union matchers that skips blocks which cannot reach
-                # the top k) rather than Or's automatic choice, which preloads every posting
-                # into an array below 5,000 documents: measured 30 % slower at 2,000 chunks.
-                q = wq.DefaultOr(
+                # Or's automatic choice: below 5,000 documents it preloads the postings into
+                # an array, which is twice as fast as DefaultOr's tree of union matchers for
+                # long queries (measured on Cranfield: 65 against 120 ms a query).
+                q = wq.Or(
                     [
                         wq.Term(name, term, boost=self.field_boosts[name] * count)
                         for term, count in weights.items()

@@ -605,7 +605,7 @@ class SemanticSearcher:
         *,
         n_features: int = 2**20,
         sublinear_tf: bool = True,
-        include_title: bool = True,
+        include_title: bool = False,
         include_heading: bool = True,
     ) -> None:
         if isinstance(n_features, bool) or not isinstance(n_features, int):

@@ -1,0 +1,50 @@
+"""Fusion of the keyword and semantic rankings."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from knowledge_agent.search.fusion import fuse, reciprocal_rank_fusion, weighted_score_fusion
+
+
+def test_rrf_rewards_agreement_and_scales_to_one() -> None:
+    fused = reciprocal_rank_fusion([["a", "b", "c"], ["a", "c"]], [1.0, 1.0], k=60)
+    assert fused["a"] == pytest.approx(1.0)
+    assert fused["c"] > fused["b"], "found by both engines beats found by one"
+    assert set(fused) == {"a", "b", "c"}
+
+
+def test_rrf_weights_shift_the_balance() -> None:
+    rankings = [["keyword_top", "semantic_top"], ["semantic_top", "keyword_top"]]
+    keyword_heavy = reciprocal_rank_fusion(rankings, [2.0, 1.0])
+    semantic_heavy = reciprocal_rank_fusion(rankings, [1.0, 2.0])
+    assert keyword_heavy["keyword_top"] > keyword_heavy["semantic_top"]
+    assert semantic_heavy["semantic_top"] > semantic_heavy["keyword_top"]
+
+
+def test_weighted_fusion_normalises_each_engine() -> None:
+    fused = weighted_score_fusion([{"a": 20.0, "b": 10.0}, {"b": 0.9, "c": 0.45}], [1.0, 1.0])
+    assert fused == pytest.approx({"a": 0.5, "b": 0.75, "c": 0.25})
+
+
+def test_zero_weights_and_empty_engines() -> None:
+    assert weighted_score_fusion([{}, {"a": 1.0}], [1.0, 0.0]) == {}
+    assert reciprocal_rank_fusion([["a"], []], [0.0, 0.0]) == {}
+    assert fuse("weighted", [{"a": 3.0}, {}], [1.0, 1.0]) == pytest.approx({"a": 0.5})
+
+
+rankings = st.lists(st.text(max_size=3), max_size=20, unique=True)
+weights = st.floats(0.01, 5)
+
+
+@given(keyword=rankings, semantic=rankings, w1=weights, w2=weights)
+def test_fused_scores_lie_in_unit_interval(
+    keyword: list[str], semantic: list[str], w1: float, w2: float
+) -> None:
+    for method in ("rrf", "weighted"):
+        scores = [{key: 1.0 / (i + 1) for i, key in enumerate(r)} for r in (keyword, semantic)]
+        fused = fuse(method, scores, [w1, w2])
+        assert set(fused) == set(keyword) | set(semantic)
+        assert all(0.0 < value <= 1.0 + 1e-9 for value in fused.values())
