@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 import threading
 import time
@@ -23,7 +24,7 @@ from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
-from knowledge_agent.search.search_index_manager import SearchIndexManager
+from knowledge_agent.search.search_index_manager import LuceneBM25F, SearchIndexManager
 
 ANALYZER = TextAnalyzer()
 BASE_TIME = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
@@ -794,3 +795,19 @@ def test_close_is_idempotent_and_final(tmp_path: Path) -> None:
         mgr.add_chunks(*make_pair("b", [("", "words")]))
     with pytest.raises(SearchIndexError):
         mgr.rebuild([])
+
+
+def test_idf_is_lucenes(mem: SearchIndexManager) -> None:
+    mem.update(
+        upserts=[
+            make_pair("a", [("", "common rare")]),
+            make_pair("b", [("", "common")]),
+            make_pair("c", [("", "common")]),
+        ]
+    )
+    searcher = mem._searcher(mem._chunks)
+    weighting = LuceneBM25F()
+    for term, df in (("common", 3), ("rare", 1)):
+        expected = math.log(1 + (3 - df + 0.5) / (df + 0.5))
+        assert weighting.idf(searcher, "content", term) == pytest.approx(expected)
+    assert weighting.idf(searcher, "content", "common") < 0.2, "a word in every chunk weighs ~0"

@@ -12,8 +12,9 @@ journal, and :meth:`SearchEngineImpl.sync` replays what the indexes have not app
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from knowledge_agent.analysis import TextAnalyzer, highlight
 from knowledge_agent.errors import ConfigError, NotFoundError, QueryError, SearchIndexError
@@ -78,6 +79,35 @@ class _Candidate:
     @property
     def score(self) -> float:
         return self.chunks[0][0]
+
+
+@dataclass
+class _Rankings:
+    """Both engines' scores for one query, keyed by chunk id (or item id), and their fusion."""
+
+    keyword: dict[str, float]
+    semantic: dict[str, float]
+    fused: dict[str, float]
+    details: dict[str, str]
+
+    def explain(self, key: str, terms: dict[str, int], **details: str) -> ScoreExplanation:
+        return ScoreExplanation(
+            matched_terms=terms,
+            keyword_score=self.keyword.get(key, 0.0),
+            semantic_score=self.semantic.get(key, 0.0),
+            fused_score=self.fused[key],
+            keyword_rank=_rank(self.keyword, key),
+            semantic_rank=_rank(self.semantic, key),
+            details={**details, **self.details},
+        )
+
+
+def _rank(scores: dict[str, float], key: str) -> int | None:
+    """1-based position of ``key`` in an engine's ranking (dicts keep the engine's order)."""
+    for rank, candidate in enumerate(scores, start=1):
+        if candidate == key:
+            return rank
+    return None
 
 
 class SearchEngineImpl:
@@ -215,10 +245,25 @@ class SearchEngineImpl:
     def _candidate_count(self, limit: int) -> int:
         return max(self.config.candidates, limit * self.config.max_chunks_per_item * 2)
 
-    def _engine_weights(self, mode: str) -> tuple[float, float]:
-        keyword = self.config.keyword_weight if mode != "semantic" else 0.0
-        semantic = self.config.semantic_weight if mode != "keyword" else 0.0
-        return keyword, semantic
+    def _rankings(
+        self,
+        keyword_hits: Callable[[], Sequence[ChunkHit | ItemHit]],
+        semantic_hits: Callable[[], Sequence[ChunkHit | ItemHit]],
+        key: Callable[[Any], str],
+        mode: str,
+    ) -> _Rankings:
+        """Run the engines ``mode`` selects and fuse their scores."""
+        keyword_weight = self.config.keyword_weight if mode != "semantic" else 0.0
+        semantic_weight = self.config.semantic_weight if mode != "keyword" else 0.0
+        keyword = {key(hit): hit.score for hit in keyword_hits()} if keyword_weight else {}
+        semantic = {key(hit): hit.score for hit in semantic_hits()} if semantic_weight else {}
+        fused = fuse(
+            self.config.fusion,
+            [keyword, semantic],
+            [keyword_weight, semantic_weight],
+            self.config.rrf_k,
+        )
+        return _Rankings(keyword, semantic, fused, {"fusion": self.config.fusion, "mode": mode})
 
     def _chunk_search(
         self,
@@ -230,23 +275,19 @@ class SearchEngineImpl:
         min_score: float | None,
     ) -> list[SearchResult]:
         count = self._candidate_count(limit)
-        keyword_weight, semantic_weight = self._engine_weights(mode)
-        keyword_hits: list[ChunkHit] = []
-        semantic_hits: list[ChunkHit] = []
-        if keyword_weight > 0:
-            keyword_hits = self.keyword_index.search_chunks(terms, count, filters)
-        if semantic_weight > 0:
-            semantic_hits = self.semantic_searcher.search_chunks(terms, count, 0.0, filters)
-        keyword_scores = {hit.chunk_id: hit.score for hit in keyword_hits}
-        semantic_scores = {hit.chunk_id: hit.score for hit in semantic_hits}
-        fused = fuse(
-            self.config.fusion,
-            [keyword_scores, semantic_scores],
-            [keyword_weight, semantic_weight],
-            self.config.rrf_k,
+        located: dict[str, tuple[str, int]] = {}
+
+        def locate(hit: ChunkHit) -> str:
+            located[hit.chunk_id] = (hit.item_id, hit.chunk_index)
+            return hit.chunk_id
+
+        rankings = self._rankings(
+            lambda: self.keyword_index.search_chunks(terms, count, filters),
+            lambda: self.semantic_searcher.search_chunks(terms, count, 0.0, filters),
+            locate,
+            mode,
         )
-        located = {hit.chunk_id: (hit.item_id, hit.chunk_index) for hit in semantic_hits}
-        located.update({hit.chunk_id: (hit.item_id, hit.chunk_index) for hit in keyword_hits})
+        fused = rankings.fused
 
         candidates: dict[str, _Candidate] = {}
         for chunk_id, score in fused.items():
@@ -261,8 +302,6 @@ class SearchEngineImpl:
         if min_score is not None:
             ranked = [candidate for candidate in ranked if candidate.score >= min_score]
 
-        keyword_ranks = {chunk_id: rank for rank, chunk_id in enumerate(keyword_scores, 1)}
-        semantic_ranks = {chunk_id: rank for rank, chunk_id in enumerate(semantic_scores, 1)}
         results: list[SearchResult] = []
         # Hydrate a page at a time: a hit whose item or chunk is gone from SQLite is dropped.
         for start in range(0, len(ranked), limit):
@@ -281,16 +320,10 @@ class SearchEngineImpl:
                 if item is None or not matched:
                     continue
                 best_score, best = matched[0]
-                explanation = ScoreExplanation(
-                    matched_terms=matched_terms(
-                        self.analyzer, f"{best.heading}\n{best.content}", set(terms)
-                    ),
-                    keyword_score=keyword_scores.get(best.id, 0.0),
-                    semantic_score=semantic_scores.get(best.id, 0.0),
-                    fused_score=best_score,
-                    keyword_rank=keyword_ranks.get(best.id),
-                    semantic_rank=semantic_ranks.get(best.id),
-                    details={"chunk_id": best.id, "fusion": self.config.fusion, "mode": mode},
+                explanation = rankings.explain(
+                    best.id,
+                    matched_terms(self.analyzer, f"{best.heading}\n{best.content}", set(terms)),
+                    chunk_id=best.id,
                 )
                 results.append(
                     SearchResult(
@@ -339,26 +372,16 @@ class SearchEngineImpl:
     ) -> list[SearchResult]:
         """The item-level fallback (R5.5): whole documents, no chunk lists (R6.4)."""
         count = self._candidate_count(limit)
-        keyword_weight, semantic_weight = self._engine_weights(mode)
-        keyword_hits: list[ItemHit] = []
-        semantic_hits: list[ItemHit] = []
-        if keyword_weight > 0:
-            keyword_hits = self.keyword_index.search_items(terms, count, filters)
-        if semantic_weight > 0:
-            semantic_hits = self.semantic_searcher.search_items(terms, count, 0.0, filters)
-        keyword_scores = {hit.item_id: hit.score for hit in keyword_hits}
-        semantic_scores = {hit.item_id: hit.score for hit in semantic_hits}
-        fused = fuse(
-            self.config.fusion,
-            [keyword_scores, semantic_scores],
-            [keyword_weight, semantic_weight],
-            self.config.rrf_k,
+        rankings = self._rankings(
+            lambda: self.keyword_index.search_items(terms, count, filters),
+            lambda: self.semantic_searcher.search_items(terms, count, 0.0, filters),
+            lambda hit: hit.item_id,
+            mode,
         )
+        fused = rankings.fused
         ranked = sorted(fused.items(), key=lambda entry: -entry[1])
         if min_score is not None:
             ranked = [(item_id, score) for item_id, score in ranked if score >= min_score]
-        keyword_ranks = {item_id: rank for rank, item_id in enumerate(keyword_scores, 1)}
-        semantic_ranks = {item_id: rank for rank, item_id in enumerate(semantic_scores, 1)}
         results: list[SearchResult] = []
         for start in range(0, len(ranked), limit):
             page = ranked[start : start + limit]
@@ -377,16 +400,11 @@ class SearchEngineImpl:
                             {"title": item.title, "content": item.content},
                         ),
                         highlights=[highlight(item.content, terms, self.analyzer)],
-                        explanation=ScoreExplanation(
-                            matched_terms=matched_terms(
+                        explanation=rankings.explain(
+                            item_id,
+                            matched_terms(
                                 self.analyzer, f"{item.title}\n{item.content}", set(terms)
                             ),
-                            keyword_score=keyword_scores.get(item_id, 0.0),
-                            semantic_score=semantic_scores.get(item_id, 0.0),
-                            fused_score=score,
-                            keyword_rank=keyword_ranks.get(item_id),
-                            semantic_rank=semantic_ranks.get(item_id),
-                            details={"fusion": self.config.fusion, "mode": mode},
                         ),
                         search_mode="item",
                     )

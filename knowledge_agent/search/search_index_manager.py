@@ -78,7 +78,7 @@ from knowledge_agent.search.documents import chunk_search_text, item_search_text
 from knowledge_agent.search.filters import SearchFilters, to_epoch
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 
-__all__ = ["DEFAULT_FIELD_BOOSTS", "SearchIndexManager"]
+__all__ = ["DEFAULT_FIELD_BOOSTS", "LuceneBM25F", "SearchIndexManager"]
 
 logger = logging.getLogger(__name__)
 
