@@ -310,3 +310,21 @@ def test_bad_config_raises_config_error(kwargs: dict[str, object]) -> None:
 def test_default_config_values_r2_2() -> None:
     config = ChunkConfig()
     assert (config.min_chunk_size, config.max_chunk_size, config.overlap_ratio) == (100, 1500, 0.2)
+
+
+def test_small_paragraphs_grow_to_min_size_not_to_max() -> None:
+    config = ChunkConfig(min_chunk_size=50, max_chunk_size=1000)
+    paragraphs = [f"Example {i}: run the tool with flag {i}." for i in range(6)]  # ~37 chars
+    text = "\n\n".join(paragraphs)
+    chunks = ContentChunker(config).chunk(text)
+    assert [c.content for c in chunks] == [
+        "\n\n".join(paragraphs[i : i + 2]) for i in range(0, 6, 2)
+    ], "each piece stops growing once it reaches min_chunk_size"
+
+
+def test_a_small_last_paragraph_joins_the_piece_before_it() -> None:
+    config = ChunkConfig(min_chunk_size=50, max_chunk_size=1000)
+    big = ["A" * 60, "B" * 60]
+    text = "\n\n".join([*big, "tail."])
+    chunks = ContentChunker(config).chunk(text)
+    assert [c.content for c in chunks] == [big[0], f"{big[1]}\n\ntail."]

@@ -115,11 +115,27 @@ class ContentChunker:
     def _merge(self, blocks: list[_Block]) -> list[tuple[int, int, int, bool]]:
         """Join small blocks with their neighbours in the same section (level 2).
 
-        A section holding only its heading line is joined to the next section, so a
-        heading followed directly by a sub-heading does not become a chunk of its own.
+        A piece grows while it is shorter than ``min_chunk_size``; a small piece left at
+        the end of a section joins the piece before it. A section holding only its heading
+        line is joined to the next section, so a heading followed directly by a sub-heading
+        does not become a chunk of its own.
         """
         min_size, max_size = self.config.min_chunk_size, self.config.max_chunk_size
-        pieces: list[tuple[int, int, int, bool]] = []
+        pieces: list[_Block] = []
+
+        def emit(piece: _Block) -> None:
+            last = pieces[-1] if pieces else None
+            if (
+                last is not None
+                and piece.end - piece.start < min_size
+                and last.section == piece.section
+                and piece.end - last.start <= max_size
+            ):
+                last.end = piece.end
+                last.kind = "text"
+            else:
+                pieces.append(piece)
+
         current: _Block | None = None
         for block in blocks:
             if current is None:
@@ -127,18 +143,18 @@ class ContentChunker:
                 continue
             heading_only = current.kind == "heading"
             same_section = block.section == current.section or heading_only
-            small = current.end - current.start < min_size or block.end - block.start < min_size
+            small = current.end - current.start < min_size
             if same_section and (small or heading_only) and block.end - current.start <= max_size:
                 current.end = block.end
                 current.section = block.section
                 # A heading joined to a code block still windows like code.
                 current.kind = "code" if heading_only and block.kind == "code" else "text"
                 continue
-            pieces.append((current.start, current.end, current.section, current.kind == "code"))
+            emit(current)
             current = _Block(block.start, block.end, block.kind, block.section)
         if current is not None:
-            pieces.append((current.start, current.end, current.section, current.kind == "code"))
-        return pieces
+            emit(current)
+        return [(p.start, p.end, p.section, p.kind == "code") for p in pieces]
 
 
 def _trim(text: str, start: int, end: int) -> tuple[int, int]:
