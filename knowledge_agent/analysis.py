@@ -327,7 +327,25 @@ def _load_jieba() -> Callable[..., Iterable[tuple[str, int, int]]]:
 # --------------------------------------------------------------------------- the analyzer
 
 
-class TextAnalyzer:
+class _ByConfig:
+    """Equality, hashing, repr and pickled state come from ``config`` alone (caches are rebuilt)."""
+
+    config: AnalyzerConfig
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.config == self.config  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.config))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict()}
+
+
+class TextAnalyzer(_ByConfig):
     """Turns text into index terms; the one tokenizer of both engines and of queries.
 
     Callable (``analyzer(text) -> list[str]``), so an instance can be passed as
@@ -380,18 +398,6 @@ class TextAnalyzer:
         return WhooshTextAnalyzer(self.config, _analyzer=self)
 
     # -- plumbing ---------------------------------------------------------------------------
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.config!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.config == self.config  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self.config))
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config.to_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(AnalyzerConfig.from_dict(state["config"]))  # type: ignore[misc]
@@ -544,7 +550,7 @@ class TextAnalyzer:
 # --------------------------------------------------------------------------- Whoosh adapter
 
 
-class WhooshTextAnalyzer(_WhooshAnalyzerBase):
+class WhooshTextAnalyzer(_ByConfig, _WhooshAnalyzerBase):
     """A :class:`TextAnalyzer` as a Whoosh analyzer, for ``TEXT(analyzer=...)``.
 
     Yields exactly ``TextAnalyzer.terms(value)`` with positions and character offsets. Whoosh
@@ -618,18 +624,6 @@ class WhooshTextAnalyzer(_WhooshAnalyzerBase):
 
     def has_morph(self) -> bool:
         return self.config.stem
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.config!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.config == self.config  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self.config))
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config.to_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._analyzer = TextAnalyzer(AnalyzerConfig.from_dict(state["config"]))
