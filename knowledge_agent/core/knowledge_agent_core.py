@@ -125,9 +125,10 @@ class KnowledgeAgentCore:
         stale = self.storage.get_meta(_INDEX_FINGERPRINT_KEY) != fingerprint
         missing = self.storage.count_chunks() > 0 and not self.engine.has_chunk_index()
         if stale or missing:
-            if self.storage.count_items():
+            indexed = self.keyword_index.item_count() or self.semantic_searcher.item_count()
+            if self.storage.count_items() or indexed:
                 logger.info("building the search indexes from the database")
-            self.engine.rebuild()
+                self.engine.rebuild()
             self.storage.set_meta(_INDEX_FINGERPRINT_KEY, fingerprint)
         else:
             self.engine.sync()
