@@ -1,29 +1,34 @@
-"""Pure helpers that describe why a result matched: terms, fields and snippets."""
+"""Pure helpers that describe why a result matched: which fields, which terms, how often."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from knowledge_agent.analysis import TextAnalyzer
 
-__all__ = ["matched_fields", "matched_terms"]
+__all__ = ["FieldMatches"]
 
 
-def matched_terms(
-    analyzer: TextAnalyzer, text: str, query_terms: Collection[str]
-) -> dict[str, int]:
-    """How often each query term occurs in ``text``, for the terms that occur at all."""
-    counts = Counter(term for term in analyzer.terms(text) if term in query_terms)
-    return dict(sorted(counts.items()))
+class FieldMatches:
+    """Query-term counts per field of one result, from one analysis of each field."""
 
+    def __init__(
+        self, analyzer: TextAnalyzer, query_terms: Collection[str], fields: Mapping[str, str]
+    ) -> None:
+        wanted = set(query_terms)
+        self._counts = {
+            name: Counter(term for term in analyzer.terms(text) if term in wanted)
+            for name, text in fields.items()
+        }
 
-def matched_fields(
-    analyzer: TextAnalyzer, query_terms: Collection[str], fields: dict[str, str]
-) -> list[str]:
-    """The names of the fields whose text holds at least one query term, in the given order."""
-    return [
-        name
-        for name, text in fields.items()
-        if text and any(term in query_terms for term in analyzer.terms(text))
-    ]
+    def fields(self) -> list[str]:
+        """The fields holding at least one query term, in the given order."""
+        return [name for name, counts in self._counts.items() if counts]
+
+    def terms(self, *names: str) -> dict[str, int]:
+        """How often each query term occurs in the named fields together."""
+        total: Counter[str] = Counter()
+        for name in names:
+            total.update(self._counts[name])
+        return dict(sorted(total.items()))

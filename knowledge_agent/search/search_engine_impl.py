@@ -25,7 +25,7 @@ from knowledge_agent.models import (
     ScoreExplanation,
     SearchResult,
 )
-from knowledge_agent.search.explain import matched_fields, matched_terms
+from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.fusion import FUSION_METHODS, fuse
 from knowledge_agent.search.hits import ChunkHit, ItemHit
@@ -320,24 +320,22 @@ class SearchEngineImpl:
                 if item is None or not matched:
                     continue
                 best_score, best = matched[0]
-                explanation = rankings.explain(
-                    best.id,
-                    matched_terms(self.analyzer, f"{best.heading}\n{best.content}", set(terms)),
-                    chunk_id=best.id,
+                found = FieldMatches(
+                    self.analyzer,
+                    terms,
+                    {"title": item.title, "heading": best.heading, "content": best.content},
                 )
                 results.append(
                     SearchResult(
                         item=item,
                         relevance_score=best_score,
-                        matched_fields=matched_fields(
-                            self.analyzer,
-                            set(terms),
-                            {"title": item.title, "heading": best.heading, "content": best.content},
-                        ),
+                        matched_fields=found.fields(),
                         highlights=[highlight(c.content, terms, self.analyzer) for _, c in matched],
                         matched_chunks=[MatchedChunk.from_chunk(c, score) for score, c in matched],
                         context_chunks=self._context(item.id, matched, context_window),
-                        explanation=explanation,
+                        explanation=rankings.explain(
+                            best.id, found.terms("heading", "content"), chunk_id=best.id
+                        ),
                         search_mode="chunk",
                     )
                 )
@@ -390,22 +388,16 @@ class SearchEngineImpl:
                 item = items.get(item_id)
                 if item is None:
                     continue
+                found = FieldMatches(
+                    self.analyzer, terms, {"title": item.title, "content": item.content}
+                )
                 results.append(
                     SearchResult(
                         item=item,
                         relevance_score=score,
-                        matched_fields=matched_fields(
-                            self.analyzer,
-                            set(terms),
-                            {"title": item.title, "content": item.content},
-                        ),
+                        matched_fields=found.fields(),
                         highlights=[highlight(item.content, terms, self.analyzer)],
-                        explanation=rankings.explain(
-                            item_id,
-                            matched_terms(
-                                self.analyzer, f"{item.title}\n{item.content}", set(terms)
-                            ),
-                        ),
+                        explanation=rankings.explain(item_id, found.terms("title", "content")),
                         search_mode="item",
                     )
                 )

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
@@ -25,6 +25,8 @@ from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 __all__ = ["SCHEMA_VERSION", "SQLiteStorageManager"]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 Migration = Sequence[str] | Callable[[sqlite3.Connection], None]
 
@@ -343,6 +345,53 @@ class SQLiteStorageManager:
         conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (item_id,))
         conn.executemany(_CHUNK_INSERT, [_chunk_to_row(chunk, item_id) for chunk in chunks])
 
+    def _by_ids(
+        self,
+        operation: str,
+        select: str,
+        ids: Iterable[str],
+        convert: Callable[[sqlite3.Row], _T],
+    ) -> dict[str, _T]:
+        """Rows of ``select`` whose id is among ``ids``, one ``IN (...)`` query per batch."""
+        found: dict[str, _T] = {}
+        with self._reading(operation) as conn:
+            for batch in _batches(ids):
+                sql = f"{select} WHERE id IN ({_placeholders(len(batch))})"
+                for row in conn.execute(sql, batch):
+                    found[row["id"]] = convert(row)
+        return found
+
+    def _pages(
+        self,
+        operation: str,
+        select: str,
+        where: str,
+        params: list[Any],
+        key: tuple[str, str],
+        batch_size: int,
+    ) -> Iterator[sqlite3.Row]:
+        """Every row of ``select`` ordered by ``key``, fetched a page at a time.
+
+        Keyset paging, with the lock released between pages: callers may write while
+        iterating, and no read stays open on the shared connection.
+        """
+        _check_batch_size(batch_size)
+        order = ", ".join(key)
+        condition = f"({order}) > (?, ?)"
+        last: tuple[Any, Any] | None = None
+        while True:
+            clauses = [c for c in (where, condition if last else "") if c]
+            sql = f"{select}{' WHERE ' + ' AND '.join(clauses) if clauses else ''}"
+            sql += f" ORDER BY {order} LIMIT ?"
+            with self._reading(operation) as conn:
+                rows = conn.execute(sql, [*params, *(last or ()), batch_size]).fetchall()
+            if not rows:
+                return
+            last = (rows[-1][key[0]], rows[-1][key[1]])
+            yield from rows
+            if len(rows) < batch_size:
+                return
+
     # -- lifecycle ----------------------------------------------------------------------
 
     @property
@@ -388,13 +437,7 @@ class SQLiteStorageManager:
 
     def get_items(self, item_ids: Iterable[str]) -> dict[str, KnowledgeItem]:
         """The items found among these ids, by id; missing ids are absent."""
-        found: dict[str, KnowledgeItem] = {}
-        with self._reading("get_items") as conn:
-            for batch in _batches(item_ids):
-                sql = f"{_ITEM_SELECT} WHERE id IN ({_placeholders(len(batch))})"
-                for row in conn.execute(sql, batch):
-                    found[row["id"]] = _row_to_item(row)
-        return found
+        return self._by_ids("get_items", _ITEM_SELECT, item_ids, _row_to_item)
 
     def delete_item(self, item_id: str) -> bool:
         """Delete an item and (by cascade) its chunks; True if it existed."""
@@ -434,28 +477,12 @@ class SQLiteStorageManager:
         self, *, kb: str | None = None, batch_size: int = 500
     ) -> Iterator[KnowledgeItem]:
         """Stream every item (of one kb, if given) in (created_at, id) order."""
-        _check_batch_size(batch_size)
-        kb_clause = "" if kb is None else "kb = ? AND "
-        kb_params: list[Any] = [] if kb is None else [kb]
-        first = f"{_ITEM_SELECT} WHERE {kb_clause}1 ORDER BY created_at, id LIMIT ?"
-        after = (
-            f"{_ITEM_SELECT} WHERE {kb_clause}(created_at, id) > (?, ?) "
-            "ORDER BY created_at, id LIMIT ?"
+        where = "" if kb is None else "kb = ?"
+        params: list[Any] = [] if kb is None else [kb]
+        rows = self._pages(
+            "iter_items", _ITEM_SELECT, where, params, ("created_at", "id"), batch_size
         )
-        # Keyset paging, lock released between pages: callers may write while iterating.
-        last: tuple[str, str] | None = None
-        while True:
-            with self._reading("iter_items") as conn:
-                if last is None:
-                    rows = conn.execute(first, [*kb_params, batch_size]).fetchall()
-                else:
-                    rows = conn.execute(after, [*kb_params, *last, batch_size]).fetchall()
-            if not rows:
-                return
-            last = (rows[-1]["created_at"], rows[-1]["id"])
-            yield from (_row_to_item(row) for row in rows)
-            if len(rows) < batch_size:
-                return
+        return (_row_to_item(row) for row in rows)
 
     def count_items(self, *, kb: str | None = None) -> int:
         """How many items (in one kb, if given)."""
@@ -509,13 +536,7 @@ class SQLiteStorageManager:
 
     def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, KnowledgeChunk]:
         """The chunks found among these ids, by id; missing ids are absent."""
-        found: dict[str, KnowledgeChunk] = {}
-        with self._reading("get_chunks") as conn:
-            for batch in _batches(chunk_ids):
-                sql = f"{_CHUNK_SELECT} WHERE id IN ({_placeholders(len(batch))})"
-                for row in conn.execute(sql, batch):
-                    found[row["id"]] = _row_to_chunk(row)
-        return found
+        return self._by_ids("get_chunks", _CHUNK_SELECT, chunk_ids, _row_to_chunk)
 
     def get_adjacent_chunks(
         self, item_id: str, chunk_index: int, window: int = 1
@@ -535,26 +556,10 @@ class SQLiteStorageManager:
 
     def iter_chunks(self, *, batch_size: int = 1000) -> Iterator[KnowledgeChunk]:
         """Stream every chunk in (item_id, chunk_index) order, one page at a time."""
-        _check_batch_size(batch_size)
-        first = f"{_CHUNK_SELECT} ORDER BY item_id, chunk_index LIMIT ?"
-        after = (
-            f"{_CHUNK_SELECT} WHERE (item_id, chunk_index) > (?, ?) "
-            "ORDER BY item_id, chunk_index LIMIT ?"
+        rows = self._pages(
+            "iter_chunks", _CHUNK_SELECT, "", [], ("item_id", "chunk_index"), batch_size
         )
-        # Keyset paging, lock released between pages: callers may write while iterating.
-        last: tuple[str, int] | None = None
-        while True:
-            with self._reading("iter_chunks") as conn:
-                if last is None:
-                    rows = conn.execute(first, (batch_size,)).fetchall()
-                else:
-                    rows = conn.execute(after, (*last, batch_size)).fetchall()
-            if not rows:
-                return
-            last = (rows[-1]["item_id"], rows[-1]["chunk_index"])
-            yield from (_row_to_chunk(row) for row in rows)
-            if len(rows) < batch_size:
-                return
+        return (_row_to_chunk(row) for row in rows)
 
     def count_chunks(self, *, kb: str | None = None) -> int:
         """How many chunks (of items in one kb, if given)."""
