@@ -9,6 +9,7 @@ errors from SQLite, Whoosh or the file system are mapped at the boundary with
     ├── StorageError         SQLite could not read or write
     ├── SearchIndexError     a Whoosh or TF-IDF index could not be read or written
     ├── IngestError          one source could not be turned into an item (names the path)
+    │   └── UnsupportedSourceError   a source with nothing to index (binary, empty, too large)
     ├── QueryError           a query that cannot be run (never for odd query text)
     └── NotFoundError        an item, chunk or knowledge base that does not exist
 """
@@ -23,6 +24,7 @@ __all__ = [
     "QueryError",
     "SearchIndexError",
     "StorageError",
+    "UnsupportedSourceError",
 ]
 
 
@@ -52,7 +54,11 @@ class IngestError(KnowledgeAgentError):
 
     def __reduce__(self) -> tuple[type[IngestError], tuple[str, str]]:
         # Keeps the error picklable across worker processes.
-        return (IngestError, (self.path, self.reason))
+        return (type(self), (self.path, self.reason))
+
+
+class UnsupportedSourceError(IngestError):
+    """A source that is skipped rather than failed: binary, empty or over the size limit."""
 
 
 class QueryError(KnowledgeAgentError):

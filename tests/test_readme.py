@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "knowledge_agent" / "samples" / "deploy-guide.md"
+SAMPLES = ROOT / "knowledge_agent" / "samples"
 BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S)
 
 
@@ -17,7 +17,8 @@ BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encod
 def test_readme_python_block_runs(
     code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shutil.copy(SAMPLE, tmp_path / "guide.md")
+    shutil.copy(SAMPLES / "deploy-guide.md", tmp_path / "guide.md")
+    shutil.copytree(SAMPLES, tmp_path / "docs")
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "README.md", "exec"), {})
     if "kb.search" in code:

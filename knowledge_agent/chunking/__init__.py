@@ -1,5 +1,5 @@
 """Splitting documents into chunks."""
 
-from knowledge_agent.chunking.content_chunker import ChunkConfig, ContentChunker
+from knowledge_agent.chunking.content_chunker import ChunkConfig, ContentChunker, Section
 
-__all__ = ["ChunkConfig", "ContentChunker"]
+__all__ = ["ChunkConfig", "ContentChunker", "Section"]

@@ -9,6 +9,10 @@ Three levels, in order (R2.1):
 3. a sliding window over any piece still longer than ``max_chunk_size``, breaking at
    a sentence end or whitespace when one is near, with ``overlap_ratio`` overlap.
 
+:meth:`ContentChunker.chunk_sections` skips level 1 and 2 for callers that already know
+the structure (code symbols, reStructuredText sections): each given :class:`Section` is
+windowed on its own and small neighbours are merged.
+
 Every chunk is an exact slice of the input (``content[start:end]``, R2.5), trimmed of
 surrounding whitespace, and carries its 1-based ``start_line`` / ``end_line``.
 """
@@ -16,14 +20,17 @@ surrounding whitespace, and carries its 1-based ``start_line`` / ``end_line``.
 from __future__ import annotations
 
 import bisect
+import copy
 import logging
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 
-__all__ = ["ChunkConfig", "ContentChunker"]
+__all__ = ["ChunkConfig", "ContentChunker", "Section"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +76,30 @@ class ChunkConfig:
             raise ConfigError(f"overlap_ratio must be in [0, 1), got {ratio!r}")
 
 
+@dataclass(frozen=True)
+class Section:
+    """A span ``[start, end)`` of a document that the caller wants chunked as a unit.
+
+    Used by :meth:`ContentChunker.chunk_sections`: a code symbol, an rST section, … .
+    ``metadata`` (JSON-ready) is copied into every chunk cut from the section.
+    """
+
+    start: int
+    end: int
+    heading: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass
+class _Piece:
+    """A trimmed span cut from one section, or several small sections merged."""
+
+    start: int
+    end: int
+    sections: list[Section]
+    small: bool  # every section in it was shorter than min_chunk_size
+
+
 @dataclass
 class _Block:
     """A span of the document: a heading line, a paragraph or a fenced code block."""
@@ -111,6 +142,111 @@ class ContentChunker:
             for span_start, span_end in _window(content, piece_start, piece_end, config, is_code):
                 spans.append((span_start, span_end, heading))
         return spans
+
+    def chunk_sections(
+        self,
+        content: str,
+        sections: Sequence[tuple[int, int, str]] | Sequence[Section],
+        *,
+        code: bool = False,
+        merge_small: bool = True,
+    ) -> list[KnowledgeChunk]:
+        """Chunks of ``content`` cut along caller-supplied ``sections``, in document order.
+
+        ``sections`` are ``Section`` objects or ``(start, end, heading)`` tuples (a fourth
+        item, if present, is the metadata). Each section is trimmed; one longer than
+        ``max_chunk_size`` goes through the sliding window (breaking at line ends when
+        ``code``), each piece keeping the section's heading and metadata. With
+        ``merge_small``, runs of neighbouring sections that are each shorter than
+        ``min_chunk_size`` are merged (never beyond ``max_chunk_size``), and a document
+        shorter than ``2 * min_chunk_size`` is one chunk, as in :meth:`chunk`. A merged
+        chunk's heading joins the distinct headings with ``", "`` (a heading that is the
+        parent path of the next one is left out); its metadata keeps the entries all its
+        sections agree on. Every chunk also carries ``start_line`` / ``end_line``.
+
+        Text outside every section is not chunked. Never raises on content: if anything
+        goes wrong it logs and falls back to :meth:`chunk`.
+        """
+        try:
+            pieces = self._section_pieces(content, sections, code)
+            if merge_small:
+                pieces = self._merge_pieces(pieces)
+            return _piece_chunks(content, pieces)
+        except Exception:
+            logger.exception("section chunking failed; chunking the document as a whole")
+            return self.chunk(content)
+
+    def _section_pieces(
+        self,
+        content: str,
+        sections: Sequence[tuple[int, int, str]] | Sequence[Section],
+        code: bool,
+    ) -> list[_Piece]:
+        """Trimmed, ordered, non-overlapping pieces; long sections windowed (level 3)."""
+        config = self.config
+        length = len(content)
+        pieces: list[_Piece] = []
+        covered = 0  # sections overlapping earlier ones are clipped, never chunked twice
+        for section in sorted((_as_section(s) for s in sections), key=lambda s: s.start):
+            start = max(min(section.start, length), covered, 0)
+            end = max(min(section.end, length), start)
+            covered = max(covered, end)
+            start, end = _trim(content, start, end)
+            if start >= end:
+                continue
+            if end - start <= config.max_chunk_size:
+                small = end - start < config.min_chunk_size
+                pieces.append(_Piece(start, end, [section], small))
+                continue
+            for span_start, span_end in _window(content, start, end, config, code):
+                pieces.append(_Piece(span_start, span_end, [section], False))
+        return pieces
+
+    def _merge_pieces(self, pieces: list[_Piece]) -> list[_Piece]:
+        """Merge runs of small pieces, like :meth:`_merge` does for paragraphs (level 2).
+
+        Only pieces made of sections shorter than ``min_chunk_size`` merge, so a section
+        of normal size (a function, an rST section) keeps its own chunk and metadata.
+        """
+        min_size, max_size = self.config.min_chunk_size, self.config.max_chunk_size
+        total = pieces[-1].end - pieces[0].start if pieces else 0
+        if 0 < total < 2 * min_size and total <= max_size:
+            sections = [s for piece in pieces for s in piece.sections]
+            return [_Piece(pieces[0].start, pieces[-1].end, sections, True)]
+        merged: list[_Piece] = []
+
+        def emit(piece: _Piece) -> None:
+            last = merged[-1] if merged else None
+            if (
+                last is not None
+                and piece.small
+                and last.small
+                and piece.end - piece.start < min_size
+                and piece.end - last.start <= max_size
+            ):
+                last.end = piece.end
+                last.sections.extend(piece.sections)
+            else:
+                merged.append(piece)
+
+        current: _Piece | None = None
+        for piece in pieces:
+            if (
+                current is not None
+                and current.small
+                and piece.small
+                and current.end - current.start < min_size
+                and piece.end - current.start <= max_size
+            ):
+                current.end = piece.end
+                current.sections.extend(piece.sections)
+                continue
+            if current is not None:
+                emit(current)
+            current = _Piece(piece.start, piece.end, list(piece.sections), piece.small)
+        if current is not None:
+            emit(current)
+        return merged
 
     def _merge(self, blocks: list[_Block]) -> list[tuple[int, int, int, bool]]:
         """Join small blocks with their neighbours in the same section (level 2).
@@ -338,4 +474,55 @@ def _to_chunks(content: str, spans: list[tuple[int, int, str]]) -> list[Knowledg
                 },
             )
         )
+    return chunks
+
+
+def _as_section(section: Section | tuple[Any, ...]) -> Section:
+    if isinstance(section, Section):
+        return section
+    start, end, heading, *rest = section
+    return Section(int(start), int(end), str(heading), rest[0] if rest else {})
+
+
+def _join_headings(headings: Sequence[str]) -> str:
+    """Distinct headings joined by ", ", leaving out one that is a parent of the next.
+
+    A heading with the same parent path as the one before it is shortened to its last
+    part: ``A > x`` and ``A > y`` give ``A > x, y``.
+    """
+    distinct = list(dict.fromkeys(h for h in headings if h))
+    kept = [
+        heading
+        for index, heading in enumerate(distinct)
+        if not any(other.startswith(heading + " > ") for other in distinct[index + 1 :])
+    ]
+    parts: list[str] = []
+    for index, heading in enumerate(kept):
+        parent, separator, last = heading.rpartition(" > ")
+        previous_parent = kept[index - 1].rpartition(" > ")[0] if index else None
+        parts.append(last if separator and parent == previous_parent else heading)
+    return ", ".join(parts)
+
+
+def _common_metadata(sections: Sequence[Section]) -> dict[str, Any]:
+    """The metadata entries every section agrees on (all of it for one section)."""
+    first, *others = sections
+    return {
+        key: value
+        for key, value in first.metadata.items()
+        if all(key in other.metadata and other.metadata[key] == value for other in others)
+    }
+
+
+def _piece_chunks(content: str, pieces: list[_Piece]) -> list[KnowledgeChunk]:
+    spans = [
+        (piece.start, piece.end, _join_headings([s.heading for s in piece.sections]))
+        for piece in pieces
+    ]
+    chunks = _to_chunks(content, spans)
+    for chunk, piece in zip(chunks, pieces, strict=True):
+        # Deep copy: pieces of one section must not share mutable metadata values.
+        metadata = copy.deepcopy(_common_metadata(piece.sections))
+        metadata.update(chunk.metadata)  # start_line / end_line are always derived
+        chunk.metadata = metadata
     return chunks

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +18,11 @@ from typing import Any, TypeVar
 
 from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer, detect_language
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
-from knowledge_agent.errors import ConfigError, IngestError, SearchIndexError
+from knowledge_agent.errors import ConfigError, IngestError, NotFoundError, SearchIndexError
+from knowledge_agent.ingest.collector import Collector, ProgressCallback
+from knowledge_agent.ingest.report import CollectReport, FileIssue
+from knowledge_agent.ingest.walker import WalkOptions
+from knowledge_agent.ingest.watcher import ChangeSet, FolderWatcher
 from knowledge_agent.models import KnowledgeItem, SearchResult
 from knowledge_agent.models.knowledge_item import utc_now
 from knowledge_agent.search.filters import SearchFilters
@@ -23,6 +30,7 @@ from knowledge_agent.search.search_engine_impl import SearchConfig, SearchEngine
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import SQLiteStorageManager
+from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot
 
 __all__ = ["KnowledgeAgentCore"]
 
@@ -30,6 +38,45 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 _INDEX_FINGERPRINT_KEY = "index_fingerprint"
+_KB_NAME = re.compile(r"\w[\w.-]{0,63}")
+# A string source longer than this, or with a line break, is text rather than a path.
+_MAX_PATH_TEXT = 1024
+# Absolute, home-relative or ./-relative paths; or one word with a slash or a file extension.
+_LOOKS_LIKE_PATH = re.compile(r"(?:~|\.{0,2}[/\\]).*|[^\s/\\]*[/\\]\S*|[\w.-]+\.\w{1,8}")
+
+
+def _under(path: Path, root: str) -> bool:
+    text = os.fspath(path)
+    return text == root or text.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _kb_name(kb: object) -> str:
+    """``kb`` checked as a knowledge-base name: a word, then word characters, dots, dashes."""
+    if not isinstance(kb, str) or not _KB_NAME.fullmatch(kb):
+        raise ConfigError(
+            f"kb must be a name of letters, digits, '_', '.' or '-' (at most 64), got {kb!r}"
+        )
+    return kb
+
+
+def _source_path(source: str | os.PathLike[str]) -> str | None:
+    """The absolute path ``source`` names, or None when it is text to store as is.
+
+    A string that looks like a path but names nothing raises, rather than being indexed
+    as a one-line document.
+    """
+    if not isinstance(source, str):
+        path = os.fspath(source)
+    elif "\n" in source or len(source) > _MAX_PATH_TEXT or not source.strip():
+        return None
+    elif os.path.exists(os.path.expanduser(source)) or _LOOKS_LIKE_PATH.fullmatch(source):
+        path = source
+    else:
+        return None
+    full = os.path.abspath(os.path.expanduser(path))
+    if not os.path.exists(full):
+        raise IngestError(full, "no such file or directory")
+    return full
 
 
 def _config(value: _T | Mapping[str, Any] | None, kind: Callable[..., _T], name: str) -> _T:
@@ -51,7 +98,11 @@ class KnowledgeAgentCore:
     fresh knowledge base in milliseconds, for tests. With a ``data_dir`` the database is
     ``knowledge.sqlite3`` there and the indexes live under ``index/``; on open, an index that
     is missing, unreadable or behind the database is rebuilt or replayed from SQLite.
-    Use it as a context manager, or call :meth:`close`.
+    Use it as a context manager, or call :meth:`close`. Safe to share between threads.
+
+    ``doc_type_rules`` maps folder names to doc types (default: ``adr/`` → adr,
+    ``runbooks/`` → runbook, …); ``workers`` caps the processes that extract files when
+    collecting a folder (default: up to 4).
     """
 
     def __init__(
@@ -63,6 +114,8 @@ class KnowledgeAgentCore:
         analyzer_config: AnalyzerConfig | Mapping[str, Any] | None = None,
         keyword_options: Mapping[str, Any] | None = None,
         semantic_options: Mapping[str, Any] | None = None,
+        doc_type_rules: Mapping[str, str] | None = None,
+        workers: int | None = None,
     ) -> None:
         in_memory = data_dir is None or os.fspath(data_dir) == ":memory:"
         self.data_dir: Path | None = None if in_memory else Path(os.fspath(data_dir))  # type: ignore[arg-type]
@@ -71,6 +124,9 @@ class KnowledgeAgentCore:
         self._keyword_options = dict(keyword_options or {})
         self._semantic_options = dict(semantic_options or {})
         self._batch_depth = 0
+        # One writer or reader at a time: the watcher calls in from its own thread.
+        self._lock = threading.RLock()
+        self._watchers: list[FolderWatcher] = []
         db_path = ":memory:" if self.data_dir is None else self.data_dir / "knowledge.sqlite3"
         self.storage = SQLiteStorageManager(db_path)
         try:
@@ -82,6 +138,12 @@ class KnowledgeAgentCore:
                 self.semantic_searcher,
                 self.analyzer,
                 _config(search_config, SearchConfig, "search_config"),
+            )
+            self.collector = Collector(
+                self.storage,
+                self.chunker.config,
+                doc_type_rules=doc_type_rules,
+                workers=workers,
             )
             self._bring_indexes_up_to_date()
         except BaseException:
@@ -157,10 +219,7 @@ class KnowledgeAgentCore:
         where = source_uri or title or "<text>"
         if not isinstance(content, str):
             raise IngestError(where, f"content must be a string, got {type(content).__name__}")
-        if not isinstance(kb, str) or not kb.strip():
-            raise ConfigError(f"kb must be a non-empty string, got {kb!r}")
-        existing = self.storage.get_item(item_id) if item_id else None
-        now = utc_now()
+        _kb_name(kb)
         fields: dict[str, Any] = {
             "title": title,
             "content": content,
@@ -171,19 +230,187 @@ class KnowledgeAgentCore:
             "tags": list(tags),
             "metadata": dict(metadata or {}),
             "kb": kb,
-            "created_at": existing.created_at if existing else now,
-            "updated_at": now,
         }
-        item = KnowledgeItem(**fields) if item_id is None else KnowledgeItem(id=item_id, **fields)
-        self.storage.save_item_with_chunks(item, self.chunker.chunk(content, title=title))
-        self._index_changes()
+        chunks = self.chunker.chunk(content, title=title)
+        with self._lock:
+            existing = self.storage.get_item(item_id) if item_id else None
+            now = utc_now()
+            fields["created_at"] = existing.created_at if existing else now
+            fields["updated_at"] = now
+            item = (
+                KnowledgeItem(**fields) if item_id is None else KnowledgeItem(id=item_id, **fields)
+            )
+            self.storage.save_item_with_chunks(item, chunks)
+            self._index_changes()
         return item
 
     def delete_knowledge_item(self, item_id: str) -> bool:
         """Delete an item from SQLite and both indexes (R4.4); True if it existed."""
-        existed = self.storage.delete_item(item_id)
-        self._index_changes()
+        with self._lock:
+            existed = self.storage.delete_item(item_id)
+            self._index_changes()
         return existed
+
+    # -- collecting ------------------------------------------------------------------------
+
+    def collect_knowledge(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        kb: str = "default",
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        walk_options: WalkOptions | None = None,
+        full: bool = False,
+        progress: ProgressCallback | None = None,
+        title: str = "",
+    ) -> CollectReport:
+        """Collect a file, a folder, or raw text into knowledge base ``kb``.
+
+        Folders are walked with ``include`` / ``exclude`` globs on top of the defaults
+        (or with ``walk_options``), honouring ``.gitignore``. A re-run only extracts new
+        and changed files and removes the items of files that disappeared; ``full``
+        re-extracts everything. One bad file is reported, never raised. A path that does
+        not exist raises ``IngestError``; a string that is not a path is stored as text.
+        """
+        _kb_name(kb)
+        root = _source_path(source)
+        if root is None:
+            report = CollectReport(kb=kb)
+            item = self.add_text(str(source), title=title, kb=kb)
+            report.processed = 1
+            report.chunks_added = self.storage.count_chunks(item_id=item.id)
+            report.item_ids.append(item.id)
+            return report
+        options = walk_options or WalkOptions(include=tuple(include), exclude=tuple(exclude))
+        with self.batch():
+            return self._collect_root(kb, root, options, full, progress)
+
+    def _collect_root(
+        self,
+        kb: str,
+        root: str,
+        options: WalkOptions,
+        full: bool,
+        progress: ProgressCallback | None,
+    ) -> CollectReport:
+        self.storage.ensure_kb(kb)
+        stored = SourceRoot(kb, root, options=dataclasses.asdict(options))
+        self.storage.save_root(stored)
+        report = self.collector.collect(kb, root, options, full=full, progress=progress)
+        self.storage.save_root(dataclasses.replace(stored, synced_at=utc_now()))
+        logger.info(
+            "collected %s into %s: %d processed, %d unchanged, %d skipped, %d failed, %d removed",
+            root, kb, report.processed, report.unchanged, len(report.skipped),
+            len(report.failed), report.removed,
+        )  # fmt: skip
+        return report
+
+    def sync(
+        self,
+        *,
+        kb: str | None = None,
+        full: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> CollectReport:
+        """Re-scan every collected folder and file (of one knowledge base, if given).
+
+        A collected file that no longer exists is removed; a collected folder that no
+        longer exists is reported as failed and its items are kept (an unmounted drive
+        should not empty a knowledge base).
+        """
+        if kb is not None:
+            self.get_kb(kb)
+        report = CollectReport(kb=kb or "*")
+        with self.batch():
+            for stored in self.storage.get_roots(kb):
+                if os.path.exists(stored.root):
+                    options = WalkOptions(**stored.options)
+                    report.merge(
+                        self._collect_root(stored.kb, stored.root, options, full, progress)
+                    )
+                elif stored.root in self.storage.get_sources(stored.kb, stored.root):
+                    self.collector.remove_missing_root(stored.kb, stored.root, report)
+                else:
+                    reason = "folder no longer exists; its items are kept"
+                    report.failed.append(FileIssue(stored.root, reason))
+        return report
+
+    def watch(
+        self,
+        paths: Sequence[str | os.PathLike[str]],
+        *,
+        kb: str = "default",
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        walk_options: WalkOptions | None = None,
+        debounce: float = 1.0,
+        backend: str = "auto",
+        on_report: Callable[[CollectReport], None] | None = None,
+    ) -> FolderWatcher:
+        """Collect ``paths`` now, then keep ``kb`` in sync with them until stopped.
+
+        Returns the started watcher: call its ``stop()`` (``close()`` stops it too).
+        Changes are debounced; only changed files are re-extracted, deletions remove
+        their items. ``on_report`` receives the report of every update.
+        """
+        options = walk_options or WalkOptions(include=tuple(include), exclude=tuple(exclude))
+        roots = [os.path.abspath(os.path.expanduser(os.fspath(path))) for path in paths]
+        for root in roots:
+            if not os.path.exists(root):
+                raise IngestError(root, "no such file or directory")
+        for root in roots:
+            self.collect_knowledge(root, kb=kb, walk_options=options)
+
+        def apply(changes: ChangeSet) -> None:
+            with self.batch():
+                for root in roots:
+                    changed = [p for p in changes.changed if _under(p, root)]
+                    deleted = [p for p in changes.deleted if _under(p, root)]
+                    if changed or deleted:
+                        report = self.collector.apply_changes(kb, root, options, changed, deleted)
+                        if on_report is not None:
+                            on_report(report)
+
+        watcher = FolderWatcher(roots, apply, options=options, debounce=debounce, backend=backend)
+        watcher.start()
+        self._watchers.append(watcher)
+        return watcher
+
+    # -- knowledge bases ---------------------------------------------------------------------
+
+    def create_kb(self, name: str, description: str = "") -> KnowledgeBaseInfo:
+        """Create an empty knowledge base; ``ConfigError`` if the name is taken."""
+        with self._lock:
+            if not self.storage.ensure_kb(_kb_name(name), description):
+                raise ConfigError(f"knowledge base {name!r} already exists")
+            return self.get_kb(name)
+
+    def get_kb(self, name: str) -> KnowledgeBaseInfo:
+        """A knowledge base with its description and counts; ``NotFoundError`` if unknown."""
+        info = self.storage.kb_info(name)
+        if info is None:
+            raise NotFoundError(f"no knowledge base named {name!r}")
+        return info
+
+    def list_kbs(self) -> list[KnowledgeBaseInfo]:
+        """Every knowledge base, by name."""
+        return [self.get_kb(name) for name in self.storage.kb_names()]
+
+    def describe_kb(self, name: str, description: str) -> KnowledgeBaseInfo:
+        """Set a knowledge base's description (its intro for agents)."""
+        with self._lock:
+            self.get_kb(name)
+            self.storage.ensure_kb(name, description)
+            return self.get_kb(name)
+
+    def remove_kb(self, name: str) -> int:
+        """Delete a knowledge base with its items and tracked sources; returns items deleted."""
+        with self._lock:
+            self.get_kb(name)
+            removed = self.storage.delete_kb(name)
+            self._index_changes()
+        return len(removed)
 
     @contextmanager
     def batch(self) -> Iterator[KnowledgeAgentCore]:
@@ -192,12 +419,13 @@ class KnowledgeAgentCore:
         Items are in SQLite as soon as each call returns; searches inside the block may
         not see them yet. The indexes catch up when the outermost block exits, even on error.
         """
-        self._batch_depth += 1
-        try:
-            yield self
-        finally:
-            self._batch_depth -= 1
-            self._index_changes()
+        with self._lock:
+            self._batch_depth += 1
+            try:
+                yield self
+            finally:
+                self._batch_depth -= 1
+                self._index_changes()
 
     def _index_changes(self) -> None:
         if self._batch_depth == 0:
@@ -205,8 +433,9 @@ class KnowledgeAgentCore:
 
     def rebuild_index(self) -> int:
         """Rebuild both indexes from SQLite (R4.5); returns the number of chunks indexed."""
-        count = self.engine.rebuild()
-        self.storage.set_meta(_INDEX_FINGERPRINT_KEY, self._fingerprint())
+        with self._lock:
+            count = self.engine.rebuild()
+            self.storage.set_meta(_INDEX_FINGERPRINT_KEY, self._fingerprint())
         return count
 
     # -- reading -------------------------------------------------------------------------
@@ -249,20 +478,23 @@ class KnowledgeAgentCore:
             updated_after=updated_after,
             updated_before=updated_before,
         )
-        return self.engine.search(
-            query,
-            limit=limit,
-            context_window=context_window,
-            filters=filters,
-            level=level,
-            mode=mode,
-            min_score=min_score,
-        )
+        with self._lock:
+            return self.engine.search(
+                query,
+                limit=limit,
+                context_window=context_window,
+                filters=filters,
+                level=level,
+                mode=mode,
+                min_score=min_score,
+            )
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the indexes and the database; safe to call twice."""
+        """Stop the watchers, release the indexes and the database; safe to call twice."""
+        for watcher in getattr(self, "_watchers", ()):
+            watcher.stop()
         for name in ("keyword_index", "semantic_searcher", "storage"):
             resource = getattr(self, name, None)
             if resource is not None:

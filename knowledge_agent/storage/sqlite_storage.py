@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+from knowledge_agent.storage.sources import SOURCES_MIGRATION, SourceTrackingMixin
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStorageManager"]
 
@@ -74,6 +75,8 @@ _MIGRATIONS: list[Migration] = [
         )""",
         "CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT)",
     ],
+    # Version 2: knowledge bases, collected roots and tracked source files.
+    SOURCES_MIGRATION,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -222,8 +225,10 @@ def _is_memory(path: str) -> bool:
     return path in ("", ":memory:")
 
 
-class SQLiteStorageManager:
+class SQLiteStorageManager(SourceTrackingMixin):
     """Items, chunks, the index journal and small settings, in one SQLite database.
+
+    Also the knowledge bases and the source files collected into them (see ``sources``).
 
     Thread-safe: one connection, every public method serialised by a re-entrant lock.
     Use as a context manager or call ``close()``.
@@ -345,6 +350,25 @@ class SQLiteStorageManager:
         conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (item_id,))
         conn.executemany(_CHUNK_INSERT, [_chunk_to_row(chunk, item_id) for chunk in chunks])
 
+    @classmethod
+    def _write_item(
+        cls, conn: sqlite3.Connection, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]
+    ) -> None:
+        """Upsert the item, replace its chunks, journal it."""
+        cls._upsert_item(conn, item)
+        cls._replace_chunks(conn, item.id, chunks)
+        cls._journal(conn, [item.id], "upsert")
+
+    @staticmethod
+    def _upsert_item(conn: sqlite3.Connection, item: KnowledgeItem) -> None:
+        # An item's knowledge base exists as soon as the item does.
+        conn.execute(
+            "INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) "
+            "ON CONFLICT(name) DO NOTHING",
+            (item.kb, item.created_at.isoformat()),
+        )
+        conn.execute(_ITEM_UPSERT, _item_to_row(item))
+
     def _by_ids(
         self,
         operation: str,
@@ -426,7 +450,7 @@ class SQLiteStorageManager:
     def save_item(self, item: KnowledgeItem) -> None:
         """Insert or update an item; its chunks are kept."""
         with self._writing("save_item") as conn:
-            conn.execute(_ITEM_UPSERT, _item_to_row(item))
+            self._upsert_item(conn, item)
             self._journal(conn, [item.id], "upsert")
 
     def get_item(self, item_id: str) -> KnowledgeItem | None:
@@ -514,9 +538,7 @@ class SQLiteStorageManager:
         """Upsert an item and replace its chunks in one transaction."""
         chunk_list = list(chunks)
         with self._writing("save_item_with_chunks") as conn:
-            conn.execute(_ITEM_UPSERT, _item_to_row(item))
-            self._replace_chunks(conn, item.id, chunk_list)
-            self._journal(conn, [item.id], "upsert")
+            self._write_item(conn, item, chunk_list)
         for chunk in chunk_list:
             chunk.item_id = item.id
 
@@ -561,10 +583,14 @@ class SQLiteStorageManager:
         )
         return (_row_to_chunk(row) for row in rows)
 
-    def count_chunks(self, *, kb: str | None = None) -> int:
-        """How many chunks (of items in one kb, if given)."""
+    def count_chunks(self, *, kb: str | None = None, item_id: str | None = None) -> int:
+        """How many chunks (of one item, or of the items in one kb, if given)."""
         with self._reading("count_chunks") as conn:
-            if kb is None:
+            if item_id is not None:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM knowledge_chunks WHERE item_id = ?", (item_id,)
+                ).fetchone()
+            elif kb is None:
                 row = conn.execute("SELECT COUNT(*) FROM knowledge_chunks").fetchone()
             else:
                 row = conn.execute(

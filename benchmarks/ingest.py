@@ -1,0 +1,133 @@
+"""Folder ingest of the tldr archive through collect_knowledge: full, re-run, one edit, one delete.
+
+    python benchmarks/ingest.py                  # tldr, worker count chosen by the package
+    python benchmarks/ingest.py --workers 1 --json ingest.json
+
+The archive (8,960 markdown pages) is unpacked into a temporary folder and collected into a
+fresh on-disk knowledge base. Each step checks the counts it must produce: a no-change re-run
+processes 0 files, an edited page exactly 1, a deleted page removes exactly 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: import the harness as the `benchmarks` package
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.datasets import default_datasets_dir
+from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.ingest import CollectReport, WalkOptions
+
+
+def unpack(archive: Path, target: Path) -> tuple[int, int]:
+    """Extract the markdown pages; returns (files, bytes)."""
+    files = size = 0
+    with tarfile.open(archive, mode="r:gz") as tar:
+        for member in tar:
+            if not member.isfile() or not member.name.endswith(".md"):
+                continue
+            handle = tar.extractfile(member)
+            if handle is None:
+                continue
+            data = handle.read()
+            path = target / member.name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            files += 1
+            size += len(data)
+    return files, size
+
+
+def timed(step: str, run) -> tuple[CollectReport, float]:
+    started = time.perf_counter()
+    report = run()
+    seconds = time.perf_counter() - started
+    print(
+        f"  {step:<22} {seconds:8.2f} s  processed {report.processed:>5}  unchanged "
+        f"{report.unchanged:>5}  removed {report.removed}  failed {len(report.failed)}",
+        file=sys.stderr,
+    )
+    return report, seconds
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise SystemExit(f"check failed: {message}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", type=Path, default=None, help="the datasets folder")
+    parser.add_argument("--workers", type=int, default=None, help="extraction processes")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = parser.parse_args(argv)
+
+    archive = (args.datasets or default_datasets_dir()) / "tldr" / "tldr-pages.tar.gz"
+    with tempfile.TemporaryDirectory(prefix="ka-ingest-") as tmp:
+        folder = Path(tmp) / "pages"
+        files, size = unpack(archive, folder)
+        print(f"tldr: {files} pages, {size / 1e6:.2f} MB", file=sys.stderr)
+        with KnowledgeAgentCore(Path(tmp) / "kb", workers=args.workers) as core:
+            options = WalkOptions(include_hidden=True)  # tldr has pages named `..md`
+            full, full_s = timed(
+                "full ingest", lambda: core.collect_knowledge(folder, walk_options=options)
+            )
+            check(full.processed == files and not full.failed, "every page processed")
+            rerun, rerun_s = timed(
+                "no-change re-run", lambda: core.collect_knowledge(folder, walk_options=options)
+            )
+            check(rerun.processed == 0 and rerun.unchanged == files, "re-run processes 0")
+
+            page = sorted(folder.rglob("*.md"))[100]
+            page.write_text(page.read_text("utf-8") + "\n- Quokka mode:\n\n`quokka`\n", "utf-8")
+            stat = page.stat()
+            os.utime(page, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+            edit, edit_s = timed(
+                "one page edited", lambda: core.collect_knowledge(folder, walk_options=options)
+            )
+            check(edit.processed == 1, "an edit processes exactly 1")
+            check(core.search("quokka mode")[0].item.source_uri == str(page), "edit searchable")
+
+            page.unlink()
+            delete, delete_s = timed(
+                "one page deleted", lambda: core.collect_knowledge(folder, walk_options=options)
+            )
+            check(delete.removed == 1 and delete.processed == 0, "a delete removes exactly 1")
+            chunks = core.storage.count_chunks()
+
+    figures = {
+        "files": files,
+        "megabytes": round(size / 1e6, 3),
+        "chunks": chunks,
+        "workers": args.workers or min(4, os.cpu_count() or 1),
+        "full_s": round(full_s, 2),
+        "files_per_s": round(files / full_s, 1),
+        "mb_per_s": round(size / 1e6 / full_s, 3),
+        "chunks_per_s": round(full.chunks_added / full_s, 1),
+        "rerun_s": round(rerun_s, 2),
+        "edit_s": round(edit_s, 2),
+        "delete_s": round(delete_s, 2),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+    }
+    print()
+    print("| figure | value |")
+    print("|---|---|")
+    for name, value in figures.items():
+        print(f"| {name} | {value} |")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

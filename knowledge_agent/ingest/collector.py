@@ -1,0 +1,367 @@
+"""Collector: bring a knowledge base in line with the files under a root.
+
+A run walks the root, compares every file with its tracked source row (size and mtime
+first, then a content hash), extracts the new and changed files — in worker processes
+when there are many — and writes each one to SQLite in its own transaction together with
+its source row. Files that disappeared are removed. The search indexes are not touched
+here: the caller syncs them once, from the journal, after the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from knowledge_agent.analysis import detect_language
+from knowledge_agent.chunking import ChunkConfig
+from knowledge_agent.errors import IngestError, UnsupportedSourceError
+from knowledge_agent.ingest.doc_types import doc_type_for
+from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
+from knowledge_agent.ingest.walker import FoundFile, WalkOptions, walk
+from knowledge_agent.models import KnowledgeItem
+from knowledge_agent.models.knowledge_item import utc_now
+from knowledge_agent.processors import ProcessedDocument, process_bytes
+from knowledge_agent.storage import SQLiteStorageManager
+from knowledge_agent.storage.sources import SourceRecord
+
+__all__ = ["Collector", "ProgressCallback"]
+
+logger = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[CollectProgress], None]
+
+# Below this many files, starting worker processes costs more than it saves.
+_PARALLEL_THRESHOLD = 32
+# Jobs in flight at once: bounds the extracted documents held in memory.
+_WINDOW = 256
+
+
+@dataclass(frozen=True)
+class _Job:
+    path: str
+    config: ChunkConfig
+    known_hash: str
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    path: str
+    content_hash: str = ""
+    document: ProcessedDocument | None = None
+    error: IngestError | None = None
+
+    @property
+    def unchanged(self) -> bool:
+        return self.document is None and self.error is None
+
+
+def _extract(job: _Job) -> _Outcome:
+    """Read, hash and process one file; runs in a worker process. Never raises."""
+    try:
+        data = Path(job.path).read_bytes()
+    except OSError as exc:
+        return _Outcome(job.path, error=IngestError(job.path, exc.strerror or str(exc)))
+    digest = hashlib.sha256(data).hexdigest()
+    if digest == job.known_hash:
+        return _Outcome(job.path, digest)
+    try:
+        return _Outcome(job.path, digest, document=process_bytes(data, job.path, job.config))
+    except IngestError as exc:
+        return _Outcome(job.path, digest, error=exc)
+    except Exception as exc:  # a processor bug must not stop the folder
+        logger.exception("processing %s failed", job.path)
+        return _Outcome(
+            job.path, digest, error=IngestError(job.path, f"{type(exc).__name__}: {exc}")
+        )
+
+
+def _mtime_iso(mtime_ns: int) -> str:
+    return datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc).isoformat()
+
+
+class Collector:
+    """Collects files into one SQLite store; see the module docstring."""
+
+    def __init__(
+        self,
+        storage: SQLiteStorageManager,
+        chunk_config: ChunkConfig,
+        *,
+        doc_type_rules: Mapping[str, str] | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self.storage = storage
+        self.chunk_config = chunk_config
+        self.doc_type_rules = doc_type_rules
+        self.workers = workers if workers is not None else min(4, os.cpu_count() or 1)
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def collect(
+        self,
+        kb: str,
+        root: str,
+        options: WalkOptions,
+        *,
+        full: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> CollectReport:
+        """Index new and changed files under ``root``, remove vanished ones.
+
+        A missing root raises ``IngestError``. With ``full``, every file is re-extracted.
+        """
+        started = time.perf_counter()
+        report = CollectReport(kb=kb)
+        found = list(walk(root, options))
+        known = self.storage.get_sources(kb, root)
+        present = {str(file.path) for file in found}
+        vanished = [path for path in known if path not in present]
+        self._run(kb, root, found, known, vanished, options, full, report, progress)
+        report.duration_s = time.perf_counter() - started
+        return report
+
+    def apply_changes(
+        self,
+        kb: str,
+        root: str,
+        options: WalkOptions,
+        changed: Iterable[Path],
+        deleted: Iterable[Path],
+        progress: ProgressCallback | None = None,
+    ) -> CollectReport:
+        """Index these changed files and remove these deleted ones (the watcher's path)."""
+        started = time.perf_counter()
+        report = CollectReport(kb=kb)
+        found: list[FoundFile] = []
+        gone = {str(path) for path in deleted}
+        for path in changed:
+            try:
+                stat = path.stat()
+            except OSError:
+                gone.add(str(path))
+                continue
+            found.append(
+                FoundFile(
+                    path=path,
+                    relative=path.name if path == Path(root) else path.relative_to(root).as_posix(),
+                    size=stat.st_size,
+                    mtime_ns=stat.st_mtime_ns,
+                    too_large=stat.st_size > options.max_file_size,
+                )
+            )
+        known = self.storage.get_sources(kb, root)
+        vanished = [path for path in gone if path in known]
+        self._run(kb, root, found, known, vanished, options, False, report, progress)
+        report.duration_s = time.perf_counter() - started
+        return report
+
+    def remove_missing_root(self, kb: str, root: str, report: CollectReport) -> None:
+        """A collected single file that no longer exists: drop its item and its root."""
+        for path in self.storage.get_sources(kb, root):
+            self._remove(kb, path, report)
+            report.removed += 1
+        self.storage.delete_root(kb, root)
+
+    # -- the pipeline ------------------------------------------------------------------------
+
+    def _run(
+        self,
+        kb: str,
+        root: str,
+        found: Sequence[FoundFile],
+        known: dict[str, SourceRecord],
+        vanished: Sequence[str],
+        options: WalkOptions,
+        full: bool,
+        report: CollectReport,
+        progress: ProgressCallback | None,
+    ) -> None:
+        total = len(found) + len(vanished)
+        bytes_total = sum(f.size for f in found)
+        done = bytes_done = 0
+
+        def step(path: str, status: str, size: int = 0) -> None:
+            nonlocal done, bytes_done
+            done += 1
+            bytes_done += size
+            if progress is not None:
+                progress(CollectProgress(path, status, done, total, bytes_done, bytes_total))
+
+        for path in vanished:
+            self._remove(kb, path, report)
+            report.removed += 1
+            step(path, "removed")
+
+        todo: list[tuple[FoundFile, SourceRecord | None]] = []
+        for file in found:
+            record = known.get(str(file.path))
+            if file.too_large:
+                reason = (
+                    f"{_size_text(file.size)} is over the {_size_text(options.max_file_size)} limit"
+                )
+                self._skip(kb, root, file, record, reason, report)
+                step(str(file.path), "skipped", file.size)
+            elif not full and record is not None and _same_stat(record, file):
+                report.unchanged += 1
+                step(str(file.path), "unchanged", file.size)
+            else:
+                todo.append((file, record))
+
+        records = {str(file.path): (file, record) for file, record in todo}
+        jobs = [
+            _Job(
+                str(file.path), self.chunk_config, "" if full or not record else record.content_hash
+            )
+            for file, record in todo
+        ]
+        for outcome in self._extract_all(jobs):
+            file, record = records[outcome.path]
+            status = self._store(kb, root, file, record, outcome, report)
+            step(outcome.path, status, file.size)
+
+    def _extract_all(self, jobs: list[_Job]) -> Iterator[_Outcome]:
+        """Outcomes in job order; worker processes when there are many jobs."""
+        if self.workers <= 1 or len(jobs) < _PARALLEL_THRESHOLD:
+            yield from map(_extract, jobs)
+            return
+        position = 0
+        try:
+            with ProcessPoolExecutor(max_workers=self.workers) as executor:
+                while position < len(jobs):
+                    window = jobs[position : position + _WINDOW]
+                    for outcome in executor.map(_extract, window, chunksize=4):
+                        position += 1
+                        yield outcome
+        except (BrokenProcessPool, OSError) as exc:
+            logger.warning("worker processes failed (%s); extracting in this process", exc)
+            yield from map(_extract, jobs[position:])
+
+    def _store(
+        self,
+        kb: str,
+        root: str,
+        file: FoundFile,
+        record: SourceRecord | None,
+        outcome: _Outcome,
+        report: CollectReport,
+    ) -> str:
+        path = str(file.path)
+        base = SourceRecord(
+            kb=kb,
+            path=path,
+            root=root,
+            size=file.size,
+            mtime_ns=file.mtime_ns,
+            status="indexed",
+            item_id=record.item_id if record else None,
+            content_hash=outcome.content_hash,
+        )
+        if outcome.unchanged:
+            # Touched but not changed: remember the new mtime so the hash is not read again.
+            self.storage.save_source(replace(base, status=record.status if record else "indexed"))
+            report.unchanged += 1
+            return "unchanged"
+        error = outcome.error
+        if isinstance(error, UnsupportedSourceError):
+            self._skip(kb, root, file, record, error.reason, report)
+            return "skipped"
+        if error is not None:
+            # Keep what was indexed before (the failure may be passing); no size, mtime or
+            # hash to compare against makes the next run try again.
+            logger.warning("could not ingest %s: %s", path, error.reason)
+            self.storage.save_source(
+                replace(
+                    base, size=-1, mtime_ns=0, content_hash="", status="failed", error=error.reason
+                )
+            )
+            report.failed.append(FileIssue(path, error.reason))
+            return "failed"
+        assert outcome.document is not None
+        item, chunk_count = self._item(kb, root, file, record, outcome.document)
+        old_chunks = self.storage.count_chunks(item_id=item.id) if record else 0
+        self.storage.save_source_item(replace(base, item_id=item.id), item, outcome.document.chunks)
+        report.processed += 1
+        report.chunks_added += chunk_count
+        report.chunks_removed += old_chunks
+        report.bytes_processed += file.size
+        report.item_ids.append(item.id)
+        return "processed"
+
+    def _item(
+        self,
+        kb: str,
+        root: str,
+        file: FoundFile,
+        record: SourceRecord | None,
+        document: ProcessedDocument,
+    ) -> tuple[KnowledgeItem, int]:
+        existing = self.storage.get_item(record.item_id) if record and record.item_id else None
+        now = utc_now()
+        metadata = dict(document.metadata)
+        metadata.update(
+            {
+                "relative_path": file.relative,
+                "root": root,
+                "size": file.size,
+                "modified_at": _mtime_iso(file.mtime_ns),
+            }
+        )
+        item = KnowledgeItem(
+            title=document.title or file.path.name,
+            content=document.content,
+            source_type=document.source_type,
+            source_uri=str(file.path),
+            content_type=document.content_type,
+            doc_type=doc_type_for(file.relative, Path(root).name, self.doc_type_rules),
+            language=document.language or detect_language(document.content),
+            tags=list(document.tags),
+            metadata=metadata,
+            kb=kb,
+            created_at=existing.created_at if existing else now,
+            updated_at=now,
+        )
+        if existing is not None:
+            item.id = existing.id
+        return item, len(document.chunks)
+
+    def _skip(
+        self,
+        kb: str,
+        root: str,
+        file: FoundFile,
+        record: SourceRecord | None,
+        reason: str,
+        report: CollectReport,
+    ) -> None:
+        path = str(file.path)
+        if record is not None and record.item_id:
+            self._remove(kb, path, report)
+        self.storage.save_source(
+            SourceRecord(kb, path, root, file.size, file.mtime_ns, "skipped", error=reason)
+        )
+        report.skipped.append(FileIssue(path, reason))
+
+    def _remove(self, kb: str, path: str, report: CollectReport) -> None:
+        record = self.storage.get_source(kb, path)
+        if record is not None and record.item_id:
+            report.chunks_removed += self.storage.count_chunks(item_id=record.item_id)
+        self.storage.delete_source(kb, path)
+
+
+def _size_text(size: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
+
+
+def _same_stat(record: SourceRecord, file: FoundFile) -> bool:
+    return record.size == file.size and record.mtime_ns == file.mtime_ns

@@ -1,0 +1,35 @@
+"""A document's type (adr, runbook, spec, guide, …) from the folders it sits in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+
+__all__ = ["DEFAULT_DOC_TYPE_RULES", "doc_type_for"]
+
+# Folder name (lower case) → doc type.
+DEFAULT_DOC_TYPE_RULES: Mapping[str, str] = {
+    "adr": "adr",
+    "adrs": "adr",
+    "decisions": "adr",
+    "runbook": "runbook",
+    "runbooks": "runbook",
+    "playbooks": "runbook",
+    "spec": "spec",
+    "specs": "spec",
+    "specifications": "spec",
+    "guide": "guide",
+    "guides": "guide",
+    "howto": "guide",
+    "tutorials": "guide",
+}
+
+
+def doc_type_for(relative: str, root_name: str = "", rules: Mapping[str, str] | None = None) -> str:
+    """The doc type of a file from its nearest matching folder, else the root's name, else ""."""
+    table = DEFAULT_DOC_TYPE_RULES if rules is None else rules
+    for folder in [*reversed(PurePosixPath(relative).parts[:-1]), root_name]:
+        found = table.get(folder.lower())
+        if found:
+            return found
+    return ""

@@ -1,0 +1,571 @@
+"""File discovery for folder ingest: which files under a root should be indexed.
+
+``walk(root)`` yields every file a folder ingest should look at, in a deterministic order
+(sorted by relative path), and ``is_included(root, path)`` answers the same question for one
+path (the watcher uses it for single changed files). Both share one rule engine, so they agree:
+
+1. dot-files and dot-folders are skipped unless ``include_hidden`` (``.gitignore`` never
+   yielded);
+2. the default excludes (build output, caches, VCS folders, minified assets, virtualenvs — any
+   folder holding a ``pyvenv.cfg``) plus the caller's ``exclude`` patterns, one gitignore-style
+   list relative to the root, so a caller's ``!dist/`` can re-include a default;
+3. ``.gitignore`` files in the root and every subfolder, each applying to its own folder, the
+   deepest deciding, plus ``.git/info/exclude`` of the root as the weakest level;
+4. for files only: when ``include`` patterns are given, the file must match one of them.
+
+Excluded folders are pruned, never descended into, so a gitignore negation cannot re-include a
+file inside an excluded folder (as in git). Pattern matching is ``pathspec``'s GitIgnoreSpec.
+
+Symlinks are followed once (``follow_symlinks``): every real directory and file is visited at
+most once, the first in walk order wins, so a link loop terminates and a second link to a
+visited file is not yielded again. Hard links to one file count as the same file. With
+``follow_symlinks=False`` symlinks are skipped altogether.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pathspec import GitIgnoreSpec
+
+from knowledge_agent.errors import ConfigError, IngestError
+
+__all__ = ["DEFAULT_EXCLUDES", "FoundFile", "WalkOptions", "is_included", "walk"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_EXCLUDES: tuple[str, ...] = (
+    # version control
+    ".git/",
+    ".hg/",
+    ".svn/",
+    # dependencies, environments and build output
+    "node_modules/",
+    "bower_components/",
+    "dist/",
+    "build/",
+    "__pycache__/",
+    "__pypackages__/",
+    ".venv/",
+    "venv/",
+    "site-packages/",
+    "*.egg-info/",
+    ".eggs/",
+    ".tox/",
+    ".nox/",
+    # tool caches and editor settings
+    ".mypy_cache/",
+    ".pytest_cache/",
+    ".ruff_cache/",
+    ".idea/",
+    ".vscode/",
+    # generated or junk files
+    "*.min.js",
+    "*.min.css",
+    "*.map",
+    "*.pyc",
+    "*.pyo",
+    "*.swp",
+    "*.swo",
+    "*~",
+    ".DS_Store",
+    "Thumbs.db",
+)
+"""Gitignore-style patterns skipped by default (``WalkOptions.use_default_excludes``)."""
+
+_GITIGNORE = ".gitignore"
+_VENV_MARKER = "pyvenv.cfg"
+
+
+@dataclass(frozen=True)
+class WalkOptions:
+    """What ``walk`` yields; every pattern is gitignore-style and relative to the root.
+
+    ``include`` empty means every file; ``exclude`` adds to ``DEFAULT_EXCLUDES`` (unless
+    ``use_default_excludes`` is false). Files bigger than ``max_file_size`` bytes are still
+    yielded, flagged ``too_large``, so the caller can report them as skipped.
+    """
+
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    use_default_excludes: bool = True
+    respect_gitignore: bool = True
+    include_hidden: bool = False
+    max_file_size: int = 20 * 1024 * 1024
+    follow_symlinks: bool = True
+
+    def __post_init__(self) -> None:
+        # Frozen: normalise through object.__setattr__ (lists become tuples).
+        for name in ("include", "exclude"):
+            object.__setattr__(self, name, _pattern_tuple(name, getattr(self, name)))
+        flags = ("use_default_excludes", "respect_gitignore", "include_hidden", "follow_symlinks")
+        for name in flags:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name} must be True or False, got {value!r}")
+        size = self.max_file_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ConfigError(f"max_file_size must be a non-negative number of bytes, got {size!r}")
+        # Compile once here so a bad pattern fails at construction, naming its field.
+        _compile("include", self.include)
+        _compile("exclude", self.exclude)
+
+
+@dataclass(frozen=True)
+class FoundFile:
+    """One file found by ``walk``.
+
+    ``path`` is absolute as reached under the root (``os.path.abspath``, symlinks not
+    resolved); ``relative`` is the posix path relative to the root (the file name for a
+    single-file root).
+    """
+
+    path: Path
+    relative: str
+    size: int
+    mtime_ns: int
+    too_large: bool
+
+
+def walk(root: str | os.PathLike[str], options: WalkOptions | None = None) -> Iterator[FoundFile]:
+    """Yield the files under ``root`` that a folder ingest should read, sorted by relative path.
+
+    ``root`` may be a folder or a single file; an explicitly named file is yielded whatever the
+    include/exclude rules say (only the size flag applies). A missing root raises
+    ``IngestError`` at once; unreadable subfolders are logged and skipped.
+    """
+    options = _options(options)
+    root_abs = os.path.abspath(os.fspath(root))
+    try:
+        st = os.stat(root_abs)
+    except FileNotFoundError as exc:
+        raise IngestError(str(root), "no such file or directory") from exc
+    except OSError as exc:
+        raise IngestError(str(root), exc.strerror or str(exc)) from exc
+    if stat.S_ISDIR(st.st_mode):
+        return _walk_root(root_abs, str(root), options)
+    if not stat.S_ISREG(st.st_mode):
+        raise IngestError(str(root), "not a regular file or directory")
+    found = FoundFile(
+        path=Path(root_abs),
+        relative=os.path.basename(root_abs),
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        too_large=st.st_size > options.max_file_size,
+    )
+    return iter((found,))
+
+
+def is_included(
+    root: str | os.PathLike[str], path: str | os.PathLike[str], options: WalkOptions
+) -> bool:
+    """Would ``walk(root, options)`` yield ``path``?
+
+    Checks the rules along the path only (reading the ``.gitignore`` files on the way), so it
+    is cheap for one file. One difference from ``walk``: it does not know whether another link
+    to the same real file or folder comes earlier in walk order, so a duplicate reached through
+    a second symlink is reported as included.
+    """
+    return _Checker(root, _options(options)).included(path)
+
+
+# --------------------------------------------------------------------------------------------
+# rules
+
+
+def _options(options: WalkOptions | None) -> WalkOptions:
+    """The options to use; ConfigError for anything but a WalkOptions (or None)."""
+    if options is None:
+        return WalkOptions()
+    if not isinstance(options, WalkOptions):
+        raise ConfigError(f"options must be a WalkOptions, got {options!r}")
+    return options
+
+
+def _pattern_tuple(name: str, value: object) -> tuple[str, ...]:
+    """Validate a pattern list and return it as a tuple of strings."""
+    if isinstance(value, (str, bytes)):
+        raise ConfigError(f'{name} must be a list of patterns such as ("*.md",), not {value!r}')
+    if not isinstance(value, Iterable):
+        raise ConfigError(f"{name} must be a list of patterns, got {value!r}")
+    patterns = tuple(value)
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            raise ConfigError(f"{name} patterns must be strings, got {pattern!r}")
+    return patterns
+
+
+def _compile(name: str, patterns: Iterable[str]) -> GitIgnoreSpec:
+    """Compile user patterns, mapping pathspec's errors to ConfigError."""
+    try:
+        return GitIgnoreSpec.from_lines(list(patterns))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{name}: invalid pattern: {exc}") from exc
+
+
+def _compile_file_lines(source: str, lines: list[str]) -> GitIgnoreSpec | None:
+    """Compile a .gitignore file; a bad line is logged and dropped, never fatal."""
+    try:
+        return GitIgnoreSpec.from_lines(lines)
+    except (ValueError, TypeError):
+        good = []
+        for line in lines:
+            try:
+                GitIgnoreSpec.from_lines([line])
+            except (ValueError, TypeError) as exc:
+                logger.warning("%s: ignoring invalid pattern %r: %s", source, line, exc)
+            else:
+                good.append(line)
+        return GitIgnoreSpec.from_lines(good) if good else None
+
+
+def _read_ignore_file(path: str) -> GitIgnoreSpec | None:
+    """Read one ignore file (``.gitignore`` or ``info/exclude``); None if absent or empty."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        logger.warning("cannot read %s: %s", path, exc)
+        return None
+    spec = _compile_file_lines(path, lines)
+    return spec if spec is not None and len(spec) else None
+
+
+@dataclass(frozen=True)
+class _Level:
+    """One ignore file: ``prefix`` is its folder relative to the root, "" or ending in "/"."""
+
+    prefix: str
+    spec: GitIgnoreSpec
+
+
+class _Rules:
+    """The compiled form of a WalkOptions: answers "skip this entry?" for walk and is_included."""
+
+    def __init__(self, options: WalkOptions) -> None:
+        self.options = options
+        excludes = (DEFAULT_EXCLUDES if options.use_default_excludes else ()) + options.exclude
+        self.exclude = _compile("exclude", excludes) if excludes else None
+        self.include = _compile("include", options.include) if options.include else None
+
+    def root_levels(self, root_abs: str) -> tuple[_Level, ...]:
+        """The ignore levels that apply at the root: info/exclude (weakest), then .gitignore."""
+        if not self.options.respect_gitignore:
+            return ()
+        levels: list[_Level] = []
+        info = _read_ignore_file(os.path.join(root_abs, ".git", "info", "exclude"))
+        if info is not None:
+            levels.append(_Level("", info))
+        own = _read_ignore_file(os.path.join(root_abs, _GITIGNORE))
+        if own is not None:
+            levels.append(_Level("", own))
+        return tuple(levels)
+
+    def child_levels(
+        self, dir_abs: str, prefix: str, levels: tuple[_Level, ...]
+    ) -> tuple[_Level, ...]:
+        """``levels`` plus the .gitignore of a subfolder (``prefix`` = its relative path + "/")."""
+        if not self.options.respect_gitignore:
+            return levels
+        spec = _read_ignore_file(os.path.join(dir_abs, _GITIGNORE))
+        return levels if spec is None else (*levels, _Level(prefix, spec))
+
+    def skips(self, name: str, rel: str, is_dir: bool, levels: tuple[_Level, ...]) -> bool:
+        """Whether an entry below the root is left out (folders: pruned with all they hold)."""
+        if name.startswith(".") and not self.options.include_hidden:
+            return True
+        if name == _GITIGNORE and not is_dir:
+            return True  # a rule file, never content, even with include_hidden
+        probe = rel + "/" if is_dir else rel  # a trailing slash lets "build/" match folders only
+        if self.exclude is not None and self.exclude.check_file(probe).include:
+            return True
+        # The deepest .gitignore with an opinion decides (git's precedence).
+        for level in reversed(levels):
+            verdict = level.spec.check_file(probe[len(level.prefix) :]).include
+            if verdict is not None:
+                if verdict:
+                    return True
+                break
+        if is_dir:
+            return False
+        return self.include is not None and not self.include.check_file(rel).include
+
+
+# --------------------------------------------------------------------------------------------
+# walking
+
+
+def _identity(path: str, st: os.stat_result | None = None) -> tuple[int, int] | None:
+    """(device, inode) of the real file behind ``path``; None where the OS gives no inode."""
+    if st is None or st.st_ino == 0:  # DirEntry.stat() on Windows leaves st_ino at 0
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+    return (st.st_dev, st.st_ino) if st.st_ino else None
+
+
+@dataclass
+class _Frame:
+    """A folder on the walk stack: its sorted entries not yet handled."""
+
+    prefix: str
+    levels: tuple[_Level, ...]
+    entries: Iterator[tuple[os.DirEntry[str], bool]]
+
+
+def _walk_root(root_abs: str, shown: str, options: WalkOptions) -> Iterator[FoundFile]:
+    """Walk a root folder (the generator behind ``walk``)."""
+    rules = _Rules(options)
+    visited: set[tuple[int, int]] = set()
+    ident = _identity(root_abs)
+    if ident is not None:
+        visited.add(ident)
+    try:
+        entries = _scan(root_abs, options, at_root=True, strict=True)
+    except OSError as exc:
+        raise IngestError(shown, exc.strerror or str(exc)) from exc
+    yield from _walk_from(root_abs, "", rules.root_levels(root_abs), entries, rules, visited)
+
+
+def _walk_from(
+    dir_abs: str,
+    prefix: str,
+    levels: tuple[_Level, ...],
+    entries: list[tuple[os.DirEntry[str], bool]] | None,
+    rules: _Rules,
+    visited: set[tuple[int, int]],
+) -> Iterator[FoundFile]:
+    """Depth-first walk from one folder whose entries are already scanned.
+
+    An explicit stack instead of recursion: deep trees neither hit the recursion limit nor pay
+    a ``yield from`` chain per file.
+    """
+    if entries is None:
+        return
+    options = rules.options
+    stack = [_Frame(prefix, levels, iter(entries))]
+    while stack:
+        frame = stack[-1]
+        item = next(frame.entries, None)
+        if item is None:
+            stack.pop()
+            continue
+        entry, is_dir = item
+        rel = frame.prefix + entry.name
+        if rules.skips(entry.name, rel, is_dir, frame.levels):
+            continue
+        if is_dir:
+            ident = _identity(entry.path)
+            if ident is not None:
+                if ident in visited:
+                    continue  # a link loop, or a second way into a folder already walked
+                visited.add(ident)
+            children = _scan(entry.path, options, at_root=False, strict=False)
+            if children is None:
+                continue
+            child_prefix = rel + "/"
+            child_levels = rules.child_levels(entry.path, child_prefix, frame.levels)
+            stack.append(_Frame(child_prefix, child_levels, iter(children)))
+            continue
+        try:
+            st = entry.stat()
+        except OSError as exc:  # vanished, or a dangling link
+            logger.debug("skipping %s: %s", entry.path, exc)
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue  # sockets, FIFOs and devices are never content
+        ident = _identity(entry.path, st)
+        if ident is not None:
+            if ident in visited:  # files and folders share one identity set
+                continue
+            visited.add(ident)
+        yield FoundFile(
+            path=Path(entry.path),
+            relative=rel,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            too_large=st.st_size > options.max_file_size,
+        )
+
+
+def _scan(
+    dir_abs: str, options: WalkOptions, *, at_root: bool, strict: bool
+) -> list[tuple[os.DirEntry[str], bool]] | None:
+    """List a folder as (entry, is_dir) sorted in walk order; None when it is skipped.
+
+    Sorting folders by ``name + "/"`` makes depth-first order equal to sorting the full
+    relative paths. A folder holding ``pyvenv.cfg`` is a virtualenv (default excludes only;
+    the root itself is never skipped: it was named explicitly). With ``strict`` an unreadable
+    folder raises; otherwise it is logged and skipped.
+    """
+    try:
+        with os.scandir(dir_abs) as scanner:
+            raw = list(scanner)
+    except OSError as exc:
+        if strict:
+            raise
+        logger.warning("skipping unreadable folder %s: %s", dir_abs, exc)
+        return None
+    keyed: list[tuple[str, os.DirEntry[str], bool]] = []
+    for entry in raw:
+        try:
+            if (
+                entry.name == _VENV_MARKER
+                and not at_root
+                and options.use_default_excludes
+                and entry.is_file()
+            ):
+                logger.debug("skipping virtualenv %s", dir_abs)
+                return None
+            if entry.is_symlink() and not options.follow_symlinks:
+                continue
+            is_dir = entry.is_dir()
+        except OSError as exc:
+            logger.debug("skipping %s: %s", entry.path, exc)
+            continue
+        keyed.append((entry.name + "/" if is_dir else entry.name, entry, is_dir))
+    keyed.sort(key=lambda item: item[0])
+    return [(entry, is_dir) for _, entry, is_dir in keyed]
+
+
+class _Checker:
+    """Rule checks for single paths under one root, caching each folder's verdict.
+
+    Reused by the watcher for one batch of changes; a new checker sees edited .gitignore files.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], options: WalkOptions) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self.rules = _Rules(options)
+        self.root_is_dir = os.path.isdir(self.root)
+        # folder (absolute) -> (levels, identities of the folders leading to it), None = skipped
+        self._folders: dict[str, tuple[tuple[_Level, ...], frozenset[tuple[int, int]]] | None] = {}
+
+    def relative_parts(self, path: str | os.PathLike[str]) -> list[str] | None:
+        """Path components of ``path`` below the root, or None when it is not below it."""
+        try:
+            rel = os.path.relpath(os.path.abspath(os.fspath(path)), self.root)
+        except ValueError:  # another drive on Windows
+            return None
+        parts = rel.split(os.sep)
+        if rel == os.curdir or parts[0] == os.pardir:
+            return None
+        return parts
+
+    def surely_excluded(self, path: str | os.PathLike[str]) -> bool:
+        """True when a folder on the way to ``path`` is pruned by name alone.
+
+        Looks at the hidden rule and the exclude patterns only, never at the disk or at
+        .gitignore files, so it is cheap and also works for paths that no longer exist: the
+        watcher uses it to drop events from excluded folders before they count as activity.
+        False means "maybe": ``included`` has the final word.
+        """
+        if not self.root_is_dir:
+            return os.path.abspath(os.fspath(path)) != self.root
+        parts = self.relative_parts(path)
+        if parts is None:
+            return True
+        return any(
+            self.rules.skips(name, "/".join(parts[: i + 1]), True, ())
+            for i, name in enumerate(parts[:-1])
+        )
+
+    def folder(
+        self, parts: list[str]
+    ) -> tuple[tuple[_Level, ...], frozenset[tuple[int, int]]] | None:
+        """(ignore levels, folder identities on the way) for a folder below the root, or None.
+
+        None when walk would never enter that folder (excluded, hidden, a virtualenv, a
+        symlink loop, unreadable or not a folder at all).
+        """
+        key = os.path.join(self.root, *parts)
+        if key in self._folders:
+            return self._folders[key]
+        if not parts:
+            ident = _identity(self.root)
+            result = (self.rules.root_levels(self.root), frozenset([ident] if ident else []))
+            self._folders[key] = result
+            return result
+        parent = self.folder(parts[:-1])
+        result = None if parent is None else self._enter(key, parts, *parent)
+        self._folders[key] = result
+        return result
+
+    def _enter(
+        self,
+        dir_abs: str,
+        parts: list[str],
+        levels: tuple[_Level, ...],
+        idents: frozenset[tuple[int, int]],
+    ) -> tuple[tuple[_Level, ...], frozenset[tuple[int, int]]] | None:
+        """The folder step of ``folder``: mirror exactly what walk checks before descending."""
+        options = self.rules.options
+        if os.path.islink(dir_abs) and not options.follow_symlinks:
+            return None
+        if not os.path.isdir(dir_abs):
+            return None
+        rel = "/".join(parts)
+        if self.rules.skips(parts[-1], rel, True, levels):
+            return None
+        ident = _identity(dir_abs)
+        if ident is not None:
+            if ident in idents:
+                return None
+            idents = idents | {ident}
+        if options.use_default_excludes and os.path.isfile(os.path.join(dir_abs, _VENV_MARKER)):
+            return None
+        if not os.access(dir_abs, os.R_OK | os.X_OK):
+            return None
+        return self.rules.child_levels(dir_abs, rel + "/", levels), idents
+
+    def included(self, path: str | os.PathLike[str]) -> bool:
+        """Would walk(root) yield ``path``? (See ``is_included``.)"""
+        path_abs = os.path.abspath(os.fspath(path))
+        if not self.root_is_dir:
+            return path_abs == self.root and os.path.isfile(path_abs)
+        parts = self.relative_parts(path_abs)
+        if parts is None:
+            return False
+        found = self.folder(parts[:-1])
+        if found is None:
+            return False
+        options = self.rules.options
+        if os.path.islink(path_abs) and not options.follow_symlinks:
+            return False
+        try:
+            st = os.stat(path_abs)
+        except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        return not self.rules.skips(parts[-1], "/".join(parts), False, found[0])
+
+    def walk_below(self, directory: str | os.PathLike[str]) -> Iterator[FoundFile]:
+        """What walk(root) would yield inside ``directory`` (a folder below the root).
+
+        Files elsewhere in the tree are not walked, so the one-visit rule for duplicate links
+        only holds within ``directory``.
+        """
+        if not self.root_is_dir:
+            return
+        parts = self.relative_parts(directory)
+        if parts is None:
+            if os.path.abspath(os.fspath(directory)) != self.root:
+                return
+            parts = []
+        found = self.folder(parts)
+        if found is None:
+            return
+        levels, idents = found
+        dir_abs = os.path.join(self.root, *parts)
+        entries = _scan(dir_abs, self.rules.options, at_root=not parts, strict=False)
+        prefix = "/".join(parts) + "/" if parts else ""
+        yield from _walk_from(dir_abs, prefix, levels, entries, self.rules, set(idents))

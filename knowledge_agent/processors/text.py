@@ -1,0 +1,172 @@
+"""Plain text, Markdown, structured data files and logs: decoded and chunked as text."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from knowledge_agent.processors.base import (
+    BaseDataSourceProcessor,
+    Extraction,
+    file_name,
+    file_stem,
+)
+from knowledge_agent.processors.encoding import decode_bytes
+from knowledge_agent.processors.front_matter import parse_front_matter
+
+__all__ = ["DataProcessor", "LogProcessor", "MarkdownProcessor", "TextProcessor"]
+
+_H1 = re.compile(r"[ ]{0,3}#[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*")
+_SETEXT_H1 = re.compile(r"[ ]{0,3}=+[ \t]*")
+_FENCE = re.compile(r"[ ]{0,3}(`{3,}|~{3,})")
+_TAG_KEYS = ("tags", "keywords")
+
+
+class TextProcessor(BaseDataSourceProcessor):
+    """Plain text; the title is the file name without its extension."""
+
+    name = "text"
+    extensions = frozenset({".txt", ".text"})
+    source_type = "text"
+    content_type = "text/plain"
+
+    def extract(self, data: bytes, path: str) -> Extraction:
+        text, encoding = decode_bytes(data)
+        return Extraction(content=text, title=file_stem(path), metadata={"encoding": encoding})
+
+
+class MarkdownProcessor(BaseDataSourceProcessor):
+    """Markdown with optional YAML front matter.
+
+    Title: front matter ``title``, else the first ``# H1`` outside code fences, else the
+    file stem. ``tags`` / ``keywords`` become the item's tags; the other front matter
+    fields go to ``metadata["front_matter"]``. The content keeps the front matter text:
+    the chunker recognises it and it is part of the file a citation points into.
+    """
+
+    name = "markdown"
+    extensions = frozenset({".md", ".markdown", ".mdown", ".mkd", ".mkdn", ".mdx"})
+    source_type = "markdown"
+    content_type = "text/markdown"
+
+    def extract(self, data: bytes, path: str) -> Extraction:
+        text, encoding = decode_bytes(data)
+        front_matter, body_start = parse_front_matter(text)
+        title = _text_value(front_matter.get("title")) or first_h1(text[body_start:])
+        metadata: dict[str, Any] = {"encoding": encoding}
+        rest = {
+            key: value
+            for key, value in front_matter.items()
+            if key != "title" and key not in _TAG_KEYS
+        }
+        if rest:
+            metadata["front_matter"] = rest
+        return Extraction(
+            content=text,
+            title=title or file_stem(path),
+            tags=_tags(front_matter),
+            metadata=metadata,
+        )
+
+
+class DataProcessor(BaseDataSourceProcessor):
+    """Structured data and configuration files, indexed as text; the title is the file name."""
+
+    name = "data"
+    extensions = frozenset(
+        {
+            ".json",
+            ".jsonl",
+            ".ndjson",
+            ".yaml",
+            ".yml",
+            ".csv",
+            ".tsv",
+            ".toml",
+            ".ini",
+            ".cfg",
+            ".conf",
+            ".properties",
+            ".xml",
+        }
+    )
+    source_type = "data"
+    content_type = "text/plain"
+
+    _CONTENT_TYPES: ClassVar[dict[str, str]] = {
+        ".json": "application/json",
+        ".jsonl": "application/jsonl",
+        ".ndjson": "application/x-ndjson",
+        ".yaml": "application/yaml",
+        ".yml": "application/yaml",
+        ".csv": "text/csv",
+        ".tsv": "text/tab-separated-values",
+        ".toml": "application/toml",
+        ".xml": "application/xml",
+    }
+
+    def extract(self, data: bytes, path: str) -> Extraction:
+        text, encoding = decode_bytes(data)
+        name = file_name(path)
+        extension = _extension(name)
+        return Extraction(
+            content=text,
+            title=name,
+            content_type=self._CONTENT_TYPES.get(extension, self.content_type),
+            metadata={"encoding": encoding, "format": extension.lstrip(".") or "text"},
+        )
+
+
+class LogProcessor(BaseDataSourceProcessor):
+    """Log files, indexed as text; the title is the file name."""
+
+    name = "log"
+    extensions = frozenset({".log"})
+    source_type = "log"
+    content_type = "text/plain"
+
+    def extract(self, data: bytes, path: str) -> Extraction:
+        text, encoding = decode_bytes(data)
+        return Extraction(content=text, title=file_name(path), metadata={"encoding": encoding})
+
+
+def first_h1(text: str) -> str:
+    """The first level-1 heading (``# Title`` or ``Title`` over ``=====``) outside fenced
+    code, else ``""``."""
+    fence = ""
+    previous = ""  # the line before, if it could be the text of a setext heading
+    for line in text.split("\n"):
+        match = _FENCE.match(line)
+        if fence:
+            if match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence):
+                fence = ""
+            continue
+        if match:
+            fence, previous = match.group(1), ""
+            continue
+        heading = _H1.fullmatch(line)
+        if heading:
+            return heading.group(1).strip()
+        if previous and _SETEXT_H1.fullmatch(line):
+            return previous
+        previous = line.strip() if not line[:4].isspace() else ""
+    return ""
+
+
+def _text_value(value: object) -> str:
+    return str(value).strip() if isinstance(value, (str, int, float)) else ""
+
+
+def _tags(front_matter: dict[str, Any]) -> list[str]:
+    """Tags from ``tags`` and ``keywords``: a list, or a comma-separated string."""
+    tags: list[str] = []
+    for key in _TAG_KEYS:
+        value = front_matter.get(key)
+        items = value if isinstance(value, list) else str(value or "").split(",")
+        tags.extend(str(item).strip() for item in items if item is not None and str(item).strip())
+    return list(dict.fromkeys(tags))
+
+
+def _extension(name: str) -> str:
+    dot = name.rfind(".")
+    return name[dot:].lower() if dot > 0 else ""

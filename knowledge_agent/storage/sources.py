@@ -1,0 +1,380 @@
+"""Knowledge bases and tracked source files, stored beside the items they produced.
+
+A *root* is what a user asked to collect (a folder or a file, with its walk options); a
+*source* is one file found under a root, with the size, mtime and content hash it had
+when it was last indexed. Re-running a collection compares the disk against these rows.
+A source row is deleted with its item (``ON DELETE CASCADE``), so a deleted item comes
+back on the next sync of its root.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from knowledge_agent.errors import StorageError
+from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+from knowledge_agent.models.knowledge_item import utc_now
+
+__all__ = ["SOURCES_MIGRATION", "KnowledgeBaseInfo", "SourceRecord", "SourceRoot"]
+
+SOURCE_STATUSES = ("indexed", "skipped", "failed")
+
+SOURCES_MIGRATION = [
+    """CREATE TABLE knowledge_bases (
+        name TEXT PRIMARY KEY,
+        description TEXT NOT NULL DEFAULT '',
+        created_at TEXT NOT NULL
+    )""",
+    # Knowledge bases that items already name become rows, so listing them is one query.
+    """INSERT INTO knowledge_bases (name, created_at)
+        SELECT kb, MIN(created_at) FROM knowledge_items GROUP BY kb""",
+    """CREATE TABLE source_roots (
+        kb TEXT NOT NULL REFERENCES knowledge_bases(name) ON DELETE CASCADE,
+        root TEXT NOT NULL,
+        options TEXT NOT NULL DEFAULT '{}',
+        added_at TEXT NOT NULL,
+        synced_at TEXT,
+        PRIMARY KEY (kb, root)
+    )""",
+    f"""CREATE TABLE sources (
+        kb TEXT NOT NULL,
+        path TEXT NOT NULL,
+        root TEXT NOT NULL,
+        item_id TEXT REFERENCES knowledge_items(id) ON DELETE CASCADE,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        content_hash TEXT NOT NULL DEFAULT '',
+        status TEXT NOT NULL CHECK (status IN {SOURCE_STATUSES!r}),
+        error TEXT NOT NULL DEFAULT '',
+        indexed_at TEXT NOT NULL,
+        PRIMARY KEY (kb, path),
+        FOREIGN KEY (kb, root) REFERENCES source_roots(kb, root) ON DELETE CASCADE
+    )""",
+    "CREATE INDEX idx_sources_item ON sources (item_id)",
+    "CREATE INDEX idx_sources_root ON sources (kb, root)",
+]
+
+
+@dataclass(frozen=True)
+class SourceRoot:
+    """A folder or file collected into a knowledge base, with the options it was walked with."""
+
+    kb: str
+    root: str
+    options: dict[str, Any] = field(default_factory=dict)
+    added_at: datetime = field(default_factory=utc_now)
+    synced_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """One file under a root as it was when last indexed (or skipped, or failed)."""
+
+    kb: str
+    path: str
+    root: str
+    size: int
+    mtime_ns: int
+    status: str
+    item_id: str | None = None
+    content_hash: str = ""
+    error: str = ""
+    indexed_at: datetime = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True)
+class KnowledgeBaseInfo:
+    """A knowledge base with its description and counts."""
+
+    name: str
+    description: str
+    created_at: datetime
+    items: int
+    chunks: int
+    sources: int
+    roots: list[str]
+    last_indexed_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; datetimes become ISO 8601 strings."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "created_at": self.created_at.isoformat(),
+            "items": self.items,
+            "chunks": self.chunks,
+            "sources": self.sources,
+            "roots": list(self.roots),
+            "last_indexed_at": self.last_indexed_at.isoformat() if self.last_indexed_at else None,
+        }
+
+
+def _time(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise StorageError(f"corrupt timestamp {text!r}: {exc}") from exc
+
+
+def _record(row: sqlite3.Row) -> SourceRecord:
+    return SourceRecord(
+        kb=row["kb"],
+        path=row["path"],
+        root=row["root"],
+        size=row["size"],
+        mtime_ns=row["mtime_ns"],
+        status=row["status"],
+        item_id=row["item_id"],
+        content_hash=row["content_hash"],
+        error=row["error"],
+        indexed_at=_time(row["indexed_at"]) or utc_now(),
+    )
+
+
+_SOURCE_UPSERT = (
+    "INSERT INTO sources (kb, path, root, item_id, size, mtime_ns, content_hash, status, error, "
+    "indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(kb, path) DO UPDATE SET "
+    "root = excluded.root, item_id = excluded.item_id, size = excluded.size, "
+    "mtime_ns = excluded.mtime_ns, content_hash = excluded.content_hash, "
+    "status = excluded.status, error = excluded.error, indexed_at = excluded.indexed_at"
+)
+
+
+def _source_row(record: SourceRecord) -> tuple[Any, ...]:
+    return (
+        record.kb,
+        record.path,
+        record.root,
+        record.item_id,
+        record.size,
+        record.mtime_ns,
+        record.content_hash,
+        record.status,
+        record.error,
+        record.indexed_at.isoformat(),
+    )
+
+
+class SourceTrackingMixin:
+    """Knowledge-base and source-file methods of :class:`SQLiteStorageManager`."""
+
+    if TYPE_CHECKING:
+
+        def _reading(self, operation: str) -> AbstractContextManager[sqlite3.Connection]: ...
+        def _writing(self, operation: str) -> AbstractContextManager[sqlite3.Connection]: ...
+        @staticmethod
+        def _journal(conn: sqlite3.Connection, item_ids: Iterable[str], op: str) -> None: ...
+        @staticmethod
+        def _write_item(
+            conn: sqlite3.Connection, item: KnowledgeItem, chunks: list[KnowledgeChunk]
+        ) -> None: ...
+
+    # -- knowledge bases ----------------------------------------------------------------
+
+    def ensure_kb(self, name: str, description: str | None = None) -> bool:
+        """Create the knowledge base if missing (and set its description if given).
+
+        Returns True when it was created.
+        """
+        with self._writing("ensure_kb") as conn:
+            created = conn.execute(
+                "INSERT INTO knowledge_bases (name, description, created_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(name) DO NOTHING",
+                (name, description or "", utc_now().isoformat()),
+            ).rowcount
+            if description is not None and not created:
+                conn.execute(
+                    "UPDATE knowledge_bases SET description = ? WHERE name = ?",
+                    (description, name),
+                )
+        return bool(created)
+
+    def kb_names(self) -> list[str]:
+        """Every knowledge base name, sorted."""
+        with self._reading("kb_names") as conn:
+            rows = conn.execute("SELECT name FROM knowledge_bases ORDER BY name").fetchall()
+        return [row[0] for row in rows]
+
+    def kb_info(self, name: str) -> KnowledgeBaseInfo | None:
+        """One knowledge base with its counts, or None."""
+        with self._reading("kb_info") as conn:
+            row = conn.execute(
+                "SELECT name, description, created_at FROM knowledge_bases WHERE name = ?",
+                (name,),
+            ).fetchone()
+            if row is None:
+                return None
+            items = conn.execute(
+                "SELECT COUNT(*), MAX(updated_at) FROM knowledge_items WHERE kb = ?", (name,)
+            ).fetchone()
+            chunks = conn.execute(
+                "SELECT COUNT(*) FROM knowledge_chunks AS c "
+                "JOIN knowledge_items AS i ON i.id = c.item_id WHERE i.kb = ?",
+                (name,),
+            ).fetchone()[0]
+            sources = conn.execute("SELECT COUNT(*) FROM sources WHERE kb = ?", (name,))
+            source_count = sources.fetchone()[0]
+            roots = conn.execute(
+                "SELECT root FROM source_roots WHERE kb = ? ORDER BY root", (name,)
+            ).fetchall()
+        return KnowledgeBaseInfo(
+            name=row["name"],
+            description=row["description"],
+            created_at=_time(row["created_at"]) or utc_now(),
+            items=int(items[0]),
+            chunks=int(chunks),
+            sources=int(source_count),
+            roots=[root[0] for root in roots],
+            last_indexed_at=_time(items[1]),
+        )
+
+    def delete_kb(self, name: str) -> list[str]:
+        """Delete a knowledge base, its items, chunks, roots and sources; returns the item ids."""
+        with self._writing("delete_kb") as conn:
+            ids = [
+                row[0]
+                for row in conn.execute("SELECT id FROM knowledge_items WHERE kb = ?", (name,))
+            ]
+            conn.execute("DELETE FROM knowledge_items WHERE kb = ?", (name,))
+            conn.execute("DELETE FROM knowledge_bases WHERE name = ?", (name,))
+            self._journal(conn, ids, "delete")
+        return ids
+
+    # -- roots ----------------------------------------------------------------------------
+
+    def save_root(self, root: SourceRoot) -> None:
+        """Record (or update the options of) a collected root."""
+        with self._writing("save_root") as conn:
+            conn.execute(
+                "INSERT INTO source_roots (kb, root, options, added_at, synced_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(kb, root) DO UPDATE SET "
+                "options = excluded.options, synced_at = excluded.synced_at",
+                (
+                    root.kb,
+                    root.root,
+                    _json(root.options),
+                    root.added_at.isoformat(),
+                    root.synced_at.isoformat() if root.synced_at else None,
+                ),
+            )
+
+    def get_roots(self, kb: str | None = None) -> list[SourceRoot]:
+        """Collected roots (of one knowledge base, if given), by kb and path."""
+        sql = "SELECT kb, root, options, added_at, synced_at FROM source_roots"
+        params: tuple[str, ...] = ()
+        if kb is not None:
+            sql += " WHERE kb = ?"
+            params = (kb,)
+        with self._reading("get_roots") as conn:
+            rows = conn.execute(sql + " ORDER BY kb, root", params).fetchall()
+        return [
+            SourceRoot(
+                kb=row["kb"],
+                root=row["root"],
+                options=_unjson(row["options"]),
+                added_at=_time(row["added_at"]) or utc_now(),
+                synced_at=_time(row["synced_at"]),
+            )
+            for row in rows
+        ]
+
+    def delete_root(self, kb: str, root: str) -> list[str]:
+        """Forget a root and delete the items of its sources; returns those item ids."""
+        with self._writing("delete_root") as conn:
+            ids = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT item_id FROM sources WHERE kb = ? AND root = ? AND item_id IS NOT NULL",
+                    (kb, root),
+                )
+            ]
+            conn.executemany("DELETE FROM knowledge_items WHERE id = ?", [(i,) for i in ids])
+            conn.execute("DELETE FROM source_roots WHERE kb = ? AND root = ?", (kb, root))
+            self._journal(conn, ids, "delete")
+        return ids
+
+    # -- sources --------------------------------------------------------------------------
+
+    def get_sources(self, kb: str, root: str | None = None) -> dict[str, SourceRecord]:
+        """The tracked files of a knowledge base (under one root, if given), by path."""
+        sql = "SELECT * FROM sources WHERE kb = ?"
+        params: tuple[str, ...] = (kb,)
+        if root is not None:
+            sql += " AND root = ?"
+            params = (kb, root)
+        with self._reading("get_sources") as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return {row["path"]: _record(row) for row in rows}
+
+    def get_source(self, kb: str, path: str) -> SourceRecord | None:
+        """One tracked file, or None."""
+        with self._reading("get_source") as conn:
+            row = conn.execute(
+                "SELECT * FROM sources WHERE kb = ? AND path = ?", (kb, path)
+            ).fetchone()
+        return None if row is None else _record(row)
+
+    def find_sources(self, path: str) -> list[SourceRecord]:
+        """Every tracked file with this path, in any knowledge base."""
+        with self._reading("find_sources") as conn:
+            rows = conn.execute("SELECT * FROM sources WHERE path = ?", (path,)).fetchall()
+        return [_record(row) for row in rows]
+
+    def iter_sources(self) -> Iterator[SourceRecord]:
+        """Every tracked file of every knowledge base."""
+        with self._reading("iter_sources") as conn:
+            rows = conn.execute("SELECT * FROM sources ORDER BY kb, path").fetchall()
+        return iter([_record(row) for row in rows])
+
+    def save_source(self, record: SourceRecord) -> None:
+        """Record a file that was skipped, failed, or is unchanged (no item written)."""
+        with self._writing("save_source") as conn:
+            conn.execute(_SOURCE_UPSERT, _source_row(record))
+
+    def save_source_item(
+        self,
+        record: SourceRecord,
+        item: KnowledgeItem,
+        chunks: list[KnowledgeChunk],
+    ) -> None:
+        """Save an item, its chunks and its source row in one transaction."""
+        with self._writing("save_source_item") as conn:
+            self._write_item(conn, item, chunks)
+            conn.execute(_SOURCE_UPSERT, _source_row(record))
+        for chunk in chunks:
+            chunk.item_id = item.id
+
+    def delete_source(self, kb: str, path: str) -> str | None:
+        """Forget a tracked file and delete its item; returns the item id, if there was one."""
+        with self._writing("delete_source") as conn:
+            row = conn.execute(
+                "SELECT item_id FROM sources WHERE kb = ? AND path = ?", (kb, path)
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute("DELETE FROM sources WHERE kb = ? AND path = ?", (kb, path))
+            item_id = row[0]
+            if item_id is not None:
+                conn.execute("DELETE FROM knowledge_items WHERE id = ?", (item_id,))
+                self._journal(conn, [item_id], "delete")
+        return item_id
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _unjson(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise StorageError(f"corrupt JSON in source_roots: {exc}") from exc
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,329 @@
+"""collect_knowledge, sync and knowledge bases: folders in, reports out, nothing lost."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.errors import ConfigError, IngestError, NotFoundError
+from knowledge_agent.ingest import CollectProgress, WalkOptions
+
+DEPLOY = """# Deploy guide
+
+## Rolling restart
+
+Drain each node with the drain-node script before restarting the service. Wait for the
+health check to report green, then move on to the next node in the pool.
+
+## Rollback
+
+Re-point the release symlink at the previous build and restart the workers.
+"""
+
+DISK = """# Disk full on the database host
+
+Find the largest tables with pg_total_relation_size and vacuum the bloated ones. If the
+write-ahead log volume is full, archive old segments before anything else.
+"""
+
+CODE = '''"""Billing helpers."""
+
+
+def compute_invoice_total(lines, tax_rate):
+    """Sum the invoice lines and add tax."""
+    subtotal = sum(line.amount for line in lines)
+    return subtotal * (1 + tax_rate)
+'''
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def bump_mtime(path: Path) -> None:
+    """Move the mtime forward by a second: file systems with coarse clocks still see a change."""
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    write(root / "guides" / "deploy.md", DEPLOY)
+    write(root / "runbooks" / "disk-full.md", DISK)
+    write(root / "src" / "billing.py", CODE)
+    write(root / "notes.txt", "Quarterly planning notes: hire two SREs and retire the VPN.\n")
+    return root
+
+
+@pytest.fixture
+def core():
+    with KnowledgeAgentCore(workers=1) as knowledge:
+        yield knowledge
+
+
+def titles(results) -> list[str]:
+    return [result.item.title for result in results]
+
+
+def test_folder_ingest_indexes_every_file_with_structure(core: KnowledgeAgentCore, tree: Path):
+    report = core.collect_knowledge(tree, kb="ops")
+    assert (report.processed, report.unchanged, report.removed) == (4, 0, 0)
+    assert report.failed == [] and report.skipped == []
+    assert report.chunks_added == core.storage.count_chunks(kb="ops") > 4
+    assert report.bytes_processed == sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
+
+    top = core.search("drain node before restart", kb="ops")[0]
+    assert top.item.title == "Deploy guide"
+    assert top.item.source_uri == str(tree / "guides" / "deploy.md")
+    assert top.item.doc_type == "guide"
+    assert top.item.metadata["relative_path"] == "guides/deploy.md"
+    assert top.matched_chunks[0].heading == "Deploy guide > Rolling restart"
+
+    runbook = core.search("write-ahead log volume full", kb="ops")[0]
+    assert runbook.item.doc_type == "runbook"
+    assert core.search("vacuum bloated tables", doc_type="guide") == []
+
+    code = core.search("compute_invoice_total", kb="ops")[0]
+    assert code.item.source_type == "code" and code.item.language == "python"
+    assert "def compute_invoice_total" in code.matched_chunks[0].content
+
+
+def test_rerun_processes_nothing_and_changes_are_incremental(core, tree):
+    first = core.collect_knowledge(tree)
+    again = core.collect_knowledge(tree)
+    assert (again.processed, again.unchanged, again.removed) == (0, 4, 0)
+    assert again.chunks_added == again.chunks_removed == 0
+
+    deploy = tree / "guides" / "deploy.md"
+    old_id = core.search("drain node")[0].item.id
+    write(deploy, DEPLOY.replace("drain-node script", "cordon-and-drain tool"))
+    bump_mtime(deploy)
+    changed = core.collect_knowledge(tree)
+    assert (changed.processed, changed.unchanged) == (1, 3)
+    assert changed.chunks_removed > 0 and changed.chunks_added > 0
+    hit = core.search("cordon-and-drain tool")[0]
+    assert hit.item.id == old_id  # the item keeps its id across edits
+    stale = core.search("drain-node script")
+    assert all("drain-node script" not in c.content for r in stale for c in r.matched_chunks)
+
+    (tree / "notes.txt").unlink()
+    removed = core.collect_knowledge(tree)
+    assert (removed.processed, removed.removed) == (0, 1)
+    assert core.search("quarterly planning retire VPN") == []
+    assert core.storage.count_items() == first.processed - 1
+
+
+def test_touched_but_identical_file_is_not_reprocessed(core, tree):
+    core.collect_knowledge(tree)
+    bump_mtime(tree / "notes.txt")
+    report = core.collect_knowledge(tree)
+    assert (report.processed, report.unchanged) == (0, 4)
+    # The new mtime was recorded: the next run does not even hash the file.
+    record = core.storage.get_source("default", str(tree / "notes.txt"))
+    assert record is not None and record.mtime_ns == (tree / "notes.txt").stat().st_mtime_ns
+
+
+def test_full_rerun_reprocesses_everything(core, tree):
+    core.collect_knowledge(tree)
+    assert core.collect_knowledge(tree, full=True).processed == 4
+
+
+def test_bad_files_are_reported_and_the_rest_is_indexed(core, tree):
+    write(tree / "logo.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    write(tree / "empty.md", b"")
+    write(tree / "latin1.txt", "Caf\xe9 cr\xe8me recipe with espresso".encode("latin-1"))
+    write(tree / "broken.pdf", b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog")
+    write(tree / "huge.log", "x" * 3000)
+    options = WalkOptions(max_file_size=2000)
+    report = core.collect_knowledge(tree, walk_options=options)
+
+    assert report.processed == 5  # the four good files and the latin-1 text
+    skipped = {Path(issue.path).name: issue.reason for issue in report.skipped}
+    assert set(skipped) == {"logo.png", "empty.md", "huge.log"}
+    assert "binary" in skipped["logo.png"]
+    assert "empty" in skipped["empty.md"]
+    assert skipped["huge.log"] == "2.9 KB is over the 2.0 KB limit"
+    assert [Path(issue.path).name for issue in report.failed] == ["broken.pdf"]
+    assert "PDF" in report.failed[0].reason
+    assert core.search("espresso recipe")[0].item.source_uri == str(tree / "latin1.txt")
+
+    # Unchanged bad files are not retried as new work; a failed one is retried.
+    again = core.collect_knowledge(tree, walk_options=options)
+    assert again.processed == 0
+    assert [Path(issue.path).name for issue in again.failed] == ["broken.pdf"]
+
+
+def test_a_file_that_becomes_binary_loses_its_item(core, tree):
+    core.collect_knowledge(tree)
+    notes = tree / "notes.txt"
+    write(notes, b"\x00\x01\x02" * 100)
+    bump_mtime(notes)
+    report = core.collect_knowledge(tree)
+    assert [Path(issue.path).name for issue in report.skipped] == ["notes.txt"]
+    assert report.chunks_removed == 1
+    assert core.search("quarterly planning") == []
+
+
+def test_gitignore_and_excludes_keep_files_out(core, tree):
+    write(tree / ".gitignore", "drafts/\n*.tmp\n")
+    write(tree / "drafts" / "idea.md", "# Idea\n\nA secret zeppelin plan.\n")
+    write(tree / "scratch.tmp", "zeppelin scratch\n")
+    write(tree / "node_modules" / "lib" / "readme.md", "zeppelin vendored\n")
+    write(tree / "archive" / "old.md", "# Old\n\nzeppelin archive\n")
+    report = core.collect_knowledge(tree, exclude=["archive/"])
+    assert report.processed == 4
+    assert core.search("zeppelin") == []
+
+
+def test_include_globs_limit_the_walk(core, tree):
+    report = core.collect_knowledge(tree, include=["*.md"])
+    assert report.processed == 2
+    assert {r.item.source_type for r in core.search("the", limit=10)} <= {"markdown"}
+
+
+def test_knowledge_bases_scope_search_and_can_be_removed(core, tree, tmp_path):
+    other = tmp_path / "hr"
+    write(other / "leave.md", "# Leave policy\n\nRequest parental leave through the HR portal.\n")
+    core.collect_knowledge(tree, kb="ops")
+    core.collect_knowledge(other, kb="hr")
+    core.describe_kb("hr", "People policies")
+
+    assert titles(core.search("leave portal", kb="hr")) == ["Leave policy"]
+    assert core.search("leave portal", kb="ops") == []
+    assert len(core.search("leave drain", kb=["ops", "hr"], limit=10)) >= 2
+
+    kbs = {info.name: info for info in core.list_kbs()}
+    assert set(kbs) == {"ops", "hr"}
+    assert kbs["hr"].description == "People policies"
+    assert (kbs["ops"].items, kbs["ops"].sources) == (4, 4)
+    assert kbs["ops"].roots == [str(tree)]
+    assert kbs["ops"].chunks == core.storage.count_chunks(kb="ops")
+
+    assert core.remove_kb("ops") == 4
+    assert core.search("drain node") == []
+    assert [info.name for info in core.list_kbs()] == ["hr"]
+    with pytest.raises(NotFoundError):
+        core.remove_kb("ops")
+
+
+def test_create_kb_validates_and_refuses_duplicates(core):
+    info = core.create_kb("team-a", "Team A's notes")
+    assert (info.name, info.description, info.items) == ("team-a", "Team A's notes", 0)
+    with pytest.raises(ConfigError, match="already exists"):
+        core.create_kb("team-a")
+    for bad in ("", "a/b", "../x", " x", "x" * 65, 3):
+        with pytest.raises(ConfigError):
+            core.create_kb(bad)  # type: ignore[arg-type]
+    with pytest.raises(NotFoundError):
+        core.get_kb("nope")
+
+
+def test_sync_rescans_every_root(core, tree, tmp_path):
+    single = write(tmp_path / "standalone.md", "# Standalone\n\nA lone page about gardening.\n")
+    core.collect_knowledge(tree)
+    core.collect_knowledge(single)
+    write(tree / "new.md", "# New\n\nFresh page about kayaking.\n")
+    single.unlink()
+
+    report = core.sync()
+    assert (report.processed, report.removed, report.unchanged) == (1, 1, 4)
+    assert titles(core.search("kayaking")) == ["New"]
+    assert core.search("gardening") == []
+    assert [root.root for root in core.storage.get_roots()] == [str(tree)]
+
+    moved = tmp_path / "moved"
+    tree.rename(moved)
+    report = core.sync()
+    assert [issue.path for issue in report.failed] == [str(tree)]
+    assert core.search("kayaking") != []  # an unmounted folder does not empty the kb
+    with pytest.raises(NotFoundError):
+        core.sync(kb="nope")
+
+
+def test_sources_and_roots_survive_reopening(tmp_path, tree):
+    data = tmp_path / "data"
+    with KnowledgeAgentCore(data, workers=1) as core:
+        core.collect_knowledge(tree, kb="ops", exclude=["src/"])
+    with KnowledgeAgentCore(data, workers=1) as core:
+        report = core.sync()
+        assert (report.processed, report.unchanged) == (0, 3)
+        assert titles(core.search("drain node"))[0] == "Deploy guide"
+
+
+def test_text_and_missing_paths(core, tmp_path):
+    report = core.collect_knowledge("Remember to rotate the API keys every quarter.")
+    assert report.processed == 1 and report.item_ids
+    assert core.get_item(report.item_ids[0]).content.startswith("Remember")
+    with pytest.raises(IngestError, match="no such file"):
+        core.collect_knowledge(tmp_path / "absent")
+    with pytest.raises(IngestError, match="no such file"):
+        core.collect_knowledge("docs/absent.md")
+
+
+def test_progress_reports_every_file(core, tree):
+    events: list[CollectProgress] = []
+    core.collect_knowledge(tree, progress=events.append)
+    assert [event.done for event in events] == [1, 2, 3, 4]
+    assert {event.total for event in events} == {4}
+    assert events[-1].bytes_done == events[-1].bytes_total > 0
+    assert {event.status for event in events} == {"processed"}
+    events.clear()
+    core.collect_knowledge(tree, progress=events.append)
+    assert {event.status for event in events} == {"unchanged"}
+
+
+def test_worker_processes_give_the_same_result(tmp_path):
+    root = tmp_path / "many"
+    for index in range(40):
+        write(
+            root / f"page{index:02}.md",
+            f"# Page {index}\n\nTopic number {index} is walrus{index}.\n",
+        )
+    with KnowledgeAgentCore(workers=2) as parallel, KnowledgeAgentCore(workers=1) as serial:
+        a = parallel.collect_knowledge(root)
+        b = serial.collect_knowledge(root)
+        assert a.processed == b.processed == 40
+        found = titles(parallel.search("walrus17"))
+        assert found == titles(serial.search("walrus17"))
+        assert found[0] == "Page 17"
+
+
+@pytest.mark.parametrize("backend", ["polling", "watchdog"])
+def test_watch_makes_new_files_searchable(core, tree, backend):
+    updated = threading.Event()
+    reports = []
+
+    def on_report(report):
+        reports.append(report)
+        updated.set()
+
+    watcher = core.watch([tree], debounce=0.2, backend=backend, on_report=on_report)
+    try:
+        assert core.storage.count_items() == 4  # collected before watching
+        write(tree / "incident.md", "# Incident\n\nThe flux capacitor overheated at noon.\n")
+        assert updated.wait(15)
+        assert titles(core.search("flux capacitor")) == ["Incident"]
+
+        updated.clear()
+        (tree / "notes.txt").unlink()
+        assert updated.wait(15)
+        assert core.search("quarterly planning retire VPN") == []
+        assert sum(report.removed for report in reports) == 1
+    finally:
+        watcher.stop()
+
+
+def test_watch_refuses_missing_paths(core, tree):
+    with pytest.raises(IngestError, match="no such file"):
+        core.watch([tree / "absent"])
+    assert core.storage.count_items() == 0
