@@ -363,6 +363,15 @@ def test_data_and_log_files(name: str, content_type: str, source_type: str) -> N
     check_document(document)
 
 
+def test_comments_in_data_files_are_not_headings() -> None:
+    block = "# Database settings\ndb:\n  host: localhost\n  pool: 5\n\n"
+    document = process_bytes((block * 60).encode(), "conf/app.yaml")
+    assert len(document.chunks) > 1
+    assert {chunk.heading for chunk in document.chunks} == {"app.yaml"}
+    assert all(chunk.content.startswith("# Database") for chunk in document.chunks)
+    check_document(document)
+
+
 # --------------------------------------------------------------------------- reStructuredText
 
 RST = f"""\

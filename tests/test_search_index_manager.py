@@ -811,3 +811,33 @@ def test_idf_is_lucenes(mem: SearchIndexManager) -> None:
         expected = math.log(1 + (3 - df + 0.5) / (df + 0.5))
         assert weighting.idf(searcher, "content", term) == pytest.approx(expected)
     assert weighting.idf(searcher, "content", "common") < 0.2, "a word in every chunk weighs ~0"
+
+
+# --------------------------------------------------------------------------- segment merging
+
+
+def segment_sizes(manager: SearchIndexManager) -> list[int]:
+    ix = manager._chunks.ix
+    assert ix is not None
+    return sorted(segment.doc_count() for segment in ix._segments())
+
+
+def test_small_updates_never_rewrite_large_segments(mem: SearchIndexManager) -> None:
+    def batch(start: int, count: int) -> list[Pair]:
+        return [
+            make_pair(f"i{n}", [("H", f"text number {n}")]) for n in range(start, start + count)
+        ]
+
+    for round_ in range(7):  # seven bulk commits of 200 documents: one short of a merge
+        mem.update(upserts=batch(round_ * 200, 200))
+    assert segment_sizes(mem) == [200] * 7
+    for n in range(30):  # one-document edits merge among themselves only
+        mem.update(upserts=batch(n, 1))
+    sizes = segment_sizes(mem)
+    assert sizes[-7:] == [170] + [200] * 6  # the edited docs left the first; none merged
+    assert len(sizes) < 7 + 30  # the small ones were merged
+    assert mem.chunk_count() == 1400
+    mem.update(upserts=batch(2000, 200))  # the eighth segment of the 200-doc tier
+    mem.update(upserts=batch(3000, 200))  # and the bulk commit after it merges the tier
+    assert max(segment_sizes(mem)) == 1770  # the tier and the new documents, in one segment
+    assert mem.chunk_count() == 1800

@@ -18,7 +18,15 @@ from typing import Any, TypeVar
 
 from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer, detect_language
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
-from knowledge_agent.errors import ConfigError, IngestError, NotFoundError, SearchIndexError
+from knowledge_agent.core.status import ChunkContext, IndexStatus
+from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
+from knowledge_agent.errors import (
+    ConfigError,
+    IngestError,
+    NotFoundError,
+    QueryError,
+    SearchIndexError,
+)
 from knowledge_agent.ingest.collector import Collector, ProgressCallback
 from knowledge_agent.ingest.report import CollectReport, FileIssue
 from knowledge_agent.ingest.walker import WalkOptions
@@ -377,6 +385,28 @@ class KnowledgeAgentCore:
         self._watchers.append(watcher)
         return watcher
 
+    def remove_source(self, path: str | os.PathLike[str], *, kb: str | None = None) -> int:
+        """Forget a collected file or folder and delete its items; returns how many.
+
+        A folder that was collected as a root is forgotten with everything under it (a
+        later ``sync`` will not bring it back); a single tracked file is removed until its
+        root is synced again. ``NotFoundError`` when nothing is tracked at ``path``.
+        """
+        full = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        with self._lock:
+            removed: list[str] = []
+            roots = [r for r in self.storage.get_roots(kb) if r.root == full]
+            for root in roots:
+                removed.extend(self.storage.delete_root(root.kb, root.root))
+            for record in self.storage.find_sources(full):
+                if kb is None or record.kb == kb:
+                    item_id = self.storage.delete_source(record.kb, record.path)
+                    removed.extend([item_id] if item_id else [])
+            if not roots and not removed:
+                raise NotFoundError(f"nothing collected at {full}")
+            self._index_changes()
+        return len(removed)
+
     # -- knowledge bases ---------------------------------------------------------------------
 
     def create_kb(self, name: str, description: str = "") -> KnowledgeBaseInfo:
@@ -444,6 +474,72 @@ class KnowledgeAgentCore:
         """The stored item with this id, or None."""
         return self.storage.get_item(item_id)
 
+    def items_at(
+        self, path: str | os.PathLike[str], *, kb: str | None = None
+    ) -> list[KnowledgeItem]:
+        """The items collected from this file (its absolute path is their ``source_uri``)."""
+        uri = os.fspath(path)
+        found = self.storage.items_with_source(uri, kb=kb)
+        full = os.path.abspath(os.path.expanduser(uri))
+        return found or self.storage.items_with_source(full, kb=kb)
+
+    def list_items(
+        self, *, kb: str | None = None, source_type: str | None = None, limit: int = 100,
+        offset: int = 0,
+    ) -> list[KnowledgeItem]:  # fmt: skip
+        """A page of items, oldest first (optionally of one kb or source type)."""
+        return self.storage.list_items(kb=kb, source_type=source_type, limit=limit, offset=offset)
+
+    def read_chunk(self, chunk_id: str, *, neighbors: int = 1) -> ChunkContext:
+        """A chunk with its item and ``neighbors`` chunks on each side; ``NotFoundError``."""
+        if isinstance(neighbors, bool) or not isinstance(neighbors, int) or neighbors < 0:
+            raise QueryError(f"neighbors must be an integer >= 0, got {neighbors!r}")
+        chunk = self.storage.get_chunk_by_id(chunk_id)
+        item = self.storage.get_item(chunk.item_id) if chunk else None
+        if chunk is None or item is None:
+            raise NotFoundError(f"no chunk with id {chunk_id!r}")
+        around = self.storage.get_adjacent_chunks(item.id, chunk.chunk_index, neighbors)
+        return ChunkContext(
+            chunk=chunk,
+            item=item,
+            before=[c for c in around if c.chunk_index < chunk.chunk_index],
+            after=[c for c in around if c.chunk_index > chunk.chunk_index],
+        )
+
+    def text_search(
+        self,
+        pattern: str,
+        *,
+        kb: str | Iterable[str] | None = None,
+        regex: bool = False,
+        case_sensitive: bool = False,
+        source_keyword: str | None = None,
+        max_matches: int = 20,
+        max_chars_per_line: int = 180,
+    ) -> list[TextMatch]:
+        """Lines of stored text containing ``pattern`` (a literal, or a regex with ``regex``).
+
+        Unlike :meth:`search`, this is exact: every line that matches, in document order,
+        up to ``max_matches``. ``QueryError`` for an empty or invalid pattern.
+        """
+        expression = compile_pattern(pattern, regex=regex, case_sensitive=case_sensitive)
+        if isinstance(max_matches, bool) or not isinstance(max_matches, int) or max_matches < 1:
+            raise QueryError(f"max_matches must be an integer >= 1, got {max_matches!r}")
+        names = [kb] if isinstance(kb, str) else list(kb) if kb is not None else [None]
+        matches: list[TextMatch] = []
+        for name in names:
+            lines = matching_lines(
+                self.storage.iter_items(kb=name),
+                expression,
+                source_keyword=source_keyword,
+                max_chars_per_line=max_chars_per_line,
+            )
+            for match in lines:
+                matches.append(match)
+                if len(matches) == max_matches:
+                    return matches
+        return matches
+
     def search(
         self,
         query: str,
@@ -488,6 +584,70 @@ class KnowledgeAgentCore:
                 mode=mode,
                 min_score=min_score,
             )
+
+    def status(self) -> IndexStatus:
+        """Counts, sizes on disk, and whether both indexes agree with SQLite."""
+        with self._lock:
+            kbs = self.list_kbs()
+            applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
+            latest = max(
+                (info.last_indexed_at for info in kbs if info.last_indexed_at), default=None
+            )
+            status = IndexStatus(
+                data_dir=None if self.data_dir is None else str(self.data_dir),
+                knowledge_bases=len(kbs),
+                items=self.storage.count_items(),
+                chunks=self.storage.count_chunks(),
+                sources=sum(info.sources for info in kbs),
+                roots=len(self.storage.get_roots()),
+                keyword_items=self.keyword_index.item_count(),
+                keyword_chunks=self.keyword_index.chunk_count(),
+                semantic_items=self.semantic_searcher.item_count(),
+                semantic_chunks=self.semantic_searcher.chunk_count(),
+                pending_changes=len(self.storage.journal_since(applied)),
+                last_indexed_at=latest.isoformat() if latest else None,
+                sizes=self._sizes(),
+            )
+        for name, items, chunks in (
+            ("keyword", status.keyword_items, status.keyword_chunks),
+            ("semantic", status.semantic_items, status.semantic_chunks),
+        ):
+            if (items, chunks) != (status.items, status.chunks):
+                status.problems.append(
+                    f"the {name} index holds {items} items and {chunks} chunks; "
+                    f"the database {status.items} and {status.chunks}"
+                )
+        if status.pending_changes:
+            status.problems.append(f"{status.pending_changes} changes not yet indexed")
+        return status
+
+    def check(self, *, repair: bool = False) -> IndexStatus:
+        """:meth:`status`; with ``repair``, an inconsistent index is rebuilt from SQLite."""
+        status = self.status()
+        if repair and not status.consistent:
+            logger.warning("repairing the search indexes: %s", "; ".join(status.problems))
+            self.rebuild_index()
+            status = self.status()
+            status.repaired = True
+        return status
+
+    def _sizes(self) -> dict[str, int]:
+        if self.data_dir is None:
+            return {"database": 0, "keyword_index": 0, "semantic_index": 0}
+
+        def size(path: Path) -> int:
+            if path.is_file():
+                return path.stat().st_size
+            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+        database = sum(
+            size(path) for path in self.data_dir.glob("knowledge.sqlite3*") if path.is_file()
+        )
+        return {
+            "database": database,
+            "keyword_index": size(self.data_dir / "index" / "whoosh"),
+            "semantic_index": size(self.data_dir / "index" / "tfidf"),
+        }
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
+from knowledge_agent.chunking import Section
 from knowledge_agent.processors.base import (
     BaseDataSourceProcessor,
     Extraction,
+    block_sections,
     file_name,
     file_stem,
 )
@@ -69,7 +71,14 @@ class MarkdownProcessor(BaseDataSourceProcessor):
         )
 
 
-class DataProcessor(BaseDataSourceProcessor):
+class _LinesProcessor(BaseDataSourceProcessor):
+    """Text cut at blank lines and line ends only: a ``# comment`` is not a heading here."""
+
+    def _line_sections(self, text: str, heading: str) -> list[Section]:
+        return block_sections(text, heading, max_size=self.chunker.config.max_chunk_size)
+
+
+class DataProcessor(_LinesProcessor):
     """Structured data and configuration files, indexed as text; the title is the file name."""
 
     name = "data"
@@ -112,12 +121,14 @@ class DataProcessor(BaseDataSourceProcessor):
         return Extraction(
             content=text,
             title=name,
+            sections=self._line_sections(text, name),
+            code=True,
             content_type=self._CONTENT_TYPES.get(extension, self.content_type),
             metadata={"encoding": encoding, "format": extension.lstrip(".") or "text"},
         )
 
 
-class LogProcessor(BaseDataSourceProcessor):
+class LogProcessor(_LinesProcessor):
     """Log files, indexed as text; the title is the file name."""
 
     name = "log"
@@ -127,7 +138,14 @@ class LogProcessor(BaseDataSourceProcessor):
 
     def extract(self, data: bytes, path: str) -> Extraction:
         text, encoding = decode_bytes(data)
-        return Extraction(content=text, title=file_name(path), metadata={"encoding": encoding})
+        name = file_name(path)
+        return Extraction(
+            content=text,
+            title=name,
+            sections=self._line_sections(text, name),
+            code=True,
+            metadata={"encoding": encoding},
+        )
 
 
 def first_h1(text: str) -> str:

@@ -25,6 +25,10 @@ def chunk_search_text(
     if item.title and not chunk.heading.startswith(item.title):
         parts.append(item.title)
     parts.extend([chunk.heading] * heading_weight if chunk.heading else [])
+    symbol = chunk.metadata.get("symbol")
+    if isinstance(symbol, str) and chunk.metadata.get("symbol_type") != "module":
+        # A code definition outweighs a short chunk that merely calls the name.
+        parts.extend([symbol] * heading_weight)
     parts.append(chunk.content)
     return "\n".join(parts)
 

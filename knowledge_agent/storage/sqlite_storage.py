@@ -472,6 +472,17 @@ class SQLiteStorageManager(SourceTrackingMixin):
                 self._journal(conn, [item_id], "delete")
         return existed
 
+    def items_with_source(self, source_uri: str, *, kb: str | None = None) -> list[KnowledgeItem]:
+        """The items whose ``source_uri`` is exactly this (in one kb, if given)."""
+        sql = f"{_ITEM_SELECT} WHERE source_uri = ?"
+        params: list[Any] = [source_uri]
+        if kb is not None:
+            sql += " AND kb = ?"
+            params.append(kb)
+        with self._reading("items_with_source") as conn:
+            rows = conn.execute(sql + " ORDER BY kb, id", params).fetchall()
+        return [_row_to_item(row) for row in rows]
+
     def list_items(
         self,
         *,

@@ -1,0 +1,78 @@
+"""Literal or regular-expression search over the stored text, line by line (like grep)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from knowledge_agent.errors import QueryError
+from knowledge_agent.models import KnowledgeItem
+
+__all__ = ["TextMatch", "compile_pattern", "matching_lines"]
+
+
+@dataclass(frozen=True)
+class TextMatch:
+    """One matching line: where it is (item, path, 1-based line number) and its text."""
+
+    item_id: str
+    kb: str
+    title: str
+    source_uri: str | None
+    line_number: int
+    line: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compile_pattern(pattern: str, *, regex: bool, case_sensitive: bool) -> re.Pattern[str]:
+    """The pattern as a compiled expression; ``QueryError`` for an empty or invalid one."""
+    if not isinstance(pattern, str) or not pattern:
+        raise QueryError("the pattern must be a non-empty string")
+    flags = 0 if case_sensitive else re.IGNORECASE
+    try:
+        return re.compile(pattern if regex else re.escape(pattern), flags)
+    except re.error as exc:
+        raise QueryError(f"invalid regular expression {pattern!r}: {exc}") from exc
+
+
+def _clip(line: str, match: re.Match[str], width: int) -> str:
+    """The line cut to ``width`` characters around the match, with ``…`` where cut."""
+    if len(line) <= width:
+        return line
+    start = max(0, min(match.start() - width // 3, len(line) - width))
+    piece = line[start : start + width]
+    return ("…" if start else "") + piece + ("…" if start + width < len(line) else "")
+
+
+def matching_lines(
+    items: Iterable[KnowledgeItem],
+    expression: re.Pattern[str],
+    *,
+    source_keyword: str | None = None,
+    max_chars_per_line: int = 180,
+) -> Iterator[TextMatch]:
+    """Every line of every item that matches, in item then line order.
+
+    ``source_keyword`` keeps items whose path/URI or title contains it (case-insensitive).
+    """
+    keyword = source_keyword.lower() if source_keyword else None
+    for item in items:
+        if keyword and keyword not in f"{item.source_uri or ''}\n{item.title}".lower():
+            continue
+        if not expression.search(item.content):
+            continue
+        for number, line in enumerate(item.content.split("\n"), start=1):
+            found = expression.search(line)
+            if found:
+                yield TextMatch(
+                    item_id=item.id,
+                    kb=item.kb,
+                    title=item.title,
+                    source_uri=item.source_uri,
+                    line_number=number,
+                    line=_clip(line.rstrip("\r"), found, max_chars_per_line),
+                )
