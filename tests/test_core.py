@@ -438,3 +438,36 @@ def test_odd_queries_never_raise(shared_core: KnowledgeAgentCore, query: str) ->
 def test_any_query_string_never_raises(shared_core: KnowledgeAgentCore, query: str) -> None:
     results = shared_core.search(query, limit=3)
     assert isinstance(results, list) and len(results) <= 3
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"fusion": "max"},
+        {"keyword_weight": -1},
+        {"semantic_weight": "high"},
+        {"rrf_k": 0},
+        {"candidates": 1.5},
+        {"doc_type_weights": [("adr", 2)]},
+        {"doc_type_weights": {"adr": -1}},
+    ],
+)
+def test_search_config_rejects_bad_values(bad: dict) -> None:
+    with pytest.raises(ConfigError):
+        KnowledgeAgentCore(search_config=bad)
+
+
+@pytest.mark.parametrize("level", ["chunk", "item"])
+def test_doc_type_weights_rerank_items(level: str) -> None:
+    draft = "Rotate the signing keys every quarter. Rotate keys after an incident. Key rotation."
+    adr = "We decided to rotate the signing keys every quarter."
+
+    def order(weights: dict[str, float]) -> list[str]:
+        with KnowledgeAgentCore(search_config={"doc_type_weights": weights}) as core:
+            core.add_text(draft, title="Draft", doc_type="draft")
+            core.add_text(adr, title="Decision", doc_type="adr")
+            return [r.item.title for r in core.search("rotate signing keys", level=level)]
+
+    assert order({}) == ["Draft", "Decision"]
+    assert order({"draft": 0.1}) == ["Decision", "Draft"]
+    assert order({"adr": 3.0})[0] == "Decision"

@@ -12,7 +12,7 @@ journal, and :meth:`SearchEngineImpl.sync` replays what the indexes have not app
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,8 @@ class SearchConfig:
     candidates: int = 100
     max_chunks_per_item: int = 3
     max_query_terms: int = 512
+    doc_type_weights: Mapping[str, float] = field(default_factory=dict)
+    """Multiplies the score of items of a doc type (e.g. ``{"adr": 1.2, "draft": 0.5}``)."""
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_METHODS:
@@ -67,6 +69,11 @@ class SearchConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.doc_type_weights, Mapping):
+            raise ConfigError(f"doc_type_weights must be a mapping, got {self.doc_type_weights!r}")
+        for doc_type, weight in self.doc_type_weights.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+                raise ConfigError(f"doc_type_weights[{doc_type!r}] must be a number >= 0")
 
 
 @dataclass
@@ -293,6 +300,9 @@ class SearchEngineImpl:
         for chunk_id, score in fused.items():
             item_id = located[chunk_id][0]
             candidates.setdefault(item_id, _Candidate(item_id)).chunks.append((score, chunk_id))
+        for item_id, weight in self._doc_type_weights(candidates).items():
+            chunks = candidates[item_id].chunks
+            chunks[:] = [(score * weight, chunk_id) for score, chunk_id in chunks]
         for candidate in candidates.values():
             candidate.chunks.sort(key=lambda entry: (-entry[0], located[entry[1]][1]))
             del candidate.chunks[self.config.max_chunks_per_item :]
@@ -343,6 +353,15 @@ class SearchEngineImpl:
                     return results
         return results
 
+    def _doc_type_weights(self, item_ids: Iterable[str]) -> dict[str, float]:
+        """The configured weight of each item whose doc type has one other than 1."""
+        weights = self.config.doc_type_weights
+        if not weights:
+            return {}
+        items = self.storage.get_items(item_ids)
+        found = {item_id: weights.get(item.doc_type, 1.0) for item_id, item in items.items()}
+        return {item_id: weight for item_id, weight in found.items() if weight != 1.0}
+
     def _context(
         self,
         item_id: str,
@@ -376,7 +395,9 @@ class SearchEngineImpl:
             lambda hit: hit.item_id,
             mode,
         )
-        fused = rankings.fused
+        fused = dict(rankings.fused)
+        for item_id, weight in self._doc_type_weights(fused).items():
+            fused[item_id] *= weight
         ranked = sorted(fused.items(), key=lambda entry: -entry[1])
         if min_score is not None:
             ranked = [(item_id, score) for item_id, score in ranked if score >= min_score]
