@@ -327,3 +327,11 @@ def test_watch_refuses_missing_paths(core, tree):
     with pytest.raises(IngestError, match="no such file"):
         core.watch([tree / "absent"])
     assert core.storage.count_items() == 0
+
+
+def test_a_knowledge_base_inside_the_folder_does_not_index_itself(tree):
+    with KnowledgeAgentCore(tree / "kb-data", workers=1) as core:
+        first = core.collect_knowledge(tree)
+        assert first.processed == 4 and not first.skipped
+        assert core.sync().processed == 0
+        assert all("kb-data" not in (item.source_uri or "") for item in core.list_items())

@@ -303,6 +303,7 @@ class KnowledgeAgentCore:
         progress: ProgressCallback | None,
     ) -> CollectReport:
         self.storage.ensure_kb(kb)
+        options = self._without_own_data(root, options)
         stored = SourceRoot(kb, root, options=dataclasses.asdict(options))
         self.storage.save_root(stored)
         report = self.collector.collect(kb, root, options, full=full, progress=progress)
@@ -313,6 +314,18 @@ class KnowledgeAgentCore:
             len(report.failed), report.removed,
         )  # fmt: skip
         return report
+
+    def _without_own_data(self, root: str, options: WalkOptions) -> WalkOptions:
+        """``options`` excluding this knowledge base's own folder when it lies under ``root``."""
+        if self.data_dir is None:
+            return options
+        data = os.path.abspath(self.data_dir)
+        if not data.startswith(root.rstrip(os.sep) + os.sep):
+            return options
+        pattern = f"/{Path(os.path.relpath(data, root)).as_posix()}/"
+        if pattern in options.exclude:
+            return options
+        return dataclasses.replace(options, exclude=(*options.exclude, pattern))
 
     def sync(
         self,
