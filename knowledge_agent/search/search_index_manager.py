@@ -63,6 +63,7 @@ from typing import Any
 
 from whoosh import fields as wf
 from whoosh import query as wq
+from whoosh.codec.whoosh3 import W3Codec, W3PerDocReader
 from whoosh.filedb.filestore import FileStorage, RamStorage, Storage
 from whoosh.index import FileIndex, LockError
 from whoosh.reading import SegmentReader
@@ -175,6 +176,28 @@ def _signature(schema: wf.Schema) -> list[tuple[Any, ...]]:
     return sig
 
 
+class _PerDocReader(W3PerDocReader):
+    """Whoosh's per-document reader, remembering the length columns a segment lacks.
+
+    Whoosh asks the storage whether a field's length column exists for every posting of a
+    field without one (ID and keyword fields) while flushing and merging: a stat call per
+    posting, a fifth of the bulk ingest time.
+    """
+
+    def _cached_reader(self, fieldname: str, column: Any) -> Any:
+        reader = super()._cached_reader(fieldname, column)
+        if reader is None:
+            self._readers[fieldname] = None  # the parent returns a cached entry, even None
+        return reader
+
+
+class _Codec(W3Codec):
+    """Whoosh's default codec with :class:`_PerDocReader`; same files on disk."""
+
+    def per_document_reader(self, storage: Storage, segment: Any) -> W3PerDocReader:
+        return _PerDocReader(storage, segment)
+
+
 def _tier(doc_count: int) -> int:
     return int(math.log10(max(doc_count, 1)))
 
@@ -197,7 +220,7 @@ def _merge_policy(added: int) -> Callable[[SegmentWriter, list[Any]], list[Any]]
         for tier, members in sorted(tiers.items()):
             if tier <= highest and len(members) >= _SEGMENTS_PER_TIER:
                 for segment in members:
-                    reader = SegmentReader(writer.storage, writer.schema, segment)
+                    reader = SegmentReader(writer.storage, writer.schema, segment, codec=_Codec())
                     writer.add_reader(reader)
                     reader.close()
                 merged = {id(segment) for segment in members}
@@ -485,7 +508,10 @@ class SearchIndexManager:
         ix = self._usable(idx)
         try:
             return ix.writer(
-                timeout=self.lock_timeout, delay=_LOCK_RETRY_DELAY, limitmb=_WRITER_LIMIT_MB
+                timeout=self.lock_timeout,
+                delay=_LOCK_RETRY_DELAY,
+                limitmb=_WRITER_LIMIT_MB,
+                codec=_Codec(),
             )
         except LockError as exc:
             raise SearchIndexError(
