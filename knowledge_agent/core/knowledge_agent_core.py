@@ -28,7 +28,7 @@ from knowledge_agent.errors import (
     SearchIndexError,
 )
 from knowledge_agent.ingest.collector import Collector, ProgressCallback
-from knowledge_agent.ingest.report import CollectReport, FileIssue
+from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.ingest.watcher import ChangeSet, FolderWatcher
 from knowledge_agent.models import KnowledgeItem, SearchResult
@@ -292,7 +292,19 @@ class KnowledgeAgentCore:
             return report
         options = walk_options or WalkOptions(include=tuple(include), exclude=tuple(exclude))
         with self.batch():
-            return self._collect_root(kb, root, options, full, progress)
+            report = self._collect_root(kb, root, options, full, progress)
+            self._index_with_progress(progress)
+        return report
+
+    def _index_with_progress(self, progress: ProgressCallback | None) -> None:
+        """Bring the indexes up to date now, reporting ``indexing`` events (items done)."""
+        if progress is None:
+            return
+
+        def indexed(done: int, total: int) -> None:
+            progress(CollectProgress("", "indexing", done, total, 0, 0))
+
+        self.engine.sync(progress=indexed)
 
     def _collect_root(
         self,
@@ -355,6 +367,7 @@ class KnowledgeAgentCore:
                 else:
                     reason = "folder no longer exists; its items are kept"
                     report.failed.append(FileIssue(stored.root, reason))
+            self._index_with_progress(progress)
         return report
 
     def watch(

@@ -21,7 +21,12 @@ class FileIssue:
 
 @dataclass(frozen=True)
 class CollectProgress:
-    """One file done: ``status`` is processed, unchanged, skipped, failed or removed."""
+    """Progress of a collection run.
+
+    One event per file, ``status`` processed, unchanged, skipped, failed or removed, with
+    ``done`` / ``total`` files and bytes; then ``indexing`` events while the search indexes
+    catch up, ``done`` / ``total`` counting items (``path`` empty, bytes 0).
+    """
 
     path: str
     status: str

@@ -136,11 +136,12 @@ class SearchEngineImpl:
 
     # -- index maintenance ---------------------------------------------------------------
 
-    def sync(self) -> int:
+    def sync(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Replay the storage journal into both indexes; returns how many items changed.
 
         Rebuilds instead when the journal no longer reaches back to what an index applied
-        (it was trimmed, or the database was replaced).
+        (it was trimmed, or the database was replaced). ``progress(done, total)`` is called
+        after each batch of items.
         """
         applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
         newest = max(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
@@ -168,6 +169,8 @@ class SearchEngineImpl:
             ]
             deletes = [item_id for item_id in batch if item_id not in items]
             self._update(upserts, deletes)
+            if progress is not None:
+                progress(start + len(batch), len(item_ids))
         self._mark_applied(entries[-1][0])
         return len(item_ids)
 
