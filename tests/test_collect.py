@@ -337,3 +337,12 @@ def test_a_knowledge_base_inside_the_folder_does_not_index_itself(tree):
         assert first.processed == 4 and not first.skipped
         assert core.sync().processed == 0
         assert all("kb-data" not in (item.source_uri or "") for item in core.list_items())
+
+
+def test_a_file_collected_again_on_its_own_keeps_one_item(core, tree):
+    core.collect_knowledge(tree)
+    deploy = tree / "guides" / "deploy.md"
+    again = core.collect_knowledge(deploy)
+    assert (again.processed, again.unchanged) == (0, 1)
+    assert len(core.items_at(deploy)) == 1
+    assert core.storage.count_items() == 4

@@ -202,7 +202,8 @@ class Collector:
 
         todo: list[tuple[FoundFile, SourceRecord | None]] = []
         for file in found:
-            record = known.get(str(file.path))
+            # A file tracked under another root of this kb keeps its item (no duplicate).
+            record = known.get(str(file.path)) or self.storage.get_source(kb, str(file.path))
             if file.too_large:
                 reason = (
                     f"{_size_text(file.size)} is over the {_size_text(options.max_file_size)} limit"

@@ -1,0 +1,16 @@
+"""The MCP server over a knowledge base (the optional ``[mcp]`` extra).
+
+``create_server(core)`` builds the server, ``run_stdio(open_core)`` serves it over stdio;
+the tools themselves are plain functions in :mod:`knowledge_agent.server.mcp_tools`.
+"""
+
+try:
+    import mcp.server.mcpserver  # noqa: F401  (the SDK 2.x server API this package needs)
+except ImportError as exc:
+    raise ImportError(
+        'the MCP server needs the [mcp] extra: pip install "knowledge-agent[mcp]"'
+    ) from exc
+
+from knowledge_agent.server.app import ServerState, create_server, run_stdio
+
+__all__ = ["ServerState", "create_server", "run_stdio"]

@@ -1,0 +1,181 @@
+"""The MCP server: ``create_server(core)`` builds it, ``run_stdio(open_core)`` serves it.
+
+Each plain function of :mod:`knowledge_agent.server.mcp_tools` becomes one tool: its
+signature (without ``core`` and ``roots``) is the input schema, its docstring the
+description. The core is owned by the server's lifespan when the server is given a way to
+open one; tools reach it through the request context, never through a global.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+from knowledge_agent.core import KnowledgeAgentCore
+from knowledge_agent.errors import KnowledgeAgentError
+from knowledge_agent.server import mcp_tools
+
+__all__ = ["ServerState", "create_server", "run_stdio"]
+
+logger = logging.getLogger(__name__)
+
+INSTRUCTIONS = """\
+An offline knowledge base of documents and code, searched by passage.
+Start with search_knowledge (or search_code / search_docs to search only code or only
+documents); every matched chunk has an evidence ref kb:<chunk_id>:<path>#L<start>-L<end> to
+cite. read_chunk shows a passage with its neighbours, get_knowledge_item a whole document,
+knowledge_text_search finds exact strings or regexes, knowledge_list names the knowledge bases.
+"""
+
+_READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_WRITING = {
+    "add_knowledge": ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+    ),
+    "delete_knowledge": ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+    ),
+}
+# Filled in by the server, not by the agent (see _as_tool).
+_INJECTED = ("core", "roots")
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What the lifespan hands to every tool call: the open core and the allowed roots."""
+
+    core: KnowledgeAgentCore
+    roots: tuple[str, ...]
+
+
+CoreSource = KnowledgeAgentCore | Callable[[], KnowledgeAgentCore]
+
+
+def _lifespan(
+    source: CoreSource, roots: tuple[str, ...]
+) -> Callable[[MCPServer[ServerState]], AbstractAsyncContextManager[ServerState]]:
+    """Open the core at startup and close it at shutdown — unless it was handed over open."""
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer[ServerState]) -> AsyncIterator[ServerState]:
+        if isinstance(source, KnowledgeAgentCore):
+            yield ServerState(source, roots)
+            return
+        # Opening may rebuild an index: keep the event loop free meanwhile.
+        core = await anyio.to_thread.run_sync(source)
+        try:
+            yield ServerState(core, roots)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(core.close)
+
+    return lifespan
+
+
+def _result(payload: dict[str, Any]) -> CallToolResult:
+    """The answer as compact JSON text (what the budget measured) and as structured content."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=mcp_tools.dumps(payload))],
+        structured_content=payload,
+    )
+
+
+def _as_tool(function: Callable[..., dict[str, Any]]) -> Callable[..., Any]:
+    """An async MCP tool over ``function(core, …)``, with the same agent-facing parameters.
+
+    The SDK derives the input schema from the signature, so the wrapper carries the
+    function's own signature minus the injected ``core`` / ``roots``, plus the context the
+    SDK fills in. The call runs on a worker thread: core calls block (the core is locked).
+    """
+    signature = inspect.signature(function, eval_str=True)
+    visible = [p for p in signature.parameters.values() if p.name not in _INJECTED]
+    injected = [name for name in signature.parameters if name in _INJECTED]
+
+    async def tool(ctx: Context[ServerState, Any], **arguments: Any) -> CallToolResult:
+        state: ServerState = ctx.request_context.lifespan_context
+        values = {name: getattr(state, name) for name in injected}
+        call = functools.partial(function, **values, **arguments)
+        try:
+            return _result(await anyio.to_thread.run_sync(call))
+        except KnowledgeAgentError as exc:
+            # An anticipated failure: its message goes back to the agent as a tool error.
+            raise ToolError(str(exc)) from exc
+
+    context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
+    tool.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*visible, context], return_annotation=CallToolResult
+    )
+    tool.__annotations__ = {
+        **{p.name: p.annotation for p in visible},
+        "ctx": Context,
+        "return": CallToolResult,
+    }
+    tool.__name__ = tool.__qualname__ = function.__name__
+    tool.__doc__ = function.__doc__
+    return tool
+
+
+def _version() -> str:
+    try:
+        return metadata.version("knowledge-agent")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+def create_server(
+    core: CoreSource,
+    *,
+    roots: Sequence[str | os.PathLike[str]] = (),
+) -> MCPServer[ServerState]:
+    """An MCP server exposing ``core`` through the tools of :mod:`.mcp_tools`.
+
+    ``core`` is an open core (used as is, never closed here) or a callable that opens one:
+    then the server's lifespan opens it at startup and closes it at shutdown. ``roots`` are
+    the folders ``add_knowledge`` may read files from; without any, it accepts text only.
+    ``ConfigError`` if a root is not a folder.
+    """
+    if not isinstance(core, KnowledgeAgentCore) and not callable(core):
+        raise TypeError(f"core must be a KnowledgeAgentCore or a callable, got {core!r}")
+    allowed = mcp_tools.resolve_roots(roots)
+    server: MCPServer[ServerState] = MCPServer(
+        "knowledge-agent",
+        title="Knowledge Agent",
+        instructions=INSTRUCTIONS,
+        version=_version(),
+        lifespan=_lifespan(core, allowed),
+    )
+    for function in mcp_tools.TOOLS:
+        server.add_tool(
+            _as_tool(function),
+            name=function.__name__,
+            annotations=_WRITING.get(function.__name__, _READ_ONLY),
+        )
+    return server
+
+
+def run_stdio(
+    open_core: Callable[[], KnowledgeAgentCore],
+    *,
+    roots: Sequence[str | os.PathLike[str]] = (),
+) -> None:
+    """Serve over stdin/stdout until the client disconnects (blocking).
+
+    The core is opened once the server starts and closed when it stops. Logs go to stderr;
+    stdout carries the protocol only.
+    """
+    server = create_server(open_core, roots=roots)
+    logger.info("serving the knowledge base over stdio (roots: %s)", list(roots) or "none")
+    anyio.run(server.run_stdio_async)

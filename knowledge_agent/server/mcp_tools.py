@@ -1,0 +1,727 @@
+"""The MCP tools, as plain functions over a :class:`KnowledgeAgentCore`.
+
+Each tool is ``tool(core, …arguments) -> dict``: JSON-ready answers, ``KnowledgeAgentError``
+for bad arguments. They know nothing of MCP, so they are tested by calling them; the server
+(:mod:`knowledge_agent.server.app`) turns each one into an MCP tool whose input schema is the
+signature below, minus ``core`` (and ``roots``), which the server fills in.
+
+The docstrings and the ``Field`` descriptions are what an agent reads before calling a tool:
+they say what it does, when to use it and what comes back.
+
+Two policies live in the server rather than in the core, because only an agent-facing
+surface needs them: search answers stay under a token budget (:mod:`.budget`), and files may
+only be added from inside the folders the server was started with (:func:`resolve_roots`,
+:func:`path_within_roots`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from knowledge_agent.core import KnowledgeAgentCore
+from knowledge_agent.errors import ConfigError, IngestError, NotFoundError, QueryError
+from knowledge_agent.ingest.report import CollectReport
+from knowledge_agent.ingest.walker import WalkOptions
+from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, SearchResult
+from knowledge_agent.server.budget import dumps, estimate_tokens, fit_to_budget
+
+__all__ = [
+    "DOCUMENT_SOURCE_TYPES",
+    "TOOLS",
+    "add_knowledge",
+    "delete_knowledge",
+    "dumps",
+    "estimate_tokens",
+    "evidence_ref",
+    "fit_to_budget",
+    "get_knowledge_item",
+    "index_status",
+    "knowledge_list",
+    "knowledge_text_search",
+    "path_within_roots",
+    "read_chunk",
+    "resolve_roots",
+    "search_code",
+    "search_docs",
+    "search_knowledge",
+]
+
+MAX_LIMIT = 50
+MAX_CONTEXT_WINDOW = 5
+MIN_MAX_TOKENS = 500  # room for one result with part of its best chunk
+MAX_MAX_TOKENS = 200_000
+MAX_SCOPES = 20  # path prefixes × file patterns: one filtered search each
+# Every source type the processors produce, except code (search_docs' scope). The core
+# filters by inclusion only, so the complement is spelled out; "web" is for fetched pages.
+DOCUMENT_SOURCE_TYPES = ("text", "markdown", "html", "pdf", "data", "log", "web")
+
+# -- parameter types: their bounds and descriptions are the tools' input schema -------------
+
+_NAMES = str | list[str] | None
+
+Query = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="What to look for: a question or keywords, in any language "
+        "(e.g. 'how do I roll back a deploy', '重置密码').",
+    ),
+]
+KbNames = Annotated[
+    _NAMES,
+    Field(
+        description="Knowledge base name, or a list of names; all of them when omitted "
+        "(knowledge_list shows the names)."
+    ),
+]
+Limit = Annotated[
+    int, Field(ge=1, le=MAX_LIMIT, description="How many documents to return, best first.")
+]
+ContextWindow = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=MAX_CONTEXT_WINDOW,
+        description="Neighbouring chunks to add on each side of a matched chunk (0: none).",
+    ),
+]
+MinScore = Annotated[
+    float | None,
+    Field(ge=0, description="Leave out documents scoring below this (scores run 0-1, best 1)."),
+]
+MaxTokens = Annotated[
+    int,
+    Field(
+        ge=MIN_MAX_TOKENS,
+        le=MAX_MAX_TOKENS,
+        description="Budget for the whole answer (about 4 characters, or 1 CJK character, per "
+        "token). Over it, context chunks go first, then extra matched chunks, then the lowest "
+        "results, then long chunks are shortened; the answer then says truncated.",
+    ),
+]
+Explain = Annotated[
+    bool, Field(description="Add each result's score breakdown (matched terms, engine ranks).")
+]
+PathPrefix = Annotated[
+    _NAMES,
+    Field(
+        description="Only files or pages whose path or URL starts with this prefix, or with "
+        "any of a list (e.g. '/home/me/notes/' or 'https://docs.python.org/3/')."
+    ),
+]
+SourceTypes = Annotated[
+    _NAMES,
+    Field(description="Only these kinds of source: code, markdown, text, html, pdf, data, log."),
+]
+DocTypes = Annotated[
+    _NAMES, Field(description="Only these document types (e.g. adr, runbook, guide).")
+]
+Languages = Annotated[
+    _NAMES,
+    Field(
+        description="Only these languages: a natural language code for documents (en, zh) "
+        "or a programming language for code (python, go)."
+    ),
+]
+CodeLanguages = Annotated[
+    _NAMES, Field(description="Only these programming languages, e.g. ['python', 'go'].")
+]
+FilePatterns = Annotated[
+    _NAMES,
+    Field(
+        description="Only files matching one of these globs, e.g. ['*.py', 'src/*', "
+        "'*/tests/*']; '*' also crosses '/', and a relative pattern matches at any depth."
+    ),
+]
+NameKeyword = Annotated[
+    str | None, Field(description="Only knowledge bases whose name contains this text.")
+]
+IncludeIntro = Annotated[
+    bool, Field(description="Include each knowledge base's description (its intro).")
+]
+IntroMaxChars = Annotated[
+    int, Field(ge=0, le=4000, description="Cut each intro to this many characters.")
+]
+Keyword = Annotated[
+    str, Field(min_length=1, description="The exact text to find (a regex with regex=true).")
+]
+Regex = Annotated[bool, Field(description="Treat keyword as a Python regular expression.")]
+CaseSensitive = Annotated[bool, Field(description="Match letter case exactly.")]
+SourceKeyword = Annotated[
+    str | None, Field(description="Only documents whose path, URL or title contains this text.")
+]
+MaxLines = Annotated[int, Field(ge=1, le=500, description="Stop after this many matching lines.")]
+MaxCharsPerLine = Annotated[
+    int, Field(ge=20, le=2000, description="Cut each line to this many characters.")
+]
+ChunkId = Annotated[
+    str, Field(min_length=1, description="A chunk_id from a search result or evidence ref.")
+]
+Neighbors = Annotated[int, Field(ge=0, le=20, description="Chunks to include on each side.")]
+ItemId = Annotated[str, Field(min_length=1, description="An item_id from a search result.")]
+MaxChars = Annotated[
+    int, Field(ge=1, le=200_000, description="Return at most this many characters.")
+]
+Offset = Annotated[
+    int, Field(ge=0, description="Start at this character (to page through a long text).")
+]
+KbName = Annotated[
+    str,
+    Field(
+        description="The knowledge base to add to (created if new): letters, digits, '_', '.', '-'."
+    ),
+]
+SourcePath = Annotated[
+    str | None,
+    Field(
+        description="A file or folder to index (folders recursively, honouring .gitignore); "
+        "it must lie inside a folder the server was started with (--root)."
+    ),
+]
+Text = Annotated[str | None, Field(description="Text to store, instead of a path.")]
+Title = Annotated[str, Field(description="Title of the text (ignored for a path).")]
+
+
+# -- argument checks (the MCP schema bounds them too; these guard the Python callers) ----------
+
+
+def _query(query: object) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise QueryError("query must be a non-empty string")
+    return query
+
+
+def _bounded(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise QueryError(f"{name} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+def _names(value: str | Sequence[str] | None, name: str) -> list[str] | None:
+    """A name or list of names as a list; None (no restriction) for nothing given."""
+    if value is None:
+        return None
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
+        raise QueryError(f"{name} must be a string or a list of strings, got {value!r}")
+    names = [v.strip() for v in values if v.strip()]
+    return names or None
+
+
+def _kbs(core: KnowledgeAgentCore, kb: str | Sequence[str] | None) -> list[str] | None:
+    """The knowledge-base names asked for; ``NotFoundError`` names the first unknown one."""
+    names = _names(kb, "kb")
+    for name in names or ():
+        core.get_kb(name)
+    return names
+
+
+def _glob(pattern: str) -> str:
+    """A file pattern as a glob over absolute paths: a relative one matches at any depth."""
+    if pattern.startswith(("*", "?", "[", "/", "\\")) or "://" in pattern or ":" in pattern[:3]:
+        return pattern
+    return "*/" + pattern
+
+
+# -- result views -----------------------------------------------------------------------------
+
+
+def _path(item: KnowledgeItem) -> str:
+    return item.source_uri or item.title or item.id
+
+
+def evidence_ref(chunk_id: str, path: str, metadata: dict[str, Any]) -> str:
+    """``kb:<chunk_id>:<path>#L<start>-L<end>``, plus ``;page=N`` (or ``;pages=N-M``) in a PDF."""
+    ref = f"kb:{chunk_id}:{path}"
+    start, end = metadata.get("start_line"), metadata.get("end_line")
+    if start is not None:
+        ref += f"#L{start}-L{end if end is not None else start}"
+    page, page_end = metadata.get("page"), metadata.get("page_end")
+    if page is not None:
+        ref += f";page={page}" if page_end in (None, page) else f";pages={page}-{page_end}"
+    return ref
+
+
+def _chunk_view(chunk: MatchedChunk, path: str, *, matched: bool) -> dict[str, Any]:
+    meta = chunk.metadata
+    view: dict[str, Any] = {"chunk_id": chunk.chunk_id}
+    if matched:
+        view["evidence"] = evidence_ref(chunk.chunk_id, path, meta)
+        view["score"] = round(chunk.score, 4)
+    view.update(
+        heading=chunk.heading,
+        chunk_index=chunk.chunk_index,
+        start_position=chunk.start_position,
+        end_position=chunk.end_position,
+        start_line=meta.get("start_line"),
+        end_line=meta.get("end_line"),
+    )
+    for key in ("page", "page_end", "qualified_name", "symbol_type", "signature"):
+        if meta.get(key):
+            view["symbol" if key == "qualified_name" else key] = meta[key]
+    view["content"] = chunk.content
+    return view
+
+
+def _item_view(item: KnowledgeItem) -> dict[str, Any]:
+    return {
+        "item_id": item.id,
+        "title": item.title,
+        "uri": item.source_uri,
+        "kb": item.kb,
+        "source_type": item.source_type,
+        "doc_type": item.doc_type,
+        "language": item.language,
+    }
+
+
+def _result_view(result: SearchResult, *, explain: bool) -> dict[str, Any]:
+    path = _path(result.item)
+    view = _item_view(result.item)
+    view["score"] = round(result.relevance_score, 4)
+    view["matched_chunks"] = [_chunk_view(c, path, matched=True) for c in result.matched_chunks]
+    view["context_chunks"] = [_chunk_view(c, path, matched=False) for c in result.context_chunks]
+    if result.search_mode == "item":
+        # The item-level fallback has no chunks: its highlights are the only excerpts.
+        view["snippets"] = list(result.highlights)
+    if explain and result.explanation is not None:
+        view["explanation"] = result.explanation.to_dict()
+    return view
+
+
+# -- search -----------------------------------------------------------------------------------
+
+
+def _search(
+    core: KnowledgeAgentCore,
+    query: str,
+    filters: dict[str, Any],
+    *,
+    prefixes: list[str] | None = None,
+    globs: list[str] | None = None,
+    limit: int,
+    context_window: int,
+    min_score: float | None,
+    max_tokens: int,
+    include_explanation: bool,
+) -> dict[str, Any]:
+    """Run one filtered core search per (prefix, glob) scope and merge them, best first.
+
+    Every filter goes into ``core.search``, so each scope is narrowed *before* ranking; a
+    document found in several scopes keeps its best score.
+    """
+    _query(query)
+    _bounded("limit", limit, 1, MAX_LIMIT)
+    _bounded("context_window", context_window, 0, MAX_CONTEXT_WINDOW)
+    _bounded("max_tokens", max_tokens, MIN_MAX_TOKENS, MAX_MAX_TOKENS)
+    if min_score is not None and (
+        isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or min_score < 0
+    ):
+        raise QueryError(f"min_score must be a number >= 0, got {min_score!r}")
+    scopes = [(p, g) for p in prefixes or [None] for g in globs or [None]]
+    if len(scopes) > MAX_SCOPES:
+        raise QueryError(f"at most {MAX_SCOPES} path prefix × file pattern combinations")
+    best: dict[str, SearchResult] = {}
+    for prefix, glob in scopes:
+        found = core.search(
+            query,
+            limit=limit,
+            context_window=context_window,
+            min_score=min_score,
+            path_prefix=prefix,
+            path_glob=glob,
+            **filters,
+        )
+        for result in found:
+            kept = best.get(result.item.id)
+            if kept is None or result.relevance_score > kept.relevance_score:
+                best[result.item.id] = result
+    # A stable sort: with one scope this is exactly the core's order.
+    ranked = sorted(best.values(), key=lambda result: -result.relevance_score)[:limit]
+    views = [_result_view(result, explain=include_explanation) for result in ranked]
+    answer = fit_to_budget(views, max_tokens)
+    if not ranked:
+        answer["hint"] = (
+            "No match. Try other words or a wider scope; knowledge_text_search finds exact "
+            "strings, knowledge_list shows the knowledge bases."
+        )
+    return answer
+
+
+def search_knowledge(
+    core: KnowledgeAgentCore,
+    query: Query,
+    *,
+    kb: KbNames = None,
+    limit: Limit = 5,
+    context_window: ContextWindow = 1,
+    source_type: SourceTypes = None,
+    doc_type: DocTypes = None,
+    path_prefix: PathPrefix = None,
+    language: Languages = None,
+    min_score: MinScore = None,
+    max_tokens: MaxTokens = 4000,
+    include_explanation: Explain = False,
+) -> dict[str, Any]:
+    """Search the knowledge bases: the best passages for a question, grouped per document.
+
+    Hybrid keyword (BM25) + TF-IDF search over chunks. Each result is a document (item_id,
+    title, uri, kb, source_type, doc_type, score) with matched_chunks, best first — content,
+    heading, chunk_index, start/end position, start/end line, page for PDFs, and an
+    `evidence` ref `kb:<chunk_id>:<path>#L<start>-L<end>` to cite — and context_chunks, the
+    neighbouring passages. Filters narrow the search before ranking. Use search_code or
+    search_docs to search only code or only documents; read_chunk(chunk_id) to read around a
+    passage. A reply over max_tokens is trimmed and says so (`truncated`, `note`).
+    """
+    filters = {
+        "kb": _kbs(core, kb),
+        "source_type": _names(source_type, "source_type"),
+        "doc_type": _names(doc_type, "doc_type"),
+        "language": _names(language, "language"),
+    }
+    return _search(
+        core,
+        query,
+        filters,
+        prefixes=_names(path_prefix, "path_prefix"),
+        limit=limit,
+        context_window=context_window,
+        min_score=min_score,
+        max_tokens=max_tokens,
+        include_explanation=include_explanation,
+    )
+
+
+def search_code(
+    core: KnowledgeAgentCore,
+    query: Query,
+    *,
+    kb: KbNames = None,
+    languages: CodeLanguages = None,
+    file_patterns: FilePatterns = None,
+    path_prefix: PathPrefix = None,
+    limit: Limit = 5,
+    context_window: ContextWindow = 1,
+    min_score: MinScore = None,
+    max_tokens: MaxTokens = 4000,
+    include_explanation: Explain = False,
+) -> dict[str, Any]:
+    """Search source code only: functions, classes and modules that match a question.
+
+    Same answer as search_knowledge, restricted to code before ranking, so code is found
+    even when documents would outrank it. Matched chunks of code also name their symbol
+    (e.g. `Billing.total`), its type and signature, with start/end lines.
+    """
+    patterns = _names(file_patterns, "file_patterns")
+    filters = {
+        "kb": _kbs(core, kb),
+        "source_type": "code",
+        "language": [name.lower() for name in _names(languages, "languages") or ()] or None,
+    }
+    return _search(
+        core,
+        query,
+        filters,
+        prefixes=_names(path_prefix, "path_prefix"),
+        globs=[_glob(pattern) for pattern in patterns] if patterns else None,
+        limit=limit,
+        context_window=context_window,
+        min_score=min_score,
+        max_tokens=max_tokens,
+        include_explanation=include_explanation,
+    )
+
+
+def search_docs(
+    core: KnowledgeAgentCore,
+    query: Query,
+    *,
+    kb: KbNames = None,
+    doc_type: DocTypes = None,
+    path_prefix: PathPrefix = None,
+    limit: Limit = 5,
+    context_window: ContextWindow = 1,
+    min_score: MinScore = None,
+    max_tokens: MaxTokens = 4000,
+    include_explanation: Explain = False,
+) -> dict[str, Any]:
+    """Search documents only (Markdown, text, HTML, PDF, data, logs — everything but code).
+
+    Same answer as search_knowledge, restricted to documents before ranking. path_prefix
+    takes folder paths or URL prefixes (one or a list) to stay within one manual or site.
+    """
+    filters = {
+        "kb": _kbs(core, kb),
+        "source_type": list(DOCUMENT_SOURCE_TYPES),
+        "doc_type": _names(doc_type, "doc_type"),
+    }
+    return _search(
+        core,
+        query,
+        filters,
+        prefixes=_names(path_prefix, "path_prefix"),
+        limit=limit,
+        context_window=context_window,
+        min_score=min_score,
+        max_tokens=max_tokens,
+        include_explanation=include_explanation,
+    )
+
+
+# -- browsing ---------------------------------------------------------------------------------
+
+
+def _clip(text: str, max_chars: int) -> tuple[str, bool]:
+    """``text`` cut to ``max_chars`` (ending in "…" when cut), and whether it was cut."""
+    if len(text) <= max_chars:
+        return text, False
+    return (text[: max_chars - 1].rstrip() + "…") if max_chars > 0 else "", True
+
+
+def knowledge_list(
+    core: KnowledgeAgentCore,
+    *,
+    name_keyword: NameKeyword = None,
+    include_intro: IncludeIntro = True,
+    intro_max_chars: IntroMaxChars = 120,
+) -> dict[str, Any]:
+    """List the knowledge bases: name, intro, and how much each holds.
+
+    Per knowledge base: name, intro (its description, cut to intro_max_chars), items,
+    chunks, sources (tracked files), roots (collected folders) and last_indexed_at. Call it
+    first to learn which `kb` names the search tools accept.
+    """
+    _bounded("intro_max_chars", intro_max_chars, 0, 4000)
+    keyword = (name_keyword or "").strip().lower()
+    listed = []
+    for info in core.list_kbs():
+        if keyword and keyword not in info.name.lower():
+            continue
+        entry = info.to_dict()
+        description = entry.pop("description")
+        entry.pop("created_at")
+        if include_intro:
+            entry["intro"], _ = _clip(" ".join(description.split()), intro_max_chars)
+        listed.append(entry)
+    return {"knowledge_bases": listed, "count": len(listed)}
+
+
+def knowledge_text_search(
+    core: KnowledgeAgentCore,
+    keyword: Keyword,
+    *,
+    kb: KbNames = None,
+    regex: Regex = False,
+    case_sensitive: CaseSensitive = False,
+    source_keyword: SourceKeyword = None,
+    max_lines: MaxLines = 20,
+    max_chars_per_item: MaxCharsPerLine = 180,
+) -> dict[str, Any]:
+    """Find exact text (or a regex) line by line, like grep, across stored documents.
+
+    Unlike the search tools this is literal: every line containing keyword, in document
+    order, with its path, 1-based line number and a `ref` `<path>#L<n>`. Use it for
+    identifiers, error messages, version numbers; `more: true` means there were more lines.
+    """
+    _bounded("max_lines", max_lines, 1, 500)
+    _bounded("max_chars_per_item", max_chars_per_item, 20, 2000)
+    matches = core.text_search(
+        keyword,
+        kb=_kbs(core, kb),
+        regex=regex,
+        case_sensitive=case_sensitive,
+        source_keyword=source_keyword or None,
+        max_matches=max_lines + 1,  # one extra tells whether there are more
+        max_chars_per_line=max_chars_per_item,
+    )
+    lines = []
+    for match in matches[:max_lines]:
+        path = match.source_uri or match.title or match.item_id
+        lines.append(
+            {
+                "item_id": match.item_id,
+                "kb": match.kb,
+                "title": match.title,
+                "path": path,
+                "line_number": match.line_number,
+                "line": match.line,
+                "ref": f"{path}#L{match.line_number}",
+            }
+        )
+    return {"matches": lines, "count": len(lines), "more": len(matches) > max_lines}
+
+
+def read_chunk(
+    core: KnowledgeAgentCore,
+    chunk_id: ChunkId,
+    *,
+    neighbors: Neighbors = 1,
+) -> dict[str, Any]:
+    """Read one chunk in full, with its document and the chunks around it.
+
+    Returns `chunk` (content, heading, lines, evidence ref), `item` (its document), and
+    `before` / `after`: up to `neighbors` chunks on each side, in document order.
+    """
+    _bounded("neighbors", neighbors, 0, 20)
+    found = core.read_chunk(chunk_id, neighbors=neighbors)
+    path = _path(found.item)
+
+    def view(chunk: KnowledgeChunk, *, matched: bool = False) -> dict[str, Any]:
+        shown = _chunk_view(MatchedChunk.from_chunk(chunk), path, matched=matched)
+        shown.pop("score", None)
+        return shown
+
+    return {
+        "chunk": view(found.chunk, matched=True),
+        "item": _item_view(found.item),
+        "before": [view(chunk) for chunk in found.before],
+        "after": [view(chunk) for chunk in found.after],
+    }
+
+
+def get_knowledge_item(
+    core: KnowledgeAgentCore,
+    item_id: ItemId,
+    *,
+    max_chars: MaxChars = 8000,
+    offset: Offset = 0,
+) -> dict[str, Any]:
+    """Read a whole document: its metadata and its text (up to max_chars from offset).
+
+    `truncated: true` means the text goes on; call again with offset=`next_offset`.
+    """
+    _bounded("max_chars", max_chars, 1, 200_000)
+    _bounded("offset", offset, 0, 2**62)
+    item = core.get_item(item_id)
+    if item is None:
+        raise NotFoundError(f"no item with id {item_id!r}")
+    data = item.to_dict()
+    content = item.content[offset : offset + max_chars]
+    end = offset + len(content)
+    answer = {
+        **_item_view(item),
+        "tags": data["tags"],
+        "metadata": data["metadata"],
+        "created_at": data["created_at"],
+        "updated_at": data["updated_at"],
+        "content_chars": len(item.content),
+        "offset": offset,
+        "content": content,
+        "truncated": end < len(item.content),
+    }
+    if answer["truncated"]:
+        answer["next_offset"] = end
+    return answer
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+def resolve_roots(roots: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
+    """The folders files may be added from, as real paths; ``ConfigError`` for a non-folder."""
+    resolved = []
+    for root in roots:
+        real = os.path.realpath(os.path.expanduser(os.fspath(root)))
+        if not os.path.isdir(real):
+            raise ConfigError(f"root {os.fspath(root)!r} is not a folder")
+        resolved.append(real)
+    return tuple(dict.fromkeys(resolved))
+
+
+def path_within_roots(path: str, roots: Sequence[str]) -> str:
+    """The real path of ``path`` if it lies inside one of ``roots`` (real paths).
+
+    Symlinks and ``..`` are resolved before the check, so neither can lead outside. A
+    relative path is taken relative to the first root that has it.
+    """
+    if not roots:
+        raise ConfigError(
+            "adding files is disabled: this server was started without --root folders "
+            "(pass text instead, or restart it with `knowledge-agent serve --root DIR`)"
+        )
+    expanded = os.path.expanduser(path)
+    candidates = (
+        [expanded] if os.path.isabs(expanded) else [os.path.join(root, expanded) for root in roots]
+    )
+    real = next(
+        (os.path.realpath(c) for c in candidates if os.path.exists(c)),
+        os.path.realpath(candidates[0]),
+    )
+    if not any(os.path.commonpath([root, real]) == root for root in roots):
+        raise ConfigError(
+            f"{path!r} is outside the folders this server may read: {', '.join(roots)}"
+        )
+    if not os.path.exists(real):
+        raise IngestError(real, "no such file or directory")
+    return real
+
+
+def add_knowledge(
+    core: KnowledgeAgentCore,
+    *,
+    kb: KbName,
+    path: SourcePath = None,
+    text: Text = None,
+    title: Title = "",
+    roots: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Add a file, a folder, or a piece of text to a knowledge base and index it.
+
+    Give either path or text. Re-adding a folder only re-reads files that changed and drops
+    files that are gone. Returns the collect report: processed, unchanged, skipped and
+    failed files (with reasons), removed, chunks_added, item_ids.
+    """
+    if (path is None) == (text is None):
+        raise ConfigError("give either path or text (exactly one of them)")
+    if text is not None:
+        if not text.strip():
+            raise IngestError(title or "<text>", "the text is empty")
+        # Not collect_knowledge(text): it would read a text that looks like a path as a file,
+        # bypassing the roots check below.
+        item = core.add_text(text, title=title, kb=kb)
+        report = CollectReport(kb=kb, processed=1, item_ids=[item.id])
+        report.chunks_added = core.storage.count_chunks(item_id=item.id)
+        return report.to_dict()
+    real = path_within_roots(path, roots)  # type: ignore[arg-type]
+    # Symlinks are not followed: one inside a root could otherwise lead outside it.
+    options = WalkOptions(follow_symlinks=False)
+    return core.collect_knowledge(real, kb=kb, walk_options=options).to_dict()
+
+
+def delete_knowledge(
+    core: KnowledgeAgentCore,
+    item_id: ItemId,
+) -> dict[str, Any]:
+    """Delete one document (an item) and its chunks from its knowledge base and the indexes."""
+    item = core.get_item(item_id)
+    if item is None or not core.delete_knowledge_item(item_id):
+        raise NotFoundError(f"no item with id {item_id!r}")
+    answer: dict[str, Any] = {"deleted": True, **_item_view(item)}
+    if item.metadata.get("root"):
+        answer["note"] = "its file is still tracked: the next sync of its folder brings it back"
+    return answer
+
+
+def index_status(core: KnowledgeAgentCore) -> dict[str, Any]:
+    """Health of the index: counts of knowledge bases, items, chunks and sources, both search
+    indexes' counts, pending changes, sizes on disk, and any inconsistency found."""
+    return core.status().to_dict()
+
+
+TOOLS = (
+    search_knowledge,
+    search_code,
+    search_docs,
+    knowledge_list,
+    knowledge_text_search,
+    read_chunk,
+    get_knowledge_item,
+    add_knowledge,
+    delete_knowledge,
+    index_status,
+)
+"""Every tool, in the order the server lists them."""

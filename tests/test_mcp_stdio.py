@@ -1,0 +1,110 @@
+"""The MCP server as agents run it: `knowledge-agent serve` over stdio, and the optional extra."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import pytest
+
+TIMEOUT = 60  # seconds; the whole session normally takes two or three
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT
+    )
+
+
+def test_importing_the_package_and_its_cli_does_not_import_mcp() -> None:
+    done = run_python(
+        "import sys, knowledge_agent, knowledge_agent.cli\n"
+        "loaded = sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.'))\n"
+        "assert not loaded, loaded\n"
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_server_package_without_mcp_says_which_extra_to_install() -> None:
+    done = run_python(
+        "import sys\n"
+        "sys.modules['mcp'] = None  # as if the SDK were not installed\n"
+        "try:\n"
+        "    import knowledge_agent.server\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    assert done.stdout.strip() == (
+        'the MCP server needs the [mcp] extra: pip install "knowledge-agent[mcp]"'
+    )
+
+
+def test_serve_over_stdio_end_to_end(tmp_path: Path) -> None:
+    # Imported here: the two tests above must also run where the [mcp] extra is missing.
+    pytest.importorskip("mcp.server.mcpserver")
+    import anyio
+    from mcp import Client, StdioServerParameters, stdio_client
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "deploy.md").write_text(
+        "# Deploy guide\n\n## Rollback\n\nPoint the current symlink at the previous release "
+        "and restart the service; migrations are not undone by a rollback.\n",
+        encoding="utf-8",
+    )
+    (docs / "retry.py").write_text(
+        'def retry_with_backoff(call, attempts=3):\n    """Retry a call with exponential '
+        'backoff."""\n    return call()\n',
+        encoding="utf-8",
+    )
+    command = ["-m", "knowledge_agent.cli", "--data-dir", str(tmp_path / "data"), "serve"]
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=[*command, "--root", str(docs)],
+        cwd=tmp_path,  # no project file of the developer's is picked up
+    )
+    stray: list[Any] = []
+
+    async def record_stray_output(message: Any) -> None:
+        # A line on stdout that is not JSON-RPC reaches the client as an exception.
+        if isinstance(message, Exception):
+            stray.append(message)
+
+    async def session(errlog: TextIO) -> dict[str, Any]:
+        with anyio.fail_after(TIMEOUT):
+            # mode="legacy": the initialize handshake that today's MCP clients perform.
+            client = Client(
+                stdio_client(server, errlog=errlog),
+                message_handler=record_stray_output,
+                mode="legacy",
+            )
+            async with client:
+                seen: dict[str, Any] = {"info": client.server_info}
+                seen["tools"] = {tool.name for tool in (await client.list_tools()).tools}
+                seen["added"] = await client.call_tool(
+                    "add_knowledge", {"kb": "d", "path": str(docs)}
+                )
+                seen["refused"] = await client.call_tool(
+                    "add_knowledge", {"kb": "d", "path": "/etc"}
+                )
+                found = await client.call_tool("search_knowledge", {"query": "roll back a release"})
+                seen["found"] = answer = json.loads(found.content[0].text)
+                chunk_id = answer["results"][0]["matched_chunks"][0]["chunk_id"]
+                seen["read"] = await client.call_tool("read_chunk", {"chunk_id": chunk_id})
+                seen["code"] = await client.call_tool("search_code", {"query": "retry backoff"})
+                return seen
+
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        seen = anyio.run(session, errlog)
+
+    assert stray == [], (tmp_path / "stderr.log").read_text()
+    assert seen["info"] is not None and seen["info"].name == "knowledge-agent"
+    assert {"search_knowledge", "read_chunk", "add_knowledge", "index_status"} <= seen["tools"]
+    assert json.loads(seen["added"].content[0].text)["processed"] == 2, seen["added"].content
+    assert seen["refused"].is_error and "outside the folders" in seen["refused"].content[0].text
+    assert seen["found"]["results"][0]["uri"] == str((docs / "deploy.md").resolve())
+    assert "previous release" in json.loads(seen["read"].content[0].text)["chunk"]["content"]
+    assert json.loads(seen["code"].content[0].text)["results"][0]["title"] == "retry.py"
