@@ -1,85 +1,1151 @@
-"""The ``knowledge-agent`` command."""
+"""The ``knowledge-agent`` command: a thin click layer over :class:`KnowledgeAgentCore`.
+
+Each command parses its options, opens the knowledge base (lazily, closed at the end),
+calls one or two core methods and prints the result through :mod:`knowledge_agent.cli_render`.
+Errors are mapped in one place (:class:`KnowledgeAgentGroup`): anything deriving from
+``KnowledgeAgentError`` becomes ``Error: …`` on stderr with exit code 1; usage errors exit
+with 2; a traceback is printed only with ``--debug``.
+
+``--json`` output is one top-level JSON object per command (``watch`` prints one per line):
+
+=============  ==========================================================================
+command        shape
+=============  ==========================================================================
+search         {"query", "mode", "results": [SearchResult.to_dict()]}
+grep           {"pattern", "regex", "case_sensitive", "matches": [TextMatch.to_dict()]}
+get            {"items": [KnowledgeItem.to_dict()]};
+               with --chunk: {"chunk", "item" (no content), "before": [...], "after": [...]}
+list           {"count", "items": [KnowledgeItem.to_dict() without "content"]}
+stats          {"status": IndexStatus.to_dict(), "knowledge_bases": [KnowledgeBaseInfo],
+                "config_file"}
+check          IndexStatus.to_dict(): {"data_dir", "items", "chunks", …, "consistent",
+               "problems", "repaired"}
+add, sync      CollectReport.to_dict(): {"kb", "processed", "unchanged", "skipped": [{"path",
+               "reason"}], "failed": [...], "removed", "chunks_added", "chunks_removed",
+               "bytes_processed", "duration_s", "item_ids"}
+watch          one CollectReport.to_dict() per line, for the first pass and every update
+remove         {"target", "kind": "item" | "path", "removed"}
+rebuild        {"chunks_indexed"}
+kb list        {"knowledge_bases": [KnowledgeBaseInfo.to_dict()]}
+kb create,     {"knowledge_base": KnowledgeBaseInfo.to_dict()}: {"name", "description",
+kb describe    "created_at", "items", "chunks", "sources", "roots", "last_indexed_at"}
+kb remove      {"name", "items_removed"}
+=============  ==========================================================================
+"""
 
 from __future__ import annotations
 
-import argparse
+import io
+import logging
+import os
 import sys
 import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from datetime import time as day_time
+from functools import cached_property
 from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
+import click
+from rich.console import Console
+
+from knowledge_agent import cli_render as render
 from knowledge_agent.core import KnowledgeAgentCore
-from knowledge_agent.models import SearchResult
+from knowledge_agent.core.status import ChunkContext
+from knowledge_agent.core.text_search import compile_pattern
+from knowledge_agent.errors import (
+    ConfigError,
+    IngestError,
+    KnowledgeAgentError,
+    NotFoundError,
+    QueryError,
+)
+from knowledge_agent.ingest.report import CollectReport
+from knowledge_agent.settings import (
+    LOCAL_DATA_DIR,
+    Settings,
+    resolve_settings,
+    write_default_config,
+)
+from knowledge_agent.storage.sources import KnowledgeBaseInfo
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:  # pragma: no cover - Python 3.10
+        from importlib.abc import Traversable
+
+__all__ = ["DEMO_QUERIES", "KnowledgeAgentGroup", "cli", "main"]
 
 DEMO_QUERIES = (
-    "how do I roll back a failed deploy",
-    "ETag revalidation 304",
+    "why did checkout requests time out during the outage",
+    "how does retry_with_backoff compute the delay",
     "如何重置密码",
 )
+MCP_EXTRA_MESSAGE = 'the MCP server needs the [mcp] extra: pip install "knowledge-agent[mcp]"'
+SEARCH_MODES = ("hybrid", "keyword", "semantic")
+
+# --------------------------------------------------------------------------------------------
+# the application object and the error mapping
 
 
-def _sample_files() -> list[tuple[str, str]]:
-    samples = resources.files("knowledge_agent") / "samples"
-    return sorted(
-        (entry.name, entry.read_text(encoding="utf-8"))
-        for entry in samples.iterdir()
-        if entry.name.endswith(".md")
+@dataclass
+class App:
+    """Per-invocation state: the global options, and the settings and core made from them."""
+
+    data_dir: Path | None = None
+    debug: bool = False
+    cwd: Path = field(default_factory=Path.cwd)
+
+    @cached_property
+    def settings(self) -> Settings:
+        """Resolved on first use, so ``--help`` never reads a project file."""
+        return resolve_settings(self.data_dir, cwd=self.cwd)
+
+    def new_core(self) -> KnowledgeAgentCore:
+        """Open the knowledge base with the project settings; the caller closes it."""
+        settings = self.settings
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        return KnowledgeAgentCore(
+            settings.data_dir,
+            chunk_config=settings.config.chunk_config,
+            search_config=settings.config.search_config,
+            doc_type_rules=settings.config.doc_type_rules,
+        )
+
+    @contextmanager
+    def open_core(self) -> Iterator[KnowledgeAgentCore]:
+        """The knowledge base for one command, always closed."""
+        with self.new_core() as core:
+            yield core
+
+    def kb_or_default(self, kb: str | None) -> str:
+        """``--kb`` if given, else the project file's ``default_kb`` (else "default")."""
+        return kb if kb is not None else self.settings.config.default_kb
+
+
+def _fail(debug: bool, exc: BaseException, message: str) -> NoReturn:
+    """``Error: message`` and exit code 1; with ``--debug`` the traceback first."""
+    if debug:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    raise click.ClickException(message) from exc
+
+
+@contextmanager
+def _log_to_stderr(debug: bool) -> Iterator[None]:
+    """Library log records on stderr for this invocation (never stdout: MCP stdio).
+
+    Errors only by default: what a command did is in its own output (failed files
+    are reported, not logged twice); --debug shows everything.
+    """
+    logger = logging.getLogger("knowledge_agent")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if debug else logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+class KnowledgeAgentGroup(click.Group):
+    """The top-level group: maps every error raised by a command to one line and exit 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        debug = bool(ctx.params.get("debug"))
+        with _log_to_stderr(debug):
+            try:
+                return super().invoke(ctx)
+            except (click.ClickException, click.exceptions.Exit, click.Abort):
+                raise
+            except KnowledgeAgentError as exc:
+                _fail(debug, exc, str(exc))
+            except OSError as exc:  # a data folder that cannot be created, a full disk …
+                where = f"{exc.filename}: " if exc.filename else ""
+                _fail(debug, exc, f"{where}{exc.strerror or exc}")
+            except Exception as exc:
+                hint = "" if debug else " (run with --debug for the traceback)"
+                _fail(debug, exc, f"unexpected {type(exc).__name__}: {exc}{hint}")
+
+
+# --------------------------------------------------------------------------------------------
+# shared options and helpers
+
+pass_app = click.make_pass_decorator(App)
+
+
+def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print JSON (shape in the epilog) instead."
+    )(func)
+
+
+def kb_option(help_text: str, *, multiple: bool = False) -> Callable[..., Any]:
+    return click.option("--kb", multiple=multiple, metavar="NAME", help=help_text)
+
+
+def walk_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option(
+        "--exclude",
+        multiple=True,
+        metavar="GLOB",
+        help="Skip files matching this gitignore-style glob (repeatable).",
+    )(func)
+    return click.option(
+        "--include",
+        multiple=True,
+        metavar="GLOB",
+        help="Only collect files matching this glob, e.g. '*.md' (repeatable).",
+    )(func)
+
+
+def _stderr_console_if_tty(as_json: bool) -> Console | None:
+    """A stderr console for progress display, only when a person is watching."""
+    if as_json or not sys.stderr.isatty():
+        return None
+    return render.make_console(stderr=True)
+
+
+def _check_kbs(core: KnowledgeAgentCore, names: Sequence[str] | str | None) -> None:
+    """``NotFoundError`` ("no knowledge base named …") for a name that does not exist."""
+    for name in [names] if isinstance(names, str) else names or ():
+        core.get_kb(name)
+
+
+def _missing_paths(paths: Sequence[str]) -> None:
+    for path in paths:
+        if path != "-" and not os.path.exists(os.path.expanduser(path)):
+            raise IngestError(
+                os.path.abspath(os.path.expanduser(path)), "no such file or directory"
+            )
+
+
+def _merged(reports: Sequence[CollectReport], kb: str) -> CollectReport:
+    if len(reports) == 1:
+        return reports[0]
+    total = CollectReport(kb=kb)
+    for report in reports:
+        total.merge(report)
+    return total
+
+
+def _text_title(text: str) -> str:
+    """A title for text from stdin: its first non-blank line, without Markdown #."""
+    for line in text.splitlines():
+        if line.strip():
+            title = line.strip().lstrip("#").strip()
+            return title if len(title) <= 80 else title[:79] + "…"
+    return "stdin"
+
+
+def _show_report(report: CollectReport, as_json: bool) -> None:
+    if as_json:
+        render.print_json(report.to_dict())
+    else:
+        render.print_report(render.make_console(), report)
+
+
+def _parse_date(value: str | None, option: str, *, end_of_day: bool) -> datetime | None:
+    """An ISO date or datetime, local time unless it has an offset.
+
+    A date alone means the start of that day, or its end with ``end_of_day`` (--until).
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text.endswith(("Z", "z")):  # fromisoformat accepts "Z" only from Python 3.11
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise QueryError(
+            f"{option}: not a date: {value!r} (use YYYY-MM-DD or an ISO 8601 date and time)"
+        ) from None
+    if end_of_day and len(text) == 10:  # "2024-05-01": include the whole day
+        parsed = datetime.combine(parsed.date(), day_time.max, parsed.tzinfo)
+    # Without an offset, a date means the user's local time (astimezone assumes so).
+    return parsed if parsed.tzinfo is not None else parsed.astimezone()
+
+
+def _scope(value: str | None) -> str | None:
+    """A path prefix: made absolute when it names an existing path (as source_uri is)."""
+    if not value:
+        return None
+    path = os.path.expanduser(value)
+    if not os.path.exists(path):
+        return value
+    full = os.path.abspath(path)
+    return full.rstrip(os.sep) + os.sep if os.path.isdir(full) else full
+
+
+# --------------------------------------------------------------------------------------------
+# the group
+
+EPILOG = """\b
+Examples:
+  knowledge-agent add docs/ notes.md --kb handbook
+  knowledge-agent search "how do I roll back a release" --kb handbook
+  knowledge-agent grep "max-age=" --kb handbook
+  knowledge-agent demo
+
+\b
+The data folder is --data-dir, else $KNOWLEDGE_AGENT_HOME, else the nearest
+.knowledge-agent.toml upward (see `knowledge-agent init`), else the user data folder.
+"""
+
+
+@click.group(
+    cls=KnowledgeAgentGroup,
+    epilog=EPILOG,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder holding the knowledge base (overrides $KNOWLEDGE_AGENT_HOME and project files).",
+)
+@click.option("--debug", is_flag=True, help="Print tracebacks and debug logging on stderr.")
+@click.version_option(package_name="knowledge-agent", prog_name="knowledge-agent")
+@click.pass_context
+def cli(ctx: click.Context, data_dir: Path | None, debug: bool) -> None:
+    """An offline knowledge base: collect files, then search them by meaning and keywords."""
+    ctx.obj = App(data_dir=data_dir, debug=debug)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point."""
+    for stream in (sys.stdout, sys.stderr):
+        # A pipe on Windows may be cp1252: replace what it cannot encode (say Chinese
+        # text) instead of failing halfway through the output.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="replace")
+    cli.main(args=list(argv) if argv is not None else None, prog_name="knowledge-agent")
+
+
+# --------------------------------------------------------------------------------------------
+# setting up
+
+
+@cli.command(
+    epilog="\b\nExample:\n  cd my-project && knowledge-agent init && knowledge-agent add docs/"
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing .knowledge-agent.toml.")
+def init(force: bool) -> None:
+    """Write a commented .knowledge-agent.toml in the current folder.
+
+    The file lists every setting at its default. Commands run in this folder or below
+    then keep their knowledge base in .knowledge-agent/ beside it.
+    """
+    path = write_default_config(Path.cwd(), force=force)
+    click.echo(f"Wrote {path}")
+    click.echo(
+        f"The knowledge base will live in {path.parent / LOCAL_DATA_DIR} "
+        f"(add {LOCAL_DATA_DIR}/ to .gitignore)."
     )
 
 
-def _title(text: str, default: str) -> str:
-    """The first level-one heading of a markdown page."""
-    for line in text.splitlines():
-        if line.startswith("# "):
-            return line[2:].strip()
-    return default
+# --------------------------------------------------------------------------------------------
+# collecting
 
 
-def _format_result(rank: int, result: SearchResult) -> str:
-    best = result.matched_chunks[0] if result.matched_chunks else None
-    lines = ""
-    if best is not None:
-        lines = f":{best.metadata.get('start_line', '?')}-{best.metadata.get('end_line', '?')}"
-    out = [f"{rank}. {result.item.title}  ({result.item.source_uri}{lines})"]
-    out.append(f"   score {result.relevance_score:.4f}")
-    if best is not None and best.heading:
-        out.append(f"   § {best.heading}")
-    if result.highlights:
-        out.append("   " + " ".join(result.highlights[0].split()))
-    if result.context_chunks:
-        indexes = ", ".join(str(chunk.chunk_index) for chunk in result.context_chunks)
-        out.append(f"   context: chunks {indexes}")
-    return "\n".join(out)
+@cli.command(
+    epilog="""\b
+Examples:
+  knowledge-agent add docs/ --kb handbook --exclude 'drafts/'
+  knowledge-agent add src/ --include '*.py' --include '*.md'
+  git log -1 --format=%B | knowledge-agent add - --title "Last commit"
 
+\b
+--json prints CollectReport.to_dict(): {"kb", "processed", "unchanged",
+"skipped": [{"path", "reason"}], "failed": [{"path", "reason"}], "removed",
+"chunks_added", "chunks_removed", "bytes_processed", "duration_s", "item_ids"}."""
+)
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@kb_option("Knowledge base to add to (default: the project's default_kb, else 'default').")
+@walk_options
+@click.option("--full", is_flag=True, help="Re-extract every file, not only changed ones.")
+@click.option("--title", metavar="TEXT", help="Title of the text read from stdin (PATH '-').")
+@json_option
+@pass_app
+def add(
+    app: App,
+    paths: tuple[str, ...],
+    kb: str | None,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    full: bool,
+    title: str | None,
+    as_json: bool,
+) -> None:
+    """Collect files and folders (or text from stdin: '-') into a knowledge base.
 
-def demo() -> int:
-    """Index the bundled sample knowledge base in a throwaway folder and answer three queries."""
-    with tempfile.TemporaryDirectory() as folder, KnowledgeAgentCore(folder) as core:
-        with core.batch():
-            for name, text in _sample_files():
-                core.add_text(
-                    text, title=_title(text, name), source_uri=name, source_type="markdown"
+    Folders are walked honouring .gitignore; a re-run only extracts new and changed files
+    and removes the items of deleted ones. Files that fail are listed; the exit code is 0
+    unless a PATH does not exist.
+    """
+    _missing_paths(paths)
+    if paths.count("-") > 1:
+        raise click.UsageError("'-' (stdin) can be given only once")
+    stdin_text = sys.stdin.read() if "-" in paths else None
+    if stdin_text is not None and not stdin_text.strip():
+        raise IngestError("-", "no text on standard input")
+    name = app.kb_or_default(kb)
+    reports: list[CollectReport] = []
+    progress_console = _stderr_console_if_tty(as_json)
+    with app.open_core() as core, render.collect_progress(progress_console) as progress:
+        for path in paths:
+            if path == "-":
+                reports.append(_add_stdin(core, stdin_text or "", title, name))
+                continue
+            target = Path(os.path.expanduser(path))
+            reports.append(
+                core.collect_knowledge(
+                    target, kb=name, include=include, exclude=exclude, full=full, progress=progress
                 )
-        print(
-            f"Indexed {core.storage.count_items()} sample documents "
-            f"as {core.storage.count_chunks()} chunks.\n"
+            )
+    _show_report(_merged(reports, name), as_json)
+
+
+def _add_stdin(core: KnowledgeAgentCore, text: str, title: str | None, kb: str) -> CollectReport:
+    """Store stdin text as one item; a report like a one-file collection."""
+    started = time.perf_counter()
+    try:
+        before = core.get_kb(kb).chunks
+    except NotFoundError:
+        before = 0  # add_text creates the knowledge base
+    item = core.add_text(text, title=title or _text_title(text), kb=kb)
+    report = CollectReport(kb=kb, processed=1, item_ids=[item.id])
+    report.chunks_added = core.get_kb(kb).chunks - before
+    report.bytes_processed = len(text.encode("utf-8", "surrogatepass"))
+    report.duration_s = time.perf_counter() - started
+    return report
+
+
+@cli.command(
+    epilog="""\b
+Example:
+  knowledge-agent sync --kb handbook
+
+\b
+--json prints CollectReport.to_dict() (see `add --help`), summed over every path."""
+)
+@kb_option("Only re-scan the paths of this knowledge base.")
+@click.option("--full", is_flag=True, help="Re-extract every file, not only changed ones.")
+@json_option
+@pass_app
+def sync(app: App, kb: str | None, full: bool, as_json: bool) -> None:
+    """Re-scan every collected folder and file: index changes, drop deleted files.
+
+    The project file's [[scan]] paths are collected too, the first time with their
+    include/exclude globs.
+    """
+    scans = [scan for scan in app.settings.config.scan if kb is None or scan.kb == kb]
+    with app.open_core() as core:
+        known = {info.name: info for info in core.list_kbs()}
+        if kb is not None and kb not in known and not scans:
+            core.get_kb(kb)  # raises "no knowledge base named …"
+        tracked = {(info.name, root) for info in known.values() for root in info.roots}
+        started = time.perf_counter()
+        with render.collect_progress(_stderr_console_if_tty(as_json)) as progress:
+            if kb is None or kb in known:
+                report = core.sync(kb=kb, full=full, progress=progress)
+            else:
+                report = CollectReport(kb=kb)
+            for scan in scans:
+                if (scan.kb, str(scan.path)) in tracked:
+                    continue  # re-scanned by core.sync above
+                _missing_paths([str(scan.path)])
+                report.merge(
+                    core.collect_knowledge(
+                        scan.path,
+                        kb=scan.kb,
+                        include=scan.include,
+                        exclude=scan.exclude,
+                        full=full,
+                        progress=progress,
+                    )
+                )
+        report.duration_s = time.perf_counter() - started
+    _show_report(report, as_json)
+
+
+def _wait_for_interrupt() -> None:
+    """Block until Ctrl-C (short sleeps: Windows delivers KeyboardInterrupt between them)."""
+    while True:
+        time.sleep(0.5)
+
+
+def _watch_printer(as_json: bool) -> Callable[[CollectReport], None]:
+    """What ``watch`` does with each update's report: a summary line, or a JSON line."""
+    console = render.make_console()
+    lock = threading.Lock()  # updates arrive on the watcher's thread
+
+    def show(report: CollectReport) -> None:
+        with lock:
+            if as_json:
+                render.print_json_line(report.to_dict())
+                return
+            stamp = datetime.now().strftime("%H:%M:%S")
+            console.print(f"{stamp}  {render.report_line(report)}")
+            render.print_issues(console, "failed", report.failed, style="red")
+
+    return show
+
+
+@cli.command(
+    epilog="""\b
+Example:
+  knowledge-agent watch docs/ notes/ --kb handbook --debounce 2
+
+\b
+With --json each report is one line of JSON (CollectReport.to_dict(), see `add --help`)."""
+)
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@kb_option("Knowledge base to keep in sync (default: the project's default_kb).")
+@walk_options
+@click.option(
+    "--debounce",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Quiet time before a burst of changes is indexed.",
+)
+@json_option
+@pass_app
+def watch(
+    app: App,
+    paths: tuple[str, ...],
+    kb: str | None,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    debounce: float,
+    as_json: bool,
+) -> None:
+    """Collect PATHs, then keep the knowledge base in sync with them until Ctrl-C.
+
+    Prints a summary line per update. Uses watchdog when installed (the [watch] extra),
+    else polls.
+    """
+    _missing_paths(paths)
+    name = app.kb_or_default(kb)
+    show = _watch_printer(as_json)
+    targets = [Path(os.path.expanduser(path)) for path in paths]
+    with app.open_core() as core:
+        with render.collect_progress(_stderr_console_if_tty(as_json)) as progress:
+            reports = [
+                core.collect_knowledge(
+                    target, kb=name, include=include, exclude=exclude, progress=progress
+                )
+                for target in targets
+            ]
+        show(_merged(reports, name))
+        watcher = core.watch(
+            targets, kb=name, include=include, exclude=exclude, debounce=debounce, on_report=show
         )
-        for query in DEMO_QUERIES:
-            print(f"Query: {query}")
-            for rank, result in enumerate(core.search(query, limit=2), start=1):
-                print(_format_result(rank, result))
-            print()
-    return 0
+        if not as_json:
+            click.echo(f"Watching {len(targets)} path(s) into {name!r}; Ctrl-C to stop.", err=True)
+        try:
+            _wait_for_interrupt()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            watcher.stop()
+    if not as_json:
+        click.echo("Stopped watching.", err=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="knowledge-agent", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help=demo.__doc__)
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        return demo()
-    return 2
+@cli.command(
+    epilog="""\b
+Examples:
+  knowledge-agent remove 4cc65d4d-6d8e-4b54-b7a1-714ea321e416
+  knowledge-agent remove docs/old/ --kb handbook
+
+\b
+--json prints {"target", "kind": "item" | "path", "removed"}."""
+)
+@click.argument("target", metavar="ITEM_ID|PATH")
+@kb_option("Only remove from this knowledge base.")
+@json_option
+@pass_app
+def remove(app: App, target: str, kb: str | None, as_json: bool) -> None:
+    """Delete an item by id, or forget a collected file or folder and its items."""
+    with app.open_core() as core:
+        item = core.get_item(target)
+        if item is not None and (kb is None or item.kb == kb):
+            core.delete_knowledge_item(item.id)
+            kind, removed = "item", 1
+        else:
+            try:
+                removed = core.remove_source(os.path.expanduser(target), kb=kb)
+            except NotFoundError:
+                where = f" in {kb!r}" if kb else ""
+                raise NotFoundError(f"no item or collected path {target!r}{where}") from None
+            kind = "path"
+    if as_json:
+        render.print_json({"target": target, "kind": kind, "removed": removed})
+    else:
+        noun = "item" if removed == 1 else "items"
+        click.echo(f"Removed {removed} {noun} ({'item id' if kind == 'item' else 'path'}).")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@cli.command(epilog='--json prints {"chunks_indexed": N}.')
+@json_option
+@pass_app
+def rebuild(app: App, as_json: bool) -> None:
+    """Rebuild both search indexes from the database (SQLite is the source of truth)."""
+    spinning = render.spinner(_stderr_console_if_tty(as_json), "Rebuilding the search indexes…")
+    with app.open_core() as core, spinning:
+        count = core.rebuild_index()
+    if as_json:
+        render.print_json({"chunks_indexed": count})
+    else:
+        click.echo(f"Indexed {count} chunks.")
+
+
+@cli.command(
+    epilog="""\b
+Exit code 1 when the indexes disagree with the database (and were not repaired).
+
+\b
+--json prints IndexStatus.to_dict(): {"data_dir", "knowledge_bases", "items", "chunks",
+"sources", "roots", "keyword_index": {"items", "chunks"}, "semantic_index": {...},
+"pending_changes", "last_indexed_at", "sizes", "consistent", "problems", "repaired"}."""
+)
+@click.option("--repair", is_flag=True, help="Rebuild the indexes when they are inconsistent.")
+@json_option
+@pass_app
+def check(app: App, repair: bool, as_json: bool) -> None:
+    """Check that both search indexes agree with the database; --repair fixes them."""
+    with app.open_core() as core:
+        status = core.check(repair=repair)
+    if as_json:
+        render.print_json(status.to_dict())
+    else:
+        render.print_status(render.make_console(), status, origin=app.settings.origin)
+    if not status.consistent:
+        raise click.exceptions.Exit(1)
+
+
+# --------------------------------------------------------------------------------------------
+# searching
+
+
+@cli.command(
+    epilog="""\b
+Examples:
+  knowledge-agent search "how do I roll back a failed deploy"
+  knowledge-agent search retry_with_backoff --type code -n 3
+  knowledge-agent search 如何重置密码 --kb faq --explain
+  knowledge-agent search "pool timeout" --scope docs/ --since 2024-05-01 --json
+
+\b
+Dates are ISO 8601, local time unless they carry an offset (Z for UTC); a date
+alone in --until
+includes that whole day.
+
+\b
+--json prints {"query", "mode", "results": [SearchResult.to_dict()]}; a result is
+{"item", "relevance_score", "matched_fields", "highlights", "matched_chunks",
+"context_chunks", "explanation", "search_mode"}; chunk metadata holds start_line,
+end_line (and page, page_end for PDFs)."""
+)
+@click.argument("query")
+@kb_option("Search only this knowledge base (repeatable; default: all).", multiple=True)
+@click.option("--scope", metavar="PATH_PREFIX", help="Only files under this path or URL prefix.")
+@click.option(
+    "--type",
+    "source_types",
+    multiple=True,
+    metavar="SOURCE_TYPE",
+    help="Only this source type: markdown, pdf, code, html … (repeatable).",
+)
+@click.option(
+    "--doc-type",
+    "doc_types",
+    multiple=True,
+    metavar="TYPE",
+    help="Only this doc type: adr, runbook, spec, guide … (repeatable).",
+)
+@click.option(
+    "--lang",
+    "languages",
+    multiple=True,
+    metavar="LANG",
+    help="Only this language code, e.g. en or zh (repeatable).",
+)
+@click.option("--since", metavar="DATE", help="Only items updated on or after DATE.")
+@click.option("--until", metavar="DATE", help="Only items updated on or before DATE.")
+@click.option(
+    "-n",
+    "--limit",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Number of documents to show.",
+)
+@click.option(
+    "--context",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Neighbouring chunks shown on each side of a match.",
+)
+@click.option("--min-score", type=float, metavar="F", help="Drop results scoring below F.")
+@click.option(
+    "--mode",
+    type=click.Choice(SEARCH_MODES),
+    default="hybrid",
+    show_default=True,
+    help="Rank with both engines, keywords (BM25F) only or TF-IDF only.",
+)
+@click.option("--explain", is_flag=True, help="Show the score breakdown and matched terms.")
+@json_option
+@pass_app
+def search(
+    app: App,
+    query: str,
+    kb: tuple[str, ...],
+    scope: str | None,
+    source_types: tuple[str, ...],
+    doc_types: tuple[str, ...],
+    languages: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    limit: int,
+    context: int,
+    min_score: float | None,
+    mode: str,
+    explain: bool,
+    as_json: bool,
+) -> None:
+    """Find the passages that answer QUERY: best documents first, each with its best chunk.
+
+    Shows the document, the line range (or PDF page) and heading of the matching chunk,
+    the snippet with the matched terms marked, and the neighbouring chunks as context.
+    """
+    updated_after = _parse_date(since, "--since", end_of_day=False)
+    updated_before = _parse_date(until, "--until", end_of_day=True)
+    with app.open_core() as core:
+        _check_kbs(core, kb)
+        results = core.search(
+            query,
+            limit=limit,
+            context_window=context,
+            kb=kb or None,
+            source_type=source_types or None,
+            doc_type=doc_types or None,
+            language=languages or None,
+            path_prefix=_scope(scope),
+            updated_after=updated_after,
+            updated_before=updated_before,
+            min_score=min_score,
+            mode=mode,
+        )
+    if as_json:
+        render.print_json(
+            {"query": query, "mode": mode, "results": [result.to_dict() for result in results]}
+        )
+    else:
+        render.print_results(render.make_console(), results, explain=explain, base=os.getcwd())
+
+
+@cli.command(
+    epilog="""\b
+Examples:
+  knowledge-agent grep "max-age="
+  knowledge-agent grep "def \\w+_backoff" --regex --source retry
+
+\b
+--json prints {"pattern", "regex", "case_sensitive", "matches": [{"item_id", "kb",
+"title", "source_uri", "line_number", "line"}]}."""
+)
+@click.argument("pattern")
+@click.option("--regex", is_flag=True, help="PATTERN is a Python regular expression.")
+@click.option("--case-sensitive", is_flag=True, help="Match case exactly.")
+@kb_option("Only this knowledge base (repeatable; default: all).", multiple=True)
+@click.option("--source", metavar="KEYWORD", help="Only items whose path or title contains it.")
+@click.option(
+    "-n",
+    "--max",
+    "max_matches",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Stop after this many matching lines.",
+)
+@json_option
+@pass_app
+def grep(
+    app: App,
+    pattern: str,
+    regex: bool,
+    case_sensitive: bool,
+    kb: tuple[str, ...],
+    source: str | None,
+    max_matches: int,
+    as_json: bool,
+) -> None:
+    """Print every stored line containing PATTERN, as path:line: text (exact, unlike search)."""
+    expression = compile_pattern(pattern, regex=regex, case_sensitive=case_sensitive)
+    with app.open_core() as core:
+        _check_kbs(core, kb)
+        matches = core.text_search(
+            pattern,
+            kb=kb or None,
+            regex=regex,
+            case_sensitive=case_sensitive,
+            source_keyword=source,
+            max_matches=max_matches,
+        )
+    if as_json:
+        render.print_json(
+            {
+                "pattern": pattern,
+                "regex": regex,
+                "case_sensitive": case_sensitive,
+                "matches": [match.to_dict() for match in matches],
+            }
+        )
+    elif matches:
+        render.print_matches(render.make_console(), matches, expression, base=os.getcwd())
+    else:
+        click.echo("No matches.", err=True)
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+
+
+@cli.command(
+    epilog="""\b
+Examples:
+  knowledge-agent get 4cc65d4d-6d8e-4b54-b7a1-714ea321e416
+  knowledge-agent get docs/deploy-guide.md --json
+  knowledge-agent get --chunk 9b1f0c2e-… --neighbors 2
+
+\b
+--json prints {"items": [KnowledgeItem.to_dict()]}; with --chunk,
+{"chunk", "item" (without content), "before": [chunks], "after": [chunks]}."""
+)
+@click.argument("target", required=False, metavar="[ITEM_ID|PATH]")
+@click.option("--chunk", "chunk_id", metavar="CHUNK_ID", help="Show this chunk in context.")
+@click.option(
+    "--neighbors",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="With --chunk: chunks shown on each side.",
+)
+@kb_option("With a PATH collected into several knowledge bases: only this one.")
+@json_option
+@pass_app
+def get(
+    app: App,
+    target: str | None,
+    chunk_id: str | None,
+    neighbors: int,
+    kb: str | None,
+    as_json: bool,
+) -> None:
+    """Show an item (by id or collected file path) with its metadata and content.
+
+    With --chunk, show that chunk and its neighbours instead (chunk ids are in the
+    search --json output and in search --explain).
+    """
+    if chunk_id is not None:
+        with app.open_core() as core:
+            context = _chunk_of(core, chunk_id, neighbors, target)
+        if as_json:
+            render.print_json(context.to_dict())
+        else:
+            render.print_chunk_context(render.make_console(), context, base=os.getcwd())
+        return
+    if target is None:
+        raise click.UsageError("give an ITEM_ID or PATH, or --chunk CHUNK_ID")
+    with app.open_core() as core:
+        item = core.get_item(target)
+        items = [item] if item is not None else core.items_at(os.path.expanduser(target), kb=kb)
+    if not items:
+        raise NotFoundError(f"no item or collected file {target!r}")
+    if as_json:
+        render.print_json({"items": [entry.to_dict() for entry in items]})
+        return
+    console = render.make_console()
+    for number, entry in enumerate(items):
+        if number:
+            console.print()
+        render.print_item(console, entry, base=os.getcwd())
+
+
+def _chunk_of(
+    core: KnowledgeAgentCore, chunk_id: str, neighbors: int, target: str | None
+) -> ChunkContext:
+    """The chunk in context; with a target, it must belong to that item or file."""
+    context = core.read_chunk(chunk_id, neighbors=neighbors)
+    item = context.item
+    if target is not None and target != item.id and not _same_path(target, item.source_uri):
+        raise NotFoundError(f"chunk {chunk_id!r} is not part of {target!r}")
+    return context
+
+
+def _same_path(target: str, uri: str | None) -> bool:
+    if not uri:
+        return False
+    return target == uri or os.path.abspath(os.path.expanduser(target)) == uri
+
+
+@cli.command(
+    "list",
+    epilog="""\b
+Example:
+  knowledge-agent list --kb handbook --type pdf
+
+\b
+--json prints {"count", "items": [KnowledgeItem.to_dict() without "content"]}.""",
+)
+@kb_option("Only items of this knowledge base.")
+@click.option("--type", "source_type", metavar="SOURCE_TYPE", help="Only this source type.")
+@click.option(
+    "-n",
+    "--limit",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Items to show.",
+)
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="Items to skip first.")
+@json_option
+@pass_app
+def list_command(
+    app: App, kb: str | None, source_type: str | None, limit: int, offset: int, as_json: bool
+) -> None:
+    """List stored items, oldest first: id, knowledge base, type, title and source."""
+    with app.open_core() as core:
+        _check_kbs(core, kb)
+        items = core.list_items(kb=kb, source_type=source_type, limit=limit, offset=offset)
+    if as_json:
+        rows = [{k: v for k, v in item.to_dict().items() if k != "content"} for item in items]
+        render.print_json({"count": len(rows), "items": rows})
+    else:
+        render.print_items(render.make_console(), items, base=os.getcwd())
+
+
+@cli.command(
+    epilog="""\b
+--json prints {"status": IndexStatus.to_dict() (see `check --help`),
+"knowledge_bases": [KnowledgeBaseInfo.to_dict()] (see `kb list --help`),
+"config_file": path or null}."""
+)
+@json_option
+@pass_app
+def stats(app: App, as_json: bool) -> None:
+    """Show what the knowledge base holds: counts, last indexing, sizes on disk."""
+    with app.open_core() as core:
+        status = core.status()
+        kbs = core.list_kbs()
+    config_file = str(app.settings.config_file) if app.settings.config_file else None
+    if as_json:
+        render.print_json(
+            {
+                "status": status.to_dict(),
+                "knowledge_bases": [info.to_dict() for info in kbs],
+                "config_file": config_file,
+            }
+        )
+        return
+    console = render.make_console()
+    render.print_status(console, status, origin=app.settings.origin, config_file=config_file)
+    console.print()
+    render.print_kbs(console, kbs)
+
+
+# --------------------------------------------------------------------------------------------
+# knowledge bases
+
+KB_SHAPE = """\b
+--json prints {"knowledge_base": {"name", "description", "created_at", "items",
+"chunks", "sources", "roots", "last_indexed_at"}}."""
+
+
+@cli.group()
+def kb() -> None:
+    """Create, list, describe and remove named knowledge bases."""
+
+
+@kb.command(
+    "create",
+    epilog="\b\nExample:\n  knowledge-agent kb create handbook "
+    "--description 'Team runbooks and ADRs'\n\n" + KB_SHAPE,
+)
+@click.argument("name")
+@click.option("--description", default="", help="What the knowledge base holds (shown to agents).")
+@json_option
+@pass_app
+def kb_create(app: App, name: str, description: str, as_json: bool) -> None:
+    """Create an empty knowledge base NAME."""
+    with app.open_core() as core:
+        info = core.create_kb(name, description)
+    _show_kb(info, as_json, f"Created knowledge base {name!r}.")
+
+
+@kb.command(
+    "list",
+    epilog="""\b
+--json prints {"knowledge_bases": [{"name", "description", "created_at", "items",
+"chunks", "sources", "roots", "last_indexed_at"}]}.""",
+)
+@json_option
+@pass_app
+def kb_list(app: App, as_json: bool) -> None:
+    """List knowledge bases with their counts and descriptions."""
+    with app.open_core() as core:
+        kbs = core.list_kbs()
+    if as_json:
+        render.print_json({"knowledge_bases": [info.to_dict() for info in kbs]})
+    else:
+        render.print_kbs(render.make_console(), kbs)
+
+
+@kb.command(
+    "describe",
+    epilog="\b\nExample:\n  knowledge-agent kb describe handbook "
+    "'Runbooks, ADRs and the on-call guide'\n\n" + KB_SHAPE,
+)
+@click.argument("name")
+@click.argument("text", required=False)
+@json_option
+@pass_app
+def kb_describe(app: App, name: str, text: str | None, as_json: bool) -> None:
+    """Show knowledge base NAME, or set its description to TEXT."""
+    with app.open_core() as core:
+        info = core.get_kb(name) if text is None else core.describe_kb(name, text)
+    _show_kb(info, as_json, None if text is None else f"Described knowledge base {name!r}.")
+
+
+@kb.command("remove", epilog='--json prints {"name", "items_removed"}.')
+@click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@pass_app
+def kb_remove(app: App, name: str, yes: bool, as_json: bool) -> None:
+    """Delete knowledge base NAME with all its items and collected paths."""
+    with app.open_core() as core:
+        info = core.get_kb(name)
+        if not yes:
+            click.confirm(
+                f"Delete knowledge base {name!r} and its {info.items} items?",
+                abort=True,
+                err=True,
+            )
+        removed = core.remove_kb(name)
+    if as_json:
+        render.print_json({"name": name, "items_removed": removed})
+    else:
+        click.echo(f"Removed knowledge base {name!r} ({removed} items).")
+
+
+def _show_kb(info: KnowledgeBaseInfo, as_json: bool, message: str | None) -> None:
+    if as_json:
+        render.print_json({"knowledge_base": info.to_dict()})
+        return
+    if message:
+        click.echo(message)
+    render.print_kb(render.make_console(), info)
+
+
+# --------------------------------------------------------------------------------------------
+# serving and the demo
+
+
+@cli.command(
+    epilog="""\b
+Example (an MCP client configuration):
+  {"command": "knowledge-agent", "args": ["--data-dir", "/path/kb", "serve"]}"""
+)
+@click.option(
+    "--root",
+    "roots",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="A folder the server's tools may collect from (repeatable).",
+)
+@pass_app
+def serve(app: App, roots: tuple[Path, ...]) -> None:
+    """Run the MCP server over stdio, for agents (needs the [mcp] extra).
+
+    Stdout carries only the protocol; logs go to stderr.
+    """
+    app.settings  # noqa: B018 - a bad project file fails here, before the protocol starts
+    try:
+        from knowledge_agent.server import run_stdio
+
+        run_stdio(app.new_core, roots=[root.resolve() for root in roots])
+    except ImportError as exc:
+        if _missing_mcp(exc):
+            raise ConfigError(MCP_EXTRA_MESSAGE) from exc
+        raise
+
+
+def _missing_mcp(exc: BaseException | None) -> bool:
+    """Whether an ImportError (or one it was raised from) is about the ``mcp`` package."""
+    while exc is not None:
+        if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] == "mcp":
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _copy_tree(source: Traversable, target: Path) -> None:
+    """Copy packaged files (importlib.resources works from a wheel or a zip too)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        if entry.name.startswith((".", "__pycache__")):
+            continue
+        if entry.is_dir():
+            _copy_tree(entry, target / entry.name)
+        else:
+            (target / entry.name).write_bytes(entry.read_bytes())
+
+
+@cli.command()
+def demo() -> None:
+    """Index the bundled samples in a throwaway folder and answer three queries.
+
+    The samples (Markdown guides, a PDF postmortem, a Python module and a Chinese FAQ)
+    ship inside the package. The demo ignores --data-dir: nothing is written outside a
+    temporary folder.
+    """
+    console = render.make_console()
+    with tempfile.TemporaryDirectory(prefix="knowledge-agent-demo-") as folder:
+        samples = Path(folder) / "samples"
+        _copy_tree(resources.files("knowledge_agent") / "samples", samples)
+        with KnowledgeAgentCore(Path(folder) / "data") as core:
+            report = core.collect_knowledge(samples, kb="demo")
+            console.print(
+                f"Indexed {report.processed} sample files as {report.chunks_added} chunks "
+                f"in {report.duration_s:.2f} s.",
+                style="bold",
+            )
+            render.print_issues(console, "failed", report.failed, style="red")
+            for query in DEMO_QUERIES:
+                console.print()
+                console.print(f"── Query: {query}", style="bold")
+                render.print_results(console, core.search(query, limit=2), base=folder)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

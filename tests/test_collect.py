@@ -346,3 +346,16 @@ def test_a_file_collected_again_on_its_own_keeps_one_item(core, tree):
     assert (again.processed, again.unchanged) == (0, 1)
     assert len(core.items_at(deploy)) == 1
     assert core.storage.count_items() == 4
+
+
+def test_remove_source_forgets_a_root_a_subfolder_or_a_file(core, tree):
+    core.collect_knowledge(tree)
+    assert core.remove_source(tree / "guides" / "deploy.md") == 1
+    assert core.remove_source(tree / "runbooks") == 1  # a folder inside the root
+    assert core.storage.count_items() == 2
+    with pytest.raises(NotFoundError):
+        core.remove_source(tree / "absent.md")
+    assert core.sync().processed == 2  # still under the root: sync brings them back
+    assert core.remove_source(tree) == 4  # the root itself: forgotten for good
+    assert core.storage.get_roots() == [] and core.storage.count_items() == 0
+    assert core.sync().processed == 0

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -354,6 +355,7 @@ class KnowledgeAgentCore:
         """
         if kb is not None:
             self.get_kb(kb)
+        started = time.perf_counter()
         report = CollectReport(kb=kb or "*")
         with self.batch():
             for stored in self.storage.get_roots(kb):
@@ -368,6 +370,7 @@ class KnowledgeAgentCore:
                     reason = "folder no longer exists; its items are kept"
                     report.failed.append(FileIssue(stored.root, reason))
             self._index_with_progress(progress)
+        report.duration_s = time.perf_counter() - started
         return report
 
     def watch(
@@ -415,8 +418,9 @@ class KnowledgeAgentCore:
         """Forget a collected file or folder and delete its items; returns how many.
 
         A folder that was collected as a root is forgotten with everything under it (a
-        later ``sync`` will not bring it back); a single tracked file is removed until its
-        root is synced again. ``NotFoundError`` when nothing is tracked at ``path``.
+        later ``sync`` will not bring it back); tracked files at or under ``path`` inside a
+        root are removed until that root is synced again. ``NotFoundError`` when nothing is
+        tracked there.
         """
         full = os.path.abspath(os.path.expanduser(os.fspath(path)))
         with self._lock:
@@ -424,7 +428,7 @@ class KnowledgeAgentCore:
             roots = [r for r in self.storage.get_roots(kb) if r.root == full]
             for root in roots:
                 removed.extend(self.storage.delete_root(root.kb, root.root))
-            for record in self.storage.find_sources(full):
+            for record in self.storage.sources_at(full):
                 if kb is None or record.kb == kb:
                     item_id = self.storage.delete_source(record.kb, record.path)
                     removed.extend([item_id] if item_id else [])

@@ -73,6 +73,7 @@ class CollectReport:
         self.chunks_added += other.chunks_added
         self.chunks_removed += other.chunks_removed
         self.bytes_processed += other.bytes_processed
+        self.duration_s += other.duration_s
         self.item_ids.extend(other.item_ids)
 
     def to_dict(self) -> dict[str, Any]:

@@ -41,11 +41,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import HashingVectorizer
 
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError, SearchIndexError
@@ -53,6 +52,9 @@ from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.filters import SearchFilters, to_epoch
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+
+if TYPE_CHECKING:
+    from sklearn.feature_extraction.text import HashingVectorizer
 
 __all__ = ["SemanticSearcher"]
 
@@ -637,6 +639,10 @@ class SemanticSearcher:
             self._load()
 
     def _hashing(self, analyzer: Any) -> HashingVectorizer:
+        # Imported here: scikit-learn takes a second to import, and `knowledge-agent --help`
+        # or a server listing its tools should not wait for it.
+        from sklearn.feature_extraction.text import HashingVectorizer
+
         return HashingVectorizer(
             analyzer=analyzer,
             token_pattern=None,  # unused with a callable analyzer; None avoids a warning

@@ -10,8 +10,9 @@ back on the next sync of its root.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -322,17 +323,15 @@ class SourceTrackingMixin:
             ).fetchone()
         return None if row is None else _record(row)
 
-    def find_sources(self, path: str) -> list[SourceRecord]:
-        """Every tracked file with this path, in any knowledge base."""
-        with self._reading("find_sources") as conn:
-            rows = conn.execute("SELECT * FROM sources WHERE path = ?", (path,)).fetchall()
+    def sources_at(self, path: str, separator: str = os.sep) -> list[SourceRecord]:
+        """Tracked files (of any knowledge base) at ``path`` or anywhere under it."""
+        inside = path.rstrip(separator) + separator
+        with self._reading("sources_at") as conn:
+            rows = conn.execute(
+                "SELECT * FROM sources WHERE path = ? OR substr(path, 1, ?) = ? ORDER BY kb, path",
+                (path, len(inside), inside),
+            ).fetchall()
         return [_record(row) for row in rows]
-
-    def iter_sources(self) -> Iterator[SourceRecord]:
-        """Every tracked file of every knowledge base."""
-        with self._reading("iter_sources") as conn:
-            rows = conn.execute("SELECT * FROM sources ORDER BY kb, path").fetchall()
-        return iter([_record(row) for row in rows])
 
     def save_source(self, record: SourceRecord) -> None:
         """Record a file that was skipped, failed, or is unchanged (no item written)."""
