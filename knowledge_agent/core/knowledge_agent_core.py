@@ -292,9 +292,11 @@ class KnowledgeAgentCore:
             report.item_ids.append(item.id)
             return report
         options = walk_options or WalkOptions(include=tuple(include), exclude=tuple(exclude))
+        started = time.perf_counter()
         with self.batch():
             report = self._collect_root(kb, root, options, full, progress)
             self._index_with_progress(progress)
+        report.duration_s = time.perf_counter() - started  # indexing included
         return report
 
     def _index_with_progress(self, progress: ProgressCallback | None) -> None:
