@@ -157,7 +157,12 @@ class Collector:
                     too_large=stat.st_size > options.max_file_size,
                 )
             )
-        known = self.storage.get_sources(kb, root)
+        # Only the rows of these paths: a watched folder may track a hundred thousand files.
+        known = {
+            path: record
+            for path in [*gone, *(str(file.path) for file in found)]
+            if (record := self.storage.get_source(kb, path)) is not None and record.root == root
+        }
         vanished = [path for path in gone if path in known]
         self._run(kb, root, found, known, vanished, options, False, report, progress)
         report.duration_s = time.perf_counter() - started
