@@ -315,11 +315,9 @@ def test_fit_chunks_streams_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     pairs = [make_item(f"d{i}", [filler(rng, 6) for _ in range(3)]) for i in range(20)]
     sizes: list[int] = []
     searcher = SemanticSearcher()
-    transform = searcher._vectorizer.transform
+    vectorize = searcher._vectorize
     monkeypatch.setattr(
-        searcher._vectorizer,
-        "transform",
-        lambda texts: sizes.append(len(texts)) or transform(texts),
+        searcher, "_vectorize", lambda texts: sizes.append(len(texts)) or vectorize(texts)
     )
     assert searcher.fit_chunks(iter(pairs)) == 60
     assert max(sizes) <= 8 and sum(sizes) == 60 + 20

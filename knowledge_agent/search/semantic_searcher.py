@@ -37,6 +37,7 @@ import os
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.filters import SearchFilters, to_epoch
+from knowledge_agent.search.hashing import feature_column
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 
 if TYPE_CHECKING:
@@ -69,11 +71,6 @@ _FIT_BATCH = 2048  # rows vectorised at once by fit_chunks: bounds the texts hel
 _PATH_CACHE_LIMIT = 64
 
 _Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
-
-
-def _query_terms(terms: list[str]) -> list[str]:
-    """Analyzer of the query vectorizer: the caller already analysed the query."""
-    return terms
 
 
 def _bump(df: np.ndarray, cols: np.ndarray, sign: int) -> None:
@@ -626,8 +623,7 @@ class SemanticSearcher:
         self._closed = False
         self._applied_seq = 0
         self._next_file = 1
-        self._vectorizer = self._hashing(self.analyzer)
-        self._query_vectorizer = self._hashing(_query_terms)
+        self._vectorizer: HashingVectorizer | None = None  # built on first indexing
         self._collections = self._empty_collections()
         if self.index_dir is not None:
             try:
@@ -639,8 +635,8 @@ class SemanticSearcher:
             self._load()
 
     def _hashing(self, analyzer: Any) -> HashingVectorizer:
-        # Imported here: scikit-learn takes a second to import, and `knowledge-agent --help`
-        # or a server listing its tools should not wait for it.
+        # Imported here: scikit-learn takes a second to import, and opening a knowledge base
+        # or answering a query does not need it.
         from sklearn.feature_extraction.text import HashingVectorizer
 
         return HashingVectorizer(
@@ -801,6 +797,8 @@ class SemanticSearcher:
         )
 
     def _vectorize(self, texts: list[str]) -> sp.csr_matrix:
+        if self._vectorizer is None:
+            self._vectorizer = self._hashing(self.analyzer)
         counts = self._vectorizer.transform(texts)
         counts.sum_duplicates()  # canonical rows: df counts each column once per row
         counts.indices = counts.indices.astype(np.int32, copy=False)
@@ -859,9 +857,10 @@ class SemanticSearcher:
         clean = [term for term in terms if isinstance(term, str) and term]
         if not clean:
             return []
-        query = self._query_vectorizer.transform([clean])
-        cols = query.indices.astype(np.int64)
-        counts = query.data.astype(np.float64)
+        # The same columns as the indexing vectorizer, without importing it (hashing.py).
+        frequency = Counter(feature_column(term, self.n_features) for term in clean)
+        cols = np.array(sorted(frequency), dtype=np.int64)
+        counts = np.array([frequency[col] for col in cols], dtype=np.float64)
         threshold = float(min_similarity) if min_similarity == min_similarity else 0.0  # NaN
         return self._collections[kind].search(cols, counts, int(top_k), threshold, filters)
 
