@@ -58,7 +58,7 @@ LOCAL_DATA_DIR = ".knowledge-agent"
 APP_NAME = "knowledge-agent"
 
 # The [search] keys a project file may set: the ranking knobs users tune.
-SEARCH_KEYS = ("fusion", "keyword_weight", "semantic_weight", "rrf_k")
+SEARCH_KEYS = ("fusion", "keyword_weight", "semantic_weight", "rrf_k", "doc_type_weights")
 CHUNK_KEYS = tuple(f.name for f in fields(ChunkConfig))
 SCAN_KEYS = ("path", "kb", "include", "exclude")
 
@@ -301,6 +301,13 @@ def default_config_text() -> str:
     lines += ["", "# How search ranks chunks.", "[search]"]
     for key, comment in _SEARCH_COMMENTS.items():
         lines.append(f"{key} = {_toml_value(getattr(search, key))}  # {comment}")
+    lines += [
+        "",
+        "# Score multiplier per doc type (none by default), e.g. decisions above drafts.",
+        "[search.doc_type_weights]",
+        "# adr = 1.2",
+        "# draft = 0.5",
+    ]
     lines += [
         "",
         "# Folder name -> doc type (search --doc-type). This table replaces the built-in one.",

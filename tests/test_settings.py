@@ -149,6 +149,7 @@ def test_init_template_documents_every_setting() -> None:
         "keyword_weight",
         "semantic_weight",
         "rrf_k",
+        "[search.doc_type_weights]",
         "[doc_types]",
         "[[scan]]",
     ):
@@ -156,6 +157,15 @@ def test_init_template_documents_every_setting() -> None:
     setting_lines = [line for line in text.splitlines() if "=" in line and not line.startswith("#")]
     commented = [line for line in setting_lines if "  # " in line]
     assert len(commented) >= 7  # chunking and search keys carry their comment on the line
+
+
+def test_doc_type_weights_load_into_the_search_config(tmp_path: Path) -> None:
+    path = tmp_path / ".knowledge-agent.toml"
+    path.write_text("[search.doc_type_weights]\nadr = 1.5\ndraft = 0.5\n", encoding="utf-8")
+    assert dict(load_config(path).search_config.doc_type_weights) == {"adr": 1.5, "draft": 0.5}
+    path.write_text("[search.doc_type_weights]\nadr = -1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="doc_type_weights"):
+        load_config(path)
 
 
 def test_a_full_project_file(tmp_path: Path) -> None:
