@@ -417,21 +417,32 @@ def collect_progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("files · {task.fields[megabytes]}"),
+        TextColumn("{task.fields[unit]}"),
         TimeRemainingColumn(),
         TextColumn("{task.fields[current]}", style=DIM),
     )
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("collecting", total=None, megabytes="", current="")
+        task = progress.add_task("collecting", total=None, unit="files", current="")
 
         def update(event: CollectProgress) -> None:
+            if event.status == "indexing":  # after the files: the search indexes catch up
+                progress.update(
+                    task,
+                    description="indexing",
+                    total=event.total,
+                    completed=event.done,
+                    unit="items",
+                    current="",
+                )
+                return
             megabytes = f"{event.bytes_done / 1e6:.1f}/{event.bytes_total / 1e6:.1f} MB"
             name = os.path.basename(event.path)
             progress.update(
                 task,
+                description="collecting",
                 total=event.total,
                 completed=event.done,
-                megabytes=megabytes,
+                unit=f"files · {megabytes}",
                 current=name if len(name) <= 40 else name[:39] + "…",
             )
 

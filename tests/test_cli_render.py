@@ -70,6 +70,17 @@ def test_progress_bar_shows_files_and_megabytes_on_a_terminal() -> None:
     assert "2/2" in shown and "3.0/3.0 MB" in shown
 
 
+def test_progress_bar_then_counts_items_while_indexing() -> None:
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=True, width=120)
+    with render.collect_progress(console) as update:
+        assert update is not None
+        update(CollectProgress("/d/1.md", "processed", 1, 1, 10, 10))
+        update(CollectProgress("", "indexing", 500, 700, 0, 0))
+    shown = stream.getvalue()
+    assert "indexing" in shown and "500/700" in shown and "items" in shown
+
+
 def test_no_progress_when_stderr_is_no_terminal_or_json_is_asked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
