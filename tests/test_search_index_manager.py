@@ -841,3 +841,12 @@ def test_small_updates_never_rewrite_large_segments(mem: SearchIndexManager) -> 
     mem.update(upserts=batch(3000, 200))  # and the bulk commit after it merges the tier
     assert max(segment_sizes(mem)) == 1770  # the tier and the new documents, in one segment
     assert mem.chunk_count() == 1800
+
+
+def test_a_segment_of_deleted_documents_only_is_dropped(mem: SearchIndexManager) -> None:
+    mem.update(upserts=[make_pair(f"i{n}", [("H", f"text {n}")]) for n in range(50)])
+    mem.update(upserts=[make_pair("gone", [("H", "soon deleted")])])
+    assert segment_sizes(mem) == [1, 50]
+    mem.update(deletes=["gone"])
+    assert segment_sizes(mem) == [50]
+    assert mem.chunk_count() == 50

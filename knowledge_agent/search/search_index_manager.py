@@ -215,6 +215,8 @@ def _merge_policy(added: int) -> Callable[[SegmentWriter, list[Any]], list[Any]]
     highest = max(1, _tier(added))
 
     def merge(writer: SegmentWriter, segments: list[Any]) -> list[Any]:
+        # A segment whose documents are all deleted is dropped: left out of the list.
+        segments = [segment for segment in segments if segment.doc_count() > 0]
         tiers: dict[int, list[Any]] = {}
         for segment in segments:
             tiers.setdefault(_tier(segment.doc_count()), []).append(segment)
