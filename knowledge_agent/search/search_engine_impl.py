@@ -57,7 +57,7 @@ class SearchConfig:
     candidates: int = 100
     max_chunks_per_item: int = 3
     max_query_terms: int = 512
-    doc_type_weights: Mapping[str, float] = field(default_factory=dict)
+    doc_type_weights: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Multiplies the score of items of a doc type (e.g. ``{"adr": 1.2, "draft": 0.5}``)."""
 
     def __post_init__(self) -> None:
