@@ -471,3 +471,11 @@ def test_doc_type_weights_rerank_items(level: str) -> None:
     assert order({}) == ["Draft", "Decision"]
     assert order({"draft": 0.1}) == ["Decision", "Draft"]
     assert order({"adr": 3.0})[0] == "Decision"
+
+
+def test_search_config_with_doc_type_weights_is_hashable() -> None:
+    from knowledge_agent.search.search_engine_impl import SearchConfig
+
+    weighted = SearchConfig(doc_type_weights={"adr": 2.0})
+    assert {weighted, SearchConfig()}  # usable in sets and as a key of frozen settings
+    assert weighted != SearchConfig()
