@@ -11,6 +11,7 @@ import json
 import os
 import random
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -112,20 +113,25 @@ def markdown_title(text: str) -> str:
     return ""
 
 
-def _read_tldr_archive(path: Path) -> list[Document]:
-    documents = []
+def tldr_pages(path: Path) -> Iterator[tuple[str, bytes]]:
+    """Every markdown page of the tldr archive: its path inside the archive (without the
+    leading ``tldr/``) and its bytes."""
     with tarfile.open(path, mode="r:gz") as archive:
         for member in archive:
             if not member.isfile() or not member.name.endswith(".md"):
                 continue
             handle = archive.extractfile(member)
-            if handle is None:
-                continue
-            text = handle.read().decode("utf-8")
-            doc_id = member.name.removeprefix("tldr/")
-            documents.append(
-                Document(doc_id=doc_id, title=markdown_title(text), text=text, title_in_text=True)
-            )
+            if handle is not None:
+                yield member.name.removeprefix("tldr/"), handle.read()
+
+
+def _read_tldr_archive(path: Path) -> list[Document]:
+    documents = []
+    for doc_id, data in tldr_pages(path):
+        text = data.decode("utf-8")
+        documents.append(
+            Document(doc_id=doc_id, title=markdown_title(text), text=text, title_in_text=True)
+        )
     return documents
 
 

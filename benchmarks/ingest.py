@@ -15,7 +15,6 @@ import json
 import os
 import platform
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: import the harness as the `benchmarks` package
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from benchmarks.datasets import default_datasets_dir
+from benchmarks.datasets import default_datasets_dir, tldr_pages
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.ingest import CollectReport, WalkOptions
 
@@ -31,19 +30,12 @@ from knowledge_agent.ingest import CollectReport, WalkOptions
 def unpack(archive: Path, target: Path) -> tuple[int, int]:
     """Extract the markdown pages; returns (files, bytes)."""
     files = size = 0
-    with tarfile.open(archive, mode="r:gz") as tar:
-        for member in tar:
-            if not member.isfile() or not member.name.endswith(".md"):
-                continue
-            handle = tar.extractfile(member)
-            if handle is None:
-                continue
-            data = handle.read()
-            path = target / member.name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-            files += 1
-            size += len(data)
+    for name, data in tldr_pages(archive):
+        path = target / "tldr" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        files += 1
+        size += len(data)
     return files, size
 
 

@@ -20,12 +20,12 @@ import random
 import re
 import sys
 import sysconfig
-import tarfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.datasets import tldr_pages
 from knowledge_agent.chunking import ChunkConfig
 from knowledge_agent.errors import IngestError
 from knowledge_agent.processors import process_bytes
@@ -110,16 +110,8 @@ def _read_jsonl(path: Path) -> Iterator[dict]:
 
 def tldr_files(datasets: Path) -> list[SourceFile]:
     """The markdown pages of the tldr archive, under ``tldr/``."""
-    files = []
-    with tarfile.open(datasets / "tldr" / "tldr-pages.tar.gz", mode="r:gz") as archive:
-        for member in archive:
-            if not member.isfile() or not member.name.endswith(".md"):
-                continue
-            handle = archive.extractfile(member)
-            if handle is not None:
-                name = member.name.removeprefix("tldr/")
-                files.append(SourceFile("tldr", f"tldr/{name}", handle.read()))
-    return files
+    archive = datasets / "tldr" / "tldr-pages.tar.gz"
+    return [SourceFile("tldr", f"tldr/{name}", data) for name, data in tldr_pages(archive)]
 
 
 def squad_files(datasets: Path) -> list[SourceFile]:

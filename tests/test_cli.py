@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner, Result
+from files import write
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.cli import cli
@@ -89,15 +90,6 @@ ADD_KEYS = {
     "duration_s",
     "item_ids",
 }
-
-
-def write(path: Path, text: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(text, bytes):
-        path.write_bytes(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
 
 
 def line_of(text: str, needle: str) -> int:

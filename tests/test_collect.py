@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
 import pytest
+from files import bump_mtime, write
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.errors import ConfigError, IngestError, NotFoundError
@@ -38,21 +38,6 @@ def compute_invoice_total(lines, tax_rate):
     subtotal = sum(line.amount for line in lines)
     return subtotal * (1 + tax_rate)
 '''
-
-
-def write(path: Path, text: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(text, bytes):
-        path.write_bytes(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
-
-
-def bump_mtime(path: Path) -> None:
-    """Move the mtime forward by a second: file systems with coarse clocks still see a change."""
-    stat = path.stat()
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
 
 
 @pytest.fixture

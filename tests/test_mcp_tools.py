@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from files import write
 
 pytest.importorskip("mcp.server.mcpserver")
 
@@ -102,12 +103,6 @@ KB_INTRO = (
     "Operations handbook of the web team: how we build, ship and roll back releases, "
     "how HTTP caching is set up, and answers to common account questions."
 )
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")
