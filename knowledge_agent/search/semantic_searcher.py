@@ -54,6 +54,7 @@ from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.filters import SearchFilters, to_epoch
 from knowledge_agent.search.hashing import feature_column
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.topk import best_rows
 
 if TYPE_CHECKING:
     from sklearn.feature_extraction.text import HashingVectorizer
@@ -81,21 +82,6 @@ def _bump(df: np.ndarray, cols: np.ndarray, sign: int) -> None:
         np.add.at(df, cols, sign)
     else:
         df += sign * np.bincount(cols, minlength=df.size).astype(df.dtype)
-
-
-def _top_k(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` best (row, score) pairs, best first; equal scores keep row order.
-
-    ``rows`` must be ascending. Ties at the cut-off are resolved by row too, so the result
-    never depends on how ``np.partition`` happened to arrange equal scores.
-    """
-    if scores.size > k:
-        kth = np.partition(scores, scores.size - k)[scores.size - k]
-        keep = scores > kth
-        keep[np.flatnonzero(scores == kth)[: k - int(keep.sum())]] = True
-        rows, scores = rows[keep], scores[keep]
-    order = np.lexsort((rows, -scores))
-    return rows[order], scores[order]
 
 
 def _merge_start(sizes: Sequence[int]) -> int:
@@ -535,7 +521,7 @@ class _Collection:
             rows = rows[self._entry_mask(filters, view)[view.entry[rows]]]
         scores = np.clip(dots[rows] / (view.norms[rows] * query_norm), 0.0, 1.0)
         keep = (scores > 0.0) & (scores >= min_similarity)
-        rows, scores = _top_k(rows[keep], scores[keep], top_k)
+        rows, scores = best_rows(rows[keep], scores[keep], top_k)
         segment_of = np.searchsorted(view.offsets, rows, side="right") - 1
         return [
             (self.segments[s], int(row - view.offsets[s]), float(score))

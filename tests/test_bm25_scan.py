@@ -1,0 +1,138 @@
+"""bm25_scan scores exactly what Whoosh's own matchers score, on any corpus."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from whoosh import fields as wf
+from whoosh import query as wq
+from whoosh.filedb.filestore import RamStorage
+from whoosh.index import Index
+from whoosh.scoring import TF_IDF
+from whoosh.searching import Searcher
+from whoosh.writing import NO_MERGE
+
+from knowledge_agent.search import bm25_scan
+from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
+from knowledge_agent.search.search_index_manager import LuceneBM25F
+
+VOCAB = [f"w{i}" for i in range(12)]
+
+
+def build(seed: int, docs: int, segments: int, deletions: int) -> Index:
+    """Random documents over a small vocabulary, in several segments, some deleted.
+
+    Frequent words get posting lists of several blocks; rare ones are inlined.
+    """
+    rng = random.Random(seed)
+    schema = wf.Schema(
+        key=wf.ID(stored=True, unique=True),
+        heading=wf.TEXT(phrase=False),
+        content=wf.TEXT(phrase=False),
+    )
+    ix = RamStorage().create_index(schema)
+    per_segment = max(1, docs // segments)
+    for start in range(0, docs, per_segment):
+        with ix.writer() as w:
+            w.mergetype = NO_MERGE
+            for n in range(start, min(docs, start + per_segment)):
+                words = rng.choices(VOCAB, weights=range(len(VOCAB), 0, -1), k=rng.randint(1, 60))
+                w.add_document(
+                    key=str(n),
+                    heading=" ".join(rng.sample(VOCAB, rng.randint(0, 2))),
+                    content=" ".join(words),
+                )
+    if deletions:
+        with ix.writer() as w:
+            w.mergetype = NO_MERGE
+            for n in rng.sample(range(docs), min(deletions, docs)):
+                w.delete_by_term("key", str(n))
+    return ix
+
+
+def whoosh_scores(searcher: Searcher, clauses: list[Clause]) -> dict[int, float]:
+    q = wq.Or([wq.Term(c.field, c.text, boost=c.boost) for c in clauses])
+    return {hit.docnum: hit.score for hit in searcher.search(q, limit=None)}
+
+
+CLAUSES = st.lists(
+    st.builds(
+        Clause,
+        field=st.sampled_from(["content", "heading"]),
+        text=st.sampled_from([*VOCAB, "absent"]),
+        boost=st.sampled_from([1.0, 2.0, 0.5, 3.0]),
+    ),
+    min_size=1,
+    max_size=10,
+    unique_by=lambda c: (c.field, c.text),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    docs=st.integers(1, 400),
+    segments=st.integers(1, 4),
+    deletions=st.integers(0, 40),
+    clauses=CLAUSES,
+    limit=st.integers(1, 50),
+)
+def test_scores_and_order_agree_with_whoosh(
+    seed: int, docs: int, segments: int, deletions: int, clauses: list[Clause], limit: int
+) -> None:
+    ix = build(seed, docs, segments, deletions)
+    with ix.searcher(weighting=LuceneBM25F()) as searcher:
+        expected = whoosh_scores(searcher, clauses)
+        got = top_docs(searcher, ScanCache(), clauses, len(expected) + 1)
+        assert {d for _, d in got} == set(expected)
+        for score, docnum in got:
+            assert math.isclose(score, expected[docnum], rel_tol=1e-12)
+        # Best first, ties by docnum.
+        assert got == sorted(got, key=lambda sd: (-sd[0], sd[1]))
+        top = top_docs(searcher, ScanCache(), clauses, limit)
+        assert top == got[:limit]
+
+
+def test_allow_mask_limits_the_candidates() -> None:
+    ix = build(7, 300, 3, 10)
+    clauses = [Clause("content", "w1", 1.0), Clause("content", "w5", 1.0)]
+    with ix.searcher(weighting=LuceneBM25F()) as searcher:
+        every = top_docs(searcher, ScanCache(), clauses, 1000)
+        allow = np.zeros(searcher.doc_count_all(), bool)
+        allow[::3] = True
+        allowed = top_docs(searcher, ScanCache(), clauses, 1000, allow)
+        assert allowed == [(s, d) for s, d in every if d % 3 == 0]
+        assert top_docs(searcher, ScanCache(), clauses, 1000, np.zeros_like(allow)) == []
+
+
+def test_lengths_decoded_from_the_column_match_whoosh(monkeypatch: pytest.MonkeyPatch) -> None:
+    ix = build(3, 250, 2, 0)
+    with ix.searcher() as searcher:
+        for leaf, _ in searcher.leaf_searchers():
+            reader = leaf.reader()
+            reference = [
+                reader.doc_field_length(d, "content", 1) for d in range(reader.doc_count_all())
+            ]
+            assert bm25_scan._field_lengths(reader, "content").tolist() == reference
+            # Without the column's raw bytes, the public per-document reads give the same.
+            with monkeypatch.context() as m:
+                m.setattr(bm25_scan, "_column_bytes", lambda column, n: None)
+                assert bm25_scan._field_lengths(reader, "content").tolist() == reference
+
+
+def test_a_field_no_document_has_scores_nothing() -> None:
+    ix = build(1, 20, 1, 0)
+    with ix.searcher(weighting=LuceneBM25F()) as searcher:
+        assert top_docs(searcher, ScanCache(), [Clause("heading", "absent", 1.0)], 10) == []
+        assert top_docs(searcher, ScanCache(), [Clause("content", "w0", 0.0)], 10) == []
+
+
+def test_requires_bm25f() -> None:
+    ix = build(1, 5, 1, 0)
+    with ix.searcher(weighting=TF_IDF()) as searcher, pytest.raises(TypeError, match="BM25F"):
+        top_docs(searcher, ScanCache(), [Clause("content", "w0", 1.0)], 10)
