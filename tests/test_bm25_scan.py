@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from whoosh import fields as wf
 from whoosh import query as wq
+from whoosh.columns import NumericColumn
 from whoosh.filedb.filestore import RamStorage
 from whoosh.index import Index
 from whoosh.scoring import TF_IDF
@@ -19,6 +20,7 @@ from whoosh.writing import NO_MERGE
 
 from knowledge_agent.search import bm25_scan
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
+from knowledge_agent.search.columns import column_values
 from knowledge_agent.search.search_index_manager import LuceneBM25F
 
 VOCAB = [f"w{i}" for i in range(12)]
@@ -110,19 +112,41 @@ def test_allow_mask_limits_the_candidates() -> None:
         assert top_docs(searcher, ScanCache(), clauses, 1000, np.zeros_like(allow)) == []
 
 
-def test_lengths_decoded_from_the_column_match_whoosh(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lengths_decoded_from_the_column_match_whoosh() -> None:
     ix = build(3, 250, 2, 0)
     with ix.searcher() as searcher:
         for leaf, _ in searcher.leaf_searchers():
             reader = leaf.reader()
-            reference = [
-                reader.doc_field_length(d, "content", 1) for d in range(reader.doc_count_all())
-            ]
-            assert bm25_scan._field_lengths(reader, "content").tolist() == reference
-            # Without the column's raw bytes, the public per-document reads give the same.
-            with monkeypatch.context() as m:
-                m.setattr(bm25_scan, "_column_bytes", lambda column, n: None)
-                assert bm25_scan._field_lengths(reader, "content").tolist() == reference
+            n = reader.doc_count_all()
+            for name in ("content", "heading"):
+                got = bm25_scan._field_lengths(reader, name).tolist()
+                for docnum in range(n):
+                    # None: the document has no term in the field, so it is never scored.
+                    expected = reader.doc_field_length(docnum, name, 1)
+                    assert expected is None or got[docnum] == expected
+
+
+class ValuesOnly:
+    """A column reader without NumericColumn's internals: read value by value."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = values
+
+    def __getitem__(self, docnum: int) -> float:
+        return self.values[docnum]
+
+
+def test_column_values_reads_a_whole_column_or_value_by_value() -> None:
+    schema = wf.Schema(key=wf.ID(stored=True), when=wf.COLUMN(NumericColumn("d")))
+    ix = RamStorage().create_index(schema)
+    values = [0.0, 1.5, -2.25, 0.0, 1e12, 0.0, 0.0]  # trailing defaults are not written
+    with ix.writer() as w:
+        for n, v in enumerate(values):
+            w.add_document(key=str(n), when=v)
+    with ix.reader() as reader:
+        column = reader.column_reader("when", translate=False)
+        assert column_values(column, len(values), ">f8").tolist() == values
+    assert column_values(ValuesOnly(values), len(values), ">f8").tolist() == values
 
 
 def test_a_field_no_document_has_scores_nothing() -> None:

@@ -23,14 +23,15 @@ from whoosh.matching import Matcher, WrappingMatcher
 from whoosh.reading import SegmentReader
 from whoosh.scoring import BM25F
 from whoosh.searching import Searcher
-from whoosh.util.numeric import byte_to_length
 
+from knowledge_agent.search.columns import column_values
 from knowledge_agent.search.topk import best_rows
+from knowledge_agent.search.whoosh_parts import LENGTH_OF_BYTE
 
 __all__ = ["Clause", "ScanCache", "top_docs"]
 
-# Whoosh's BM25F scorer asks for a document's length with default 1, returned for byte 0.
-_LENGTH_OF_BYTE = np.array([1.0] + [float(byte_to_length(b)) for b in range(1, 256)])
+# Byte 0 is a document without the field, which no posting of the field can point at.
+_LENGTH_OF_BYTE = np.array([1.0 if n is None else float(n) for n in LENGTH_OF_BYTE])
 
 
 @dataclass(frozen=True)
@@ -74,30 +75,14 @@ class ScanCache:
 def _field_lengths(reader: SegmentReader, fieldname: str) -> np.ndarray:
     n = reader.doc_count_all()
     perdoc = getattr(reader, "_perdoc", None)
-    column = None
-    if perdoc is not None and hasattr(perdoc, "_cached_reader"):
-        column = perdoc._cached_reader(_lenfield(fieldname), LENGTHS_COLUMN)
-        if column is None:  # no document has this field: every length is the default
-            return np.ones(n)
-    raw = _column_bytes(column, n)
-    if raw is None:
+    if perdoc is None or not hasattr(perdoc, "_cached_reader"):
         return np.fromiter(
             (reader.doc_field_length(d, fieldname, 1) for d in range(n)), np.float64, n
         )
-    return _LENGTH_OF_BYTE[raw]
-
-
-def _column_bytes(column: object, n: int) -> np.ndarray | None:
-    """The length bytes of a one-byte numeric column, zero-padded to ``n`` documents."""
-    dbfile = getattr(column, "_dbfile", None)
-    if dbfile is None or getattr(column, "_fixedlen", None) != 1:
-        return None
-    count = min(int(column._count), n)  # type: ignore[attr-defined]
-    out = np.zeros(n, np.uint8)
-    if count:
-        raw = dbfile.get(column._basepos, count)  # type: ignore[attr-defined]
-        out[:count] = np.frombuffer(raw, np.uint8)
-    return out
+    column = perdoc._cached_reader(_lenfield(fieldname), LENGTHS_COLUMN)
+    if column is None:  # no document has this field: every length is the default
+        return np.ones(n)
+    return _LENGTH_OF_BYTE[column_values(column, n, "u1")]
 
 
 def _postings(reader: SegmentReader, fieldname: str, btext: bytes) -> tuple[np.ndarray, np.ndarray]:

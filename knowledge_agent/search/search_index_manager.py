@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 from whoosh import fields as wf
 from whoosh import query as wq
-from whoosh.codec.whoosh3 import W3Codec, W3PerDocReader
+from whoosh.columns import NumericColumn
 from whoosh.filedb.filestore import FileStorage, RamStorage, Storage
 from whoosh.index import FileIndex, LockError
 from whoosh.reading import SegmentReader
@@ -80,9 +80,11 @@ from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
+from knowledge_agent.search.columns import column_values
 from knowledge_agent.search.documents import chunk_search_text, item_search_text
 from knowledge_agent.search.filters import SearchFilters, to_epoch
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.whoosh_parts import Codec, CountedText
 
 __all__ = ["DEFAULT_FIELD_BOOSTS", "LuceneBM25F", "SearchIndexManager"]
 
@@ -126,22 +128,22 @@ def _filter_fields() -> dict[str, wf.FieldType]:
     return {
         **{name: wf.ID() for name in _FILTER_FIELDS},
         "path": wf.ID(),
-        # 64-bit sortable floats with tiered terms (shift_step 4): fast inclusive ranges.
-        "updated_at": wf.NUMERIC(float, stored=False),
+        # A column, not terms: date ranges are masks over the column read as one array
+        # (a NUMERIC field's tiered terms were a third of the chunk index's postings).
+        "updated_at": wf.COLUMN(NumericColumn("d")),
     }
 
 
 def _text(analyzer: TextAnalyzer) -> wf.TEXT:
-    # phrase=False: frequencies only, no positions (every query is a bag of terms).
-    return wf.TEXT(analyzer=analyzer.whoosh_analyzer(), phrase=False, stored=False)
+    return CountedText(analyzer.whoosh_analyzer())
 
 
 def _chunk_schema(analyzer: TextAnalyzer) -> wf.Schema:
     return wf.Schema(
-        chunk_id=wf.ID(stored=True, unique=True),
+        # Only ever read back, never queried: no terms.
+        chunk_id=wf.STORED(),
         item_id=wf.ID(stored=True),
-        # Only ever read back, never queried: no tiered range terms needed.
-        chunk_index=wf.NUMERIC(int, bits=64, stored=True, shift_step=0),
+        chunk_index=wf.STORED(),
         heading=_text(analyzer),
         content=_text(analyzer),
         **_filter_fields(),
@@ -180,28 +182,6 @@ def _signature(schema: wf.Schema) -> list[tuple[Any, ...]]:
     return sig
 
 
-class _PerDocReader(W3PerDocReader):
-    """Whoosh's per-document reader, remembering the length columns a segment lacks.
-
-    Whoosh asks the storage whether a field's length column exists for every posting of a
-    field without one (ID and keyword fields) while flushing and merging: a stat call per
-    posting, a fifth of the bulk ingest time.
-    """
-
-    def _cached_reader(self, fieldname: str, column: Any) -> Any:
-        reader = super()._cached_reader(fieldname, column)
-        if reader is None:
-            self._readers[fieldname] = None  # the parent returns a cached entry, even None
-        return reader
-
-
-class _Codec(W3Codec):
-    """Whoosh's default codec with :class:`_PerDocReader`; same files on disk."""
-
-    def per_document_reader(self, storage: Storage, segment: Any) -> W3PerDocReader:
-        return _PerDocReader(storage, segment)
-
-
 def _tier(doc_count: int) -> int:
     return int(math.log10(max(doc_count, 1)))
 
@@ -226,7 +206,7 @@ def _merge_policy(added: int) -> Callable[[SegmentWriter, list[Any]], list[Any]]
         for tier, members in sorted(tiers.items()):
             if tier <= highest and len(members) >= _SEGMENTS_PER_TIER:
                 for segment in members:
-                    reader = SegmentReader(writer.storage, writer.schema, segment, codec=_Codec())
+                    reader = SegmentReader(writer.storage, writer.schema, segment, codec=Codec())
                     writer.add_reader(reader)
                     reader.close()
                 merged = {id(segment) for segment in members}
@@ -296,6 +276,25 @@ class _RamStorage(RamStorage):
 
 
 # --------------------------------------------------------------------------- one index
+
+
+def _mask(size: int, docnums: Iterable[int]) -> np.ndarray:
+    mask = np.zeros(size, bool)
+    mask[np.fromiter(docnums, np.int64)] = True
+    return mask
+
+
+def _date_mask(searcher: Searcher, filters: SearchFilters) -> np.ndarray:
+    """Docnums whose ``updated_at`` lies within the filters' inclusive bounds."""
+    low = -math.inf if filters.updated_after is None else to_epoch(filters.updated_after)
+    high = math.inf if filters.updated_before is None else to_epoch(filters.updated_before)
+    parts = []
+    for leaf, _ in searcher.leaf_searchers():
+        reader = leaf.reader()
+        column = reader.column_reader("updated_at", translate=False)
+        when = column_values(column, reader.doc_count_all(), ">f8")
+        parts.append((when >= low) & (when <= high))
+    return np.concatenate(parts) if parts else np.zeros(0, bool)
 
 
 @dataclass(eq=False)
@@ -519,7 +518,7 @@ class SearchIndexManager:
                 timeout=self.lock_timeout,
                 delay=_LOCK_RETRY_DELAY,
                 limitmb=_WRITER_LIMIT_MB,
-                codec=_Codec(),
+                codec=Codec(),
             )
         except LockError as exc:
             raise SearchIndexError(
@@ -778,39 +777,25 @@ class SearchIndexManager:
         if filters in cache:
             cache.move_to_end(filters)
             return cache[filters]
-        docs = np.zeros(searcher.doc_count_all(), bool)
-        found = self._filter_docs(searcher, filters)
-        docs[np.fromiter(found, np.int64, len(found))] = True
+        docs = self._filter_docs(searcher, filters)
         cache[filters] = docs
         if len(cache) > _FILTER_CACHE_SIZE:
             cache.popitem(last=False)
         return docs
 
     @staticmethod
-    def _filter_docs(searcher: Searcher, filters: SearchFilters) -> set[int]:
-        docs: set[int] | None = None
-        constraints: list[wq.Query] = []
+    def _filter_docs(searcher: Searcher, filters: SearchFilters) -> np.ndarray:
+        allow = np.ones(searcher.doc_count_all(), bool)
         for name in _FILTER_FIELDS:
             values: tuple[str, ...] = getattr(filters, name)
             if values:
-                constraints.append(wq.Or([wq.Term(name, _safe(v)) for v in sorted(set(values))]))
+                constraint = wq.Or([wq.Term(name, _safe(v)) for v in sorted(set(values))])
+                allow &= _mask(allow.size, searcher.docs_for_query(constraint))
         if filters.updated_after is not None or filters.updated_before is not None:
-            constraints.append(
-                wq.NumericRange(
-                    "updated_at",
-                    None if filters.updated_after is None else to_epoch(filters.updated_after),
-                    None if filters.updated_before is None else to_epoch(filters.updated_before),
-                )
-            )
-        for constraint in constraints:
-            found = searcher.docs_for_query(constraint)
-            docs = set(found) if docs is None else docs.intersection(found)
-            if not docs:
-                return set()
-        if filters.path_prefix is not None or filters.path_glob is not None:
-            paths = SearchIndexManager._path_docs(searcher, filters)
-            docs = paths if docs is None else docs & paths
-        return docs if docs is not None else set()
+            allow &= _date_mask(searcher, filters)
+        if (filters.path_prefix is not None or filters.path_glob is not None) and allow.any():
+            allow &= _mask(allow.size, SearchIndexManager._path_docs(searcher, filters))
+        return allow
 
     @staticmethod
     def _path_docs(searcher: Searcher, filters: SearchFilters) -> set[int]:

@@ -1,0 +1,103 @@
+"""The Whoosh drop-ins write and read exactly what the parts they replace do."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from whoosh import fields as wf
+from whoosh.codec.whoosh3 import W3Codec, W3PerDocReader
+from whoosh.filedb.filestore import RamStorage
+from whoosh.writing import NO_MERGE
+
+from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.search.whoosh_parts import Codec, CountedText
+
+WORDS = ["alpha", "beta", "running", "runs", "数据库", "索引", "the", "x1", "ünïcode", "a-b"]
+texts = st.lists(st.sampled_from(WORDS), max_size=40).map(" ".join) | st.text(max_size=60)
+
+
+@given(text=texts)
+def test_counted_text_indexes_the_same_postings_as_text(text: str) -> None:
+    analyzer = TextAnalyzer().whoosh_analyzer()
+    plain = wf.TEXT(analyzer=analyzer, phrase=False, stored=False)
+    counted = CountedText(analyzer)
+    assert sorted(counted.index(text)) == sorted(plain.index(text))
+
+
+def test_counted_text_is_frequency_only_text() -> None:
+    counted = CountedText(TextAnalyzer().whoosh_analyzer())
+    assert isinstance(counted, wf.TEXT)
+    assert not counted.format.supports("positions")
+    assert not counted.stored
+
+
+def _index(docs: list[tuple[str, str]], codec: W3Codec) -> tuple[RamStorage, object]:
+    analyzer = TextAnalyzer().whoosh_analyzer()
+    schema = wf.Schema(key=wf.ID(stored=True), body=CountedText(analyzer), tag=wf.ID())
+    storage = RamStorage()
+    ix = storage.create_index(schema)
+    with ix.writer(codec=codec) as w:
+        w.mergetype = NO_MERGE
+        for key, body in docs:
+            w.add_document(key=key, body=body, tag=key[:1])
+    return storage, ix
+
+
+docs_strategy = st.lists(st.tuples(st.sampled_from("abc"), texts), min_size=1, max_size=25).map(
+    lambda pairs: [(f"{k}{n}", body) for n, (k, body) in enumerate(pairs)]
+)
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=docs_strategy)
+def test_per_document_reader_reads_the_lengths_whoosh_reads(docs: list[tuple[str, str]]) -> None:
+    storage, ix = _index(docs, Codec())
+    segment = ix._segments()[0]
+    ours = Codec().per_document_reader(storage, segment)
+    theirs = W3PerDocReader(storage, segment)
+    for field in ("body", "tag", "key"):
+        for docnum in range(len(docs)):
+            expected = theirs.doc_field_length(docnum, field)
+            assert ours.doc_field_length(docnum, field) == expected
+            assert ours.doc_field_length(docnum, field, default=7) == theirs.doc_field_length(
+                docnum, field, default=7
+            )
+    assert ours.doc_field_length(len(docs), "body", default=5) == 5
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=docs_strategy)
+def test_codec_writes_an_index_whoosh_reads_back_whole(docs: list[tuple[str, str]]) -> None:
+    """Uncompressed blocks and the per-document reader change no posting, length or field,
+    also through a merge that reads the segments back with the codec."""
+    half = len(docs) // 2
+    _, ix = _index(docs[:half] or docs, Codec())
+    with ix.writer(codec=Codec()) as w:
+        w.mergetype = NO_MERGE
+        for key, body in docs[half:] if half else []:
+            w.add_document(key=key, body=body, tag=key[:1])
+    _, reference = _index(docs, W3Codec())
+    with ix.writer(codec=Codec()) as w:
+        w.optimize = True  # merge every segment into one through Codec's readers
+    with ix.searcher() as ours, reference.searcher() as theirs:
+        assert ours.doc_count() == theirs.doc_count() == len(docs)
+        assert sorted(ours.lexicon("body")) == sorted(theirs.lexicon("body"))
+        for term in theirs.lexicon("body"):
+            mine = {
+                ours.stored_fields(d)["key"]: w
+                for d, w in ours.postings("body", term).items_as("weight")
+            }
+            want = {
+                theirs.stored_fields(d)["key"]: w
+                for d, w in theirs.postings("body", term).items_as("weight")
+            }
+            assert mine == want
+        lengths = {
+            ours.stored_fields(d)["key"]: ours.doc_field_length(d, "body") for d in range(len(docs))
+        }
+        want_lengths = {
+            theirs.stored_fields(d)["key"]: theirs.doc_field_length(d, "body")
+            for d in range(len(docs))
+        }
+        assert lengths == want_lengths
+    assert len(ix._segments()) == 1
