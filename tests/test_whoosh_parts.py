@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from whoosh import fields as wf
 from whoosh.codec.whoosh3 import W3Codec, W3PerDocReader
-from whoosh.filedb.filestore import RamStorage
+from whoosh.filedb.filestore import FileStorage, RamStorage
+from whoosh.reading import SegmentReader
 from whoosh.writing import NO_MERGE
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.search.whoosh_parts import Codec, CountedText
+from knowledge_agent.search.whoosh_parts import Codec, CountedText, _MappedFile, _ViewReader
 
 WORDS = ["alpha", "beta", "running", "runs", "数据库", "索引", "the", "x1", "ünïcode", "a-b"]
 texts = st.lists(st.sampled_from(WORDS), max_size=40).map(" ".join) | st.text(max_size=60)
@@ -101,3 +105,57 @@ def test_codec_writes_an_index_whoosh_reads_back_whole(docs: list[tuple[str, str
         }
         assert lengths == want_lengths
     assert len(ix._segments()) == 1
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("read"), st.integers(-1, 12)),
+        st.tuples(st.just("readline"), st.integers(-1, 12)),
+        st.tuples(st.just("seek"), st.integers(0, 40), st.sampled_from([0, 1, 2])),
+        st.tuples(st.just("tell")),
+    ),
+    max_size=30,
+)
+
+
+@given(data=st.binary(max_size=40), steps=ops)
+def test_view_reader_reads_like_bytesio(data: bytes, steps: list[tuple]) -> None:
+    view, bio = _ViewReader(memoryview(data)), io.BytesIO(data)
+    for step in steps:
+        name, *args = step
+        if name == "seek" and args[1] != 0:
+            args[0] = -args[0] if args[1] == 2 else args[0] - 20  # relative moves, both ways
+            if bio.tell() + args[0] < 0 and args[1] == 1:
+                continue  # BytesIO refuses a negative position; nothing to compare
+        assert getattr(view, name)(*args) == getattr(bio, name)(*args), step
+
+
+def test_compound_segments_are_read_in_place_with_the_same_results(tmp_path: Path) -> None:
+    docs = [
+        (f"k{n}", " ".join(WORDS[(n * i) % len(WORDS)] for i in range(n % 9))) for n in range(300)
+    ]
+    storage = FileStorage(str(tmp_path)).create()
+    analyzer = TextAnalyzer().whoosh_analyzer()
+    schema = wf.Schema(key=wf.ID(stored=True), body=CountedText(analyzer), tag=wf.ID())
+    ix = storage.create_index(schema)
+    for start in (0, 150):
+        with ix.writer(codec=Codec()) as w:
+            w.mergetype = NO_MERGE
+            for key, body in docs[start : start + 150]:
+                w.add_document(key=key, body=body, tag=key[-1])
+    for segment in ix._segments():
+        assert segment.is_compound()
+        ours = SegmentReader(storage, schema, segment)  # the segment's own codec: Codec
+        theirs = SegmentReader(storage, schema, segment, codec=W3Codec())
+        assert isinstance(ours._terms._dbfile, _MappedFile)
+        assert list(ours.all_terms()) == list(theirs.all_terms())
+        for field, term in theirs.all_terms():
+            assert list(ours.postings(field, term).all_items()) == list(
+                theirs.postings(field, term).all_items()
+            )
+        assert list(ours.all_stored_fields()) == list(theirs.all_stored_fields())
+        assert [ours.doc_field_length(d, "body") for d in range(150)] == [
+            theirs.doc_field_length(d, "body") for d in range(150)
+        ]
+        ours.close()
+        theirs.close()

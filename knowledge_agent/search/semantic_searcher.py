@@ -322,14 +322,15 @@ class _Strings:
         self._index: dict[str, int] = {}
 
     def codes(self, values: np.ndarray) -> np.ndarray:
-        out = np.empty(values.size, np.int32)
-        for i, value in enumerate(values.tolist()):
+        distinct, inverse = np.unique(values, return_inverse=True)
+        table = np.empty(distinct.size, np.int32)
+        for i, value in enumerate(distinct.tolist()):
             code = self._index.get(value)
             if code is None:
                 code = self._index[value] = len(self.values)
                 self.values.append(value)
-            out[i] = code
-        return out
+            table[i] = code
+        return table[inverse.reshape(-1)]
 
     def lookup(self, value: str) -> int | None:
         return self._index.get(value)
