@@ -6,6 +6,8 @@ import codecs
 import logging
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -496,3 +498,21 @@ def test_processed_documents_hold_the_invariants(
     check_document(document)
     for chunk in document.chunks:
         assert len(chunk.content) <= config.max_chunk_size
+
+
+def test_opening_and_searching_never_import_the_pdf_and_html_parsers(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from knowledge_agent import KnowledgeAgentCore\n"
+        "with KnowledgeAgentCore(sys.argv[1]) as kb:\n"
+        "    kb.add_text('Deploys freeze on Fridays.', title='Release policy')\n"
+        "    assert kb.search('deploys friday')\n"
+        "print(sorted(m for m in ('pypdf', 'bs4') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "kb")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 import warnings
-from typing import Any
-
-from bs4 import BeautifulSoup, Tag, XMLParsedAsHTMLWarning
+from typing import TYPE_CHECKING, Any
 
 from knowledge_agent.processors.base import BaseDataSourceProcessor, Extraction, file_stem
 from knowledge_agent.processors.encoding import decode_bytes
-from knowledge_agent.processors.html_markdown import main_content, strip_page_chrome, to_markdown
+
+if TYPE_CHECKING:
+    from bs4 import BeautifulSoup
 
 __all__ = ["HtmlProcessor", "declared_charset"]
 
@@ -33,6 +33,16 @@ class HtmlProcessor(BaseDataSourceProcessor):
     content_type = "text/html"
 
     def extract(self, data: bytes, path: str) -> Extraction:
+        # BeautifulSoup is imported on first use: a tenth of the package's import time,
+        # which opening a knowledge base and searching never need.
+        from bs4 import BeautifulSoup, Tag, XMLParsedAsHTMLWarning
+
+        from knowledge_agent.processors.html_markdown import (
+            main_content,
+            strip_page_chrome,
+            to_markdown,
+        )
+
         text, encoding = decode_bytes(data, declared=declared_charset(data))
         with warnings.catch_warnings():
             # XHTML served as HTML is fine for html.parser; the warning is noise here.
@@ -59,11 +69,15 @@ def declared_charset(data: bytes) -> str | None:
 
 
 def _title(soup: BeautifulSoup) -> str:
+    from bs4 import Tag
+
     tag = soup.find("title")
     return _clean(tag.get_text()) if isinstance(tag, Tag) else ""
 
 
 def _meta_content(soup: BeautifulSoup, name: str) -> str:
+    from bs4 import Tag
+
     for attrs in ({"name": name}, {"property": f"og:{name}"}):
         tag = soup.find("meta", attrs=attrs)
         if isinstance(tag, Tag):

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import io
 import logging
-from typing import Any
-
-from pypdf import PdfReader
-from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError, PyPdfError
+from typing import TYPE_CHECKING, Any
 
 from knowledge_agent.errors import IngestError, UnsupportedSourceError
 from knowledge_agent.processors.base import BaseDataSourceProcessor, Extraction, file_stem
 from knowledge_agent.processors.encoding import normalize_newlines
+
+if TYPE_CHECKING:
+    from pypdf import PdfReader
 
 __all__ = ["PdfProcessor"]
 
@@ -26,15 +26,23 @@ logger = logging.getLogger(__name__)
 PAGE_SEPARATOR = "\n\n"
 _EOF_MARKER = b"%%EOF"
 # Exceptions pypdf lets escape on malformed input besides its own PyPdfError family.
-_MALFORMED = (
-    PyPdfError,
+_MALFORMED_BUILTIN = (
     ValueError,
     KeyError,
     TypeError,
     IndexError,
     AttributeError,
     AssertionError,
+    RecursionError,
 )
+
+
+def _malformed() -> tuple[type[Exception], ...]:
+    # pypdf is imported on first use, here and below: a sixth of the package's import
+    # time, which opening a knowledge base and searching never need.
+    from pypdf.errors import PyPdfError
+
+    return (PyPdfError, *_MALFORMED_BUILTIN)
 
 
 class PdfProcessor(BaseDataSourceProcessor):
@@ -68,6 +76,9 @@ def _open(data: bytes, path: str) -> PdfReader:
         # Lenient pypdf tolerates junk after the end marker and rebuilds a damaged
         # cross-reference table, but a file with no end marker at all has lost its tail.
         raise IngestError(path, "corrupt or truncated PDF: no %%EOF end marker")
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError, FileNotDecryptedError
+
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted:
@@ -83,22 +94,25 @@ def _open(data: bytes, path: str) -> PdfReader:
         raise
     except FileNotDecryptedError as exc:
         raise IngestError(path, "encrypted PDF (password required)") from exc
-    except (*_MALFORMED, RecursionError) as exc:
+    except _malformed() as exc:
         raise IngestError(path, f"corrupt or truncated PDF: {exc}") from exc
     return reader
 
 
 def _page_texts(reader: PdfReader, path: str) -> list[str]:
     """Each page's text with ``\\n`` line ends; a page that cannot be read is empty."""
+    from pypdf.errors import PdfReadError
+
+    malformed = _malformed()
     texts: list[str] = []
     try:
         pages = list(reader.pages)
-    except (*_MALFORMED, RecursionError) as exc:
+    except malformed as exc:
         raise IngestError(path, f"corrupt or truncated PDF: {exc}") from exc
     for number, page in enumerate(pages, start=1):
         try:
             text = page.extract_text() or ""
-        except (*_MALFORMED, RecursionError, PdfReadError) as exc:
+        except (*malformed, PdfReadError) as exc:
             logger.warning("%s: page %d has no readable text (%s)", path, number, exc)
             text = ""
         texts.append(normalize_newlines(text).strip())
@@ -107,9 +121,10 @@ def _page_texts(reader: PdfReader, path: str) -> list[str]:
 
 def _document_info(reader: PdfReader) -> dict[str, str]:
     """Title, author, subject, creator and producer from the info dictionary, as text."""
+    malformed = _malformed()
     try:
         info = reader.metadata
-    except (*_MALFORMED, RecursionError):
+    except malformed:
         return {}
     if not info:
         return {}
@@ -123,7 +138,7 @@ def _document_info(reader: PdfReader) -> dict[str, str]:
     ):
         try:
             value = info.get(key)
-        except (*_MALFORMED, RecursionError):
+        except malformed:
             continue
         text = " ".join(str(value).split()) if value is not None else ""
         if text:
