@@ -14,7 +14,13 @@ from whoosh.reading import SegmentReader
 from whoosh.writing import NO_MERGE
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.search.whoosh_parts import Codec, CountedText, _MappedFile, _ViewReader
+from knowledge_agent.search.whoosh_parts import (
+    Codec,
+    CountedText,
+    PostingTable,
+    _MappedFile,
+    _ViewReader,
+)
 
 WORDS = ["alpha", "beta", "running", "runs", "数据库", "索引", "the", "x1", "ünïcode", "a-b"]
 texts = st.lists(st.sampled_from(WORDS), max_size=40).map(" ".join) | st.text(max_size=60)
@@ -159,3 +165,44 @@ def test_compound_segments_are_read_in_place_with_the_same_results(tmp_path: Pat
         ]
         ours.close()
         theirs.close()
+
+
+def _write(docs: list[tuple[str, str]], deleted: list[str], table: bool) -> object:
+    """Two segments, some documents deleted, then merged into one; with or without
+    PostingTable as the writers' pool."""
+    analyzer = TextAnalyzer().whoosh_analyzer()
+    schema = wf.Schema(key=wf.ID(stored=True), body=CountedText(analyzer), tag=wf.ID())
+    ix = RamStorage().create_index(schema)
+    half = len(docs) // 2
+    for part in (docs[:half], docs[half:]):
+        w = ix.writer(codec=Codec())
+        if table:
+            w.pool = PostingTable()
+        w.mergetype = NO_MERGE
+        for key, body in part:
+            w.add_document(key=key, body=body, tag=key[:1])
+        w.commit(merge=False)
+    w = ix.writer(codec=Codec())
+    if table:
+        w.pool = PostingTable()
+    for key in deleted:
+        w.delete_by_term("key", key)
+    w.commit(optimize=True)
+    return ix
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=docs_strategy, data=st.data())
+def test_posting_table_writes_the_postings_whooshs_pool_writes(
+    docs: list[tuple[str, str]], data: st.DataObject
+) -> None:
+    deleted = data.draw(st.lists(st.sampled_from([key for key, _ in docs]), unique=True))
+    ours, theirs = _write(docs, deleted, table=True), _write(docs, deleted, table=False)
+    with ours.reader() as a, theirs.reader() as b:
+        assert a.doc_count() == b.doc_count() == len(docs) - len(deleted)
+        assert list(a.all_terms()) == list(b.all_terms())
+        for field, term in b.all_terms():
+            assert list(a.postings(field, term).all_items()) == list(
+                b.postings(field, term).all_items()
+            )
+        assert list(a.all_stored_fields()) == list(b.all_stored_fields())

@@ -84,7 +84,7 @@ from knowledge_agent.search.columns import column_values
 from knowledge_agent.search.documents import chunk_search_text, item_search_text
 from knowledge_agent.search.filters import SearchFilters, to_epoch
 from knowledge_agent.search.hits import ChunkHit, ItemHit
-from knowledge_agent.search.whoosh_parts import Codec, CountedText
+from knowledge_agent.search.whoosh_parts import Codec, CountedText, PostingTable
 
 __all__ = ["DEFAULT_FIELD_BOOSTS", "LuceneBM25F", "SearchIndexManager"]
 
@@ -98,7 +98,6 @@ and the title (see :func:`~knowledge_agent.search.documents.chunk_search_text`);
 _FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
 _STATE_FILE = "state.json"
 _WHOOSH_INDEX_NAME = "MAIN"  # whoosh's default index name inside a storage
-_WRITER_LIMIT_MB = 256
 _LOCK_RETRY_DELAY = 0.05  # seconds between attempts to take a held write lock
 _FILTER_CACHE_SIZE = 16  # distinct SearchFilters remembered per searcher generation
 _SEGMENTS_PER_TIER = 8  # segments of one size tier that are merged into one
@@ -514,12 +513,9 @@ class SearchIndexManager:
     def _writer(self, idx: _Index) -> SegmentWriter:
         ix = self._usable(idx)
         try:
-            return ix.writer(
-                timeout=self.lock_timeout,
-                delay=_LOCK_RETRY_DELAY,
-                limitmb=_WRITER_LIMIT_MB,
-                codec=Codec(),
-            )
+            writer = ix.writer(timeout=self.lock_timeout, delay=_LOCK_RETRY_DELAY, codec=Codec())
+            writer.pool = PostingTable()
+            return writer
         except LockError as exc:
             raise SearchIndexError(
                 f"timed out after {self.lock_timeout:g} s waiting for the write lock of the "
