@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import pickle
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -119,6 +120,7 @@ ops = st.lists(
         st.tuples(st.just("readline"), st.integers(-1, 12)),
         st.tuples(st.just("seek"), st.integers(0, 40), st.sampled_from([0, 1, 2])),
         st.tuples(st.just("tell")),
+        st.tuples(st.just("peek"), st.integers(0, 12)),
     ),
     max_size=30,
 )
@@ -133,6 +135,12 @@ def test_view_reader_reads_like_bytesio(data: bytes, steps: list[tuple]) -> None
             args[0] = -args[0] if args[1] == 2 else args[0] - 20  # relative moves, both ways
             if bio.tell() + args[0] < 0 and args[1] == 1:
                 continue  # BytesIO refuses a negative position; nothing to compare
+        if name == "peek":  # bytes ahead without moving: at least one unless at the end
+            ahead = view.peek(*args)
+            assert data[bio.tell() :].startswith(ahead)
+            assert ahead or bio.tell() >= len(data)
+            assert view.tell() == bio.tell()
+            continue
         assert getattr(view, name)(*args) == getattr(bio, name)(*args), step
 
 
@@ -206,3 +214,26 @@ def test_posting_table_writes_the_postings_whooshs_pool_writes(
                 b.postings(field, term).all_items()
             )
         assert list(a.all_stored_fields()) == list(b.all_stored_fields())
+
+
+@given(
+    values=st.lists(
+        st.recursive(
+            st.none() | st.integers() | st.floats(allow_nan=False) | st.binary(max_size=700),
+            lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner),
+            max_leaves=20,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_pickles_load_from_a_view_reader_and_leave_it_just_past_each(values: list) -> None:
+    """Whoosh reads a block header with pickle.load, then takes tell() as the data start."""
+    pickles = [pickle.dumps(value, protocol=-1) for value in values]
+    reader = _ViewReader(memoryview(b"".join(pickles) + b"tail"))
+    end = 0
+    for value, dumped in zip(values, pickles, strict=True):
+        assert pickle.load(reader) == value
+        end += len(dumped)
+        assert reader.tell() == end
+    assert reader.read() == b"tail"

@@ -122,6 +122,9 @@ class _PerDocReader(W3PerDocReader):
         return lengths[docnum] if docnum < self._doccount else default
 
 
+_PEEK = 512
+
+
 class _ViewReader:
     """A read-only file over a memoryview, for Whoosh's seek-and-read parts (block headers,
     pickles) without a copy of the bytes."""
@@ -135,6 +138,12 @@ class _ViewReader:
         end = len(self._view) if size is None or size < 0 else min(start + size, len(self._view))
         self._pos = max(start, end)
         return bytes(self._view[start:end])
+
+    def peek(self, size: int = 0) -> bytes:
+        """Bytes ahead, without moving; a few hundred, not the 128 KB ``pickle`` asks for
+        (it parses what it gets, asks again if that was not enough, then reads what it
+        used): without this, pickle reads a whole block header a byte or two at a time."""
+        return bytes(self._view[self._pos : self._pos + _PEEK])
 
     def readline(self, size: int | None = -1) -> bytes:
         limit = len(self._view) if size is None or size < 0 else self._pos + size
