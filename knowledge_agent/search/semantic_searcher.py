@@ -438,6 +438,12 @@ class _Collection:
         """Build the query structures now rather than on the first query."""
         self._refresh()
 
+    def release(self) -> None:
+        """Drop the query structures; the next query rebuilds them."""
+        for seg in self.segments:
+            seg.postings = seg.sq = seg.norms = None
+        self._view = None
+
     def _refresh(self) -> _View:
         """Recompute idf, row norms and per-row arrays once after a change."""
         if self._view is not None:
@@ -696,6 +702,10 @@ class SemanticSearcher:
         with self._lock:
             self._check_open()
             started = time.perf_counter()
+            # Memory: the old rows stay until the new ones are complete, their query
+            # structures (as big again) need not.
+            for collection in self._collections.values():
+                collection.release()
             fresh = self._empty_collections()
             batch: list[_Pair] = []
             rows = 0
@@ -710,8 +720,9 @@ class SemanticSearcher:
                 self._apply(fresh, batch, ())
             for collection in fresh.values():
                 collection.merge_all()
+            self._collections = fresh  # frees the old rows before the new query structures
+            for collection in fresh.values():
                 collection.prepare()  # a rebuild is slow anyway: spare the first query
-            self._collections = fresh
             self._applied_seq = 0
             self._persist()
             count = fresh["chunks"].n_live
