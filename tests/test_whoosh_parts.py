@@ -21,6 +21,7 @@ from knowledge_agent.search.whoosh_parts import (
     PostingTable,
     _MappedFile,
     _ViewReader,
+    spill_to_pool,
 )
 
 WORDS = ["alpha", "beta", "running", "runs", "数据库", "索引", "the", "x1", "ünïcode", "a-b"]
@@ -237,3 +238,40 @@ def test_pickles_load_from_a_view_reader_and_leave_it_just_past_each(values: lis
         end += len(dumped)
         assert reader.tell() == end
     assert reader.read() == b"tail"
+
+
+@settings(max_examples=20, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=docs_strategy)
+def test_a_table_spilled_into_whooshs_pool_merges_like_whoosh(docs: list[tuple[str, str]]) -> None:
+    """A writer's new documents go into a PostingTable; before segments are merged into
+    it, the table moves into Whoosh's bounded pool (which then spills runs to disk)."""
+
+    def build(spill: bool) -> object:
+        analyzer = TextAnalyzer().whoosh_analyzer()
+        schema = wf.Schema(key=wf.ID(stored=True), body=CountedText(analyzer), tag=wf.ID())
+        ix = RamStorage().create_index(schema)
+        half = len(docs) // 2
+        with ix.writer(codec=Codec()) as w:
+            w.mergetype = NO_MERGE
+            for key, body in docs[:half]:
+                w.add_document(key=key, body=body, tag=key[:1])
+        w = ix.writer(codec=Codec())
+        if spill:
+            w.pool = PostingTable()
+        for key, body in docs[half:]:
+            w.add_document(key=key, body=body, tag=key[:1])
+        if spill:
+            spill_to_pool(w, limitmb=1)
+            assert not isinstance(w.pool, PostingTable)
+            w.pool.limit = 2_000  # bytes: force runs to disk even for a few postings
+        w.commit(optimize=True)
+        return ix
+
+    ours, theirs = build(spill=True), build(spill=False)
+    with ours.reader() as a, theirs.reader() as b:
+        assert a.doc_count() == b.doc_count() == len(docs)
+        assert list(a.all_terms()) == list(b.all_terms())
+        for field, term in b.all_terms():
+            assert list(a.postings(field, term).all_items()) == list(
+                b.postings(field, term).all_items()
+            )

@@ -84,7 +84,7 @@ from knowledge_agent.search.columns import column_values
 from knowledge_agent.search.documents import chunk_search_text, item_search_text
 from knowledge_agent.search.filters import SearchFilters, to_epoch
 from knowledge_agent.search.hits import ChunkHit, ItemHit
-from knowledge_agent.search.whoosh_parts import Codec, CountedText, PostingTable
+from knowledge_agent.search.whoosh_parts import Codec, CountedText, PostingTable, spill_to_pool
 
 __all__ = ["DEFAULT_FIELD_BOOSTS", "LuceneBM25F", "SearchIndexManager"]
 
@@ -98,6 +98,7 @@ and the title (see :func:`~knowledge_agent.search.documents.chunk_search_text`);
 _FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
 _STATE_FILE = "state.json"
 _WHOOSH_INDEX_NAME = "MAIN"  # whoosh's default index name inside a storage
+_MERGE_LIMIT_MB = 128  # postings a segment merge holds in memory before spilling runs
 _LOCK_RETRY_DELAY = 0.05  # seconds between attempts to take a held write lock
 _FILTER_CACHE_SIZE = 16  # distinct SearchFilters remembered per searcher generation
 _SEGMENTS_PER_TIER = 8  # segments of one size tier that are merged into one
@@ -204,6 +205,7 @@ def _merge_policy(added: int) -> Callable[[SegmentWriter, list[Any]], list[Any]]
             tiers.setdefault(_tier(segment.doc_count()), []).append(segment)
         for tier, members in sorted(tiers.items()):
             if tier <= highest and len(members) >= _SEGMENTS_PER_TIER:
+                spill_to_pool(writer, _MERGE_LIMIT_MB)
                 for segment in members:
                     reader = SegmentReader(writer.storage, writer.schema, segment, codec=Codec())
                     writer.add_reader(reader)

@@ -1,7 +1,8 @@
-"""Faster drop-ins for the Whoosh parts that bulk indexing spends its time in.
+"""Drop-ins for the Whoosh parts that indexing and opening an index spend their time and
+memory in.
 
-Each writes the same files as the part it replaces; the field and codec classes are pickled
-into an index's TOC by reference, so their module path is part of the on-disk format.
+Each writes and reads files stock Whoosh reads; the field and codec classes are pickled into
+an index's TOC by reference, so their module path is part of the on-disk format.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from whoosh.filedb.filestore import OverlayStorage, Storage
 from whoosh.filedb.structfile import BufferFile
 from whoosh.system import pack_uint
 from whoosh.util.numeric import byte_to_length
+from whoosh.writing import PostingPool, SegmentWriter
 
 from knowledge_agent.analysis import WhooshTextAnalyzer
 from knowledge_agent.search.columns import column_values
 
-__all__ = ["LENGTH_OF_BYTE", "Codec", "CountedText", "PostingTable"]
+__all__ = ["LENGTH_OF_BYTE", "Codec", "CountedText", "PostingTable", "spill_to_pool"]
 
 LENGTH_OF_BYTE: list[int | None] = [None, *(byte_to_length(b) for b in range(1, 256))]
 """Whoosh's field length for each length byte; byte 0 (no term in the field) reads as None."""
@@ -93,6 +95,21 @@ class PostingTable:
 
     def cleanup(self) -> None:
         self._terms.clear()
+
+
+def spill_to_pool(writer: SegmentWriter, limitmb: int) -> None:
+    """Move ``writer``'s :class:`PostingTable` into Whoosh's ``PostingPool``, which writes
+    sorted runs to disk beyond ``limitmb``: call it before merging segments into the writer.
+
+    A batch's own postings are bounded by the batch; a merge's are not (eight segments of
+    up to 100K documents, mostly terms seen once, where a table costs more than a tuple).
+    """
+    table = writer.pool
+    if isinstance(table, PostingTable):
+        pool = PostingPool(writer._tempstorage, writer.newsegment, limitmb=limitmb)
+        for posting in table.iter_postings():
+            pool.add(posting)
+        writer.pool = pool
 
 
 class _PerDocReader(W3PerDocReader):
