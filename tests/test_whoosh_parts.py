@@ -43,15 +43,30 @@ def test_counted_text_is_frequency_only_text() -> None:
     assert not counted.stored
 
 
+def _schema() -> wf.Schema:
+    return wf.Schema(
+        key=wf.ID(stored=True), body=CountedText(TextAnalyzer().whoosh_analyzer()), tag=wf.ID()
+    )
+
+
+def _add(writer: object, docs: list[tuple[str, str]]) -> None:
+    for key, body in docs:
+        writer.add_document(key=key, body=body, tag=key[:1])
+
+
+def _assert_same_postings(ours: object, theirs: object) -> None:
+    assert list(ours.all_terms()) == list(theirs.all_terms())
+    for field, term in theirs.all_terms():
+        mine = list(ours.postings(field, term).all_items())
+        assert mine == list(theirs.postings(field, term).all_items()), (field, term)
+
+
 def _index(docs: list[tuple[str, str]], codec: W3Codec) -> tuple[RamStorage, object]:
-    analyzer = TextAnalyzer().whoosh_analyzer()
-    schema = wf.Schema(key=wf.ID(stored=True), body=CountedText(analyzer), tag=wf.ID())
     storage = RamStorage()
-    ix = storage.create_index(schema)
+    ix = storage.create_index(_schema())
     with ix.writer(codec=codec) as w:
         w.mergetype = NO_MERGE
-        for key, body in docs:
-            w.add_document(key=key, body=body, tag=key[:1])
+        _add(w, docs)
     return storage, ix
 
 
@@ -86,8 +101,7 @@ def test_codec_writes_an_index_whoosh_reads_back_whole(docs: list[tuple[str, str
     _, ix = _index(docs[:half] or docs, Codec())
     with ix.writer(codec=Codec()) as w:
         w.mergetype = NO_MERGE
-        for key, body in docs[half:] if half else []:
-            w.add_document(key=key, body=body, tag=key[:1])
+        _add(w, docs[half:] if half else [])
     _, reference = _index(docs, W3Codec())
     with ix.writer(codec=Codec()) as w:
         w.optimize = True  # merge every segment into one through Codec's readers
@@ -150,24 +164,18 @@ def test_compound_segments_are_read_in_place_with_the_same_results(tmp_path: Pat
         (f"k{n}", " ".join(WORDS[(n * i) % len(WORDS)] for i in range(n % 9))) for n in range(300)
     ]
     storage = FileStorage(str(tmp_path)).create()
-    analyzer = TextAnalyzer().whoosh_analyzer()
-    schema = wf.Schema(key=wf.ID(stored=True), body=CountedText(analyzer), tag=wf.ID())
+    schema = _schema()
     ix = storage.create_index(schema)
     for start in (0, 150):
         with ix.writer(codec=Codec()) as w:
             w.mergetype = NO_MERGE
-            for key, body in docs[start : start + 150]:
-                w.add_document(key=key, body=body, tag=key[-1])
+            _add(w, docs[start : start + 150])
     for segment in ix._segments():
         assert segment.is_compound()
         ours = SegmentReader(storage, schema, segment)  # the segment's own codec: Codec
         theirs = SegmentReader(storage, schema, segment, codec=W3Codec())
         assert isinstance(ours._terms._dbfile, _MappedFile)
-        assert list(ours.all_terms()) == list(theirs.all_terms())
-        for field, term in theirs.all_terms():
-            assert list(ours.postings(field, term).all_items()) == list(
-                theirs.postings(field, term).all_items()
-            )
+        _assert_same_postings(ours, theirs)
         assert list(ours.all_stored_fields()) == list(theirs.all_stored_fields())
         assert [ours.doc_field_length(d, "body") for d in range(150)] == [
             theirs.doc_field_length(d, "body") for d in range(150)
@@ -179,17 +187,14 @@ def test_compound_segments_are_read_in_place_with_the_same_results(tmp_path: Pat
 def _write(docs: list[tuple[str, str]], deleted: list[str], table: bool) -> object:
     """Two segments, some documents deleted, then merged into one; with or without
     PostingTable as the writers' pool."""
-    analyzer = TextAnalyzer().whoosh_analyzer()
-    schema = wf.Schema(key=wf.ID(stored=True), body=CountedText(analyzer), tag=wf.ID())
-    ix = RamStorage().create_index(schema)
+    ix = RamStorage().create_index(_schema())
     half = len(docs) // 2
     for part in (docs[:half], docs[half:]):
         w = ix.writer(codec=Codec())
         if table:
             w.pool = PostingTable()
         w.mergetype = NO_MERGE
-        for key, body in part:
-            w.add_document(key=key, body=body, tag=key[:1])
+        _add(w, part)
         w.commit(merge=False)
     w = ix.writer(codec=Codec())
     if table:
@@ -209,11 +214,7 @@ def test_posting_table_writes_the_postings_whooshs_pool_writes(
     ours, theirs = _write(docs, deleted, table=True), _write(docs, deleted, table=False)
     with ours.reader() as a, theirs.reader() as b:
         assert a.doc_count() == b.doc_count() == len(docs) - len(deleted)
-        assert list(a.all_terms()) == list(b.all_terms())
-        for field, term in b.all_terms():
-            assert list(a.postings(field, term).all_items()) == list(
-                b.postings(field, term).all_items()
-            )
+        _assert_same_postings(a, b)
         assert list(a.all_stored_fields()) == list(b.all_stored_fields())
 
 
@@ -247,19 +248,11 @@ def test_a_table_spilled_into_whooshs_pool_merges_like_whoosh(docs: list[tuple[s
     it, the table moves into Whoosh's bounded pool (which then spills runs to disk)."""
 
     def build(spill: bool) -> object:
-        analyzer = TextAnalyzer().whoosh_analyzer()
-        schema = wf.Schema(key=wf.ID(stored=True), body=CountedText(analyzer), tag=wf.ID())
-        ix = RamStorage().create_index(schema)
-        half = len(docs) // 2
-        with ix.writer(codec=Codec()) as w:
-            w.mergetype = NO_MERGE
-            for key, body in docs[:half]:
-                w.add_document(key=key, body=body, tag=key[:1])
+        _, ix = _index(docs[: len(docs) // 2], Codec())
         w = ix.writer(codec=Codec())
         if spill:
             w.pool = PostingTable()
-        for key, body in docs[half:]:
-            w.add_document(key=key, body=body, tag=key[:1])
+        _add(w, docs[len(docs) // 2 :])
         if spill:
             spill_to_pool(w, limitmb=1)
             assert not isinstance(w.pool, PostingTable)
@@ -270,8 +263,4 @@ def test_a_table_spilled_into_whooshs_pool_merges_like_whoosh(docs: list[tuple[s
     ours, theirs = build(spill=True), build(spill=False)
     with ours.reader() as a, theirs.reader() as b:
         assert a.doc_count() == b.doc_count() == len(docs)
-        assert list(a.all_terms()) == list(b.all_terms())
-        for field, term in b.all_terms():
-            assert list(a.postings(field, term).all_items()) == list(
-                b.postings(field, term).all_items()
-            )
+        _assert_same_postings(a, b)
