@@ -286,7 +286,7 @@ def _mask(size: int, docnums: Iterable[int]) -> np.ndarray:
 
 
 def _date_mask(searcher: Searcher, filters: SearchFilters) -> np.ndarray:
-    """Docnums whose ``updated_at`` lies within the filters' inclusive bounds."""
+    """A mask of the documents whose ``updated_at`` lies within the filters' inclusive bounds."""
     low = -math.inf if filters.updated_after is None else to_epoch(filters.updated_after)
     high = math.inf if filters.updated_before is None else to_epoch(filters.updated_before)
     parts = []
