@@ -544,10 +544,53 @@ def test_reopen_gives_identical_results_and_applied_seq(tmp_path: Path, corpus: 
         assert after == before
 
 
-def test_a_new_directory_is_an_empty_index(tmp_path: Path) -> None:
-    with SemanticSearcher(tmp_path / "new" / "tfidf") as searcher:
+def test_a_new_directory_is_an_empty_index_written_by_the_first_update(tmp_path: Path) -> None:
+    folder = tmp_path / "new" / "tfidf"
+    with SemanticSearcher(folder) as searcher:
         assert searcher.chunk_count() == 0 and searcher.applied_seq == 0
-    assert (tmp_path / "new" / "tfidf" / "manifest.json").exists()
+        assert not folder.exists()  # opening writes nothing
+        searcher.update([make_item("a", ["first words"])])
+    assert sorted(os.listdir(folder)) == [
+        "chunks-00000001.npz",
+        "items-00000002.npz",
+        "manifest.json",
+    ]
+
+
+def test_refresh_loads_what_another_writer_persisted(tmp_path: Path, corpus: list[Pair]) -> None:
+    writer = SemanticSearcher(tmp_path)
+    writer.update(corpus[:20])
+    reader = SemanticSearcher(tmp_path)
+    assert reader.chunk_count() == 100 and not reader.refresh()  # nothing new yet
+    photosynthesis = terms("chlorophyll sunlight")
+    assert reader.search_chunks(photosynthesis, 3) == []
+    writer.update(corpus[20:], deletes=["item00"])
+    writer.set_applied_seq(7)
+    assert reader.search_chunks(photosynthesis, 3) == []  # a snapshot until refreshed
+    assert reader.refresh()
+    assert reader.applied_seq == 7
+    assert reader.chunk_count() == writer.chunk_count() == 195
+    for query in (photosynthesis, terms("notes filler words")):
+        assert scores(reader.search_chunks(query, 20)) == scores(writer.search_chunks(query, 20))
+    assert not reader.refresh()
+
+
+def test_refresh_survives_a_writer_sweeping_segments(tmp_path: Path, corpus: list[Pair]) -> None:
+    writer = SemanticSearcher(tmp_path)
+    writer.max_segments = 2  # every update merges: old segment files are swept
+    reader = SemanticSearcher(tmp_path)
+    for pair in corpus[:12]:
+        writer.update([pair])
+        reader.refresh()
+        assert reader.chunk_count() == writer.chunk_count()
+
+
+def test_failed_writes_leave_no_temporary_files(tmp_path: Path, corpus: list[Pair]) -> None:
+    searcher = SemanticSearcher(tmp_path)
+    searcher.update(corpus[:3])
+    (tmp_path / "manifest.json.0123456789abcdef0123456789abcdef.tmp").write_text("{")
+    searcher.update(corpus[3:5])  # the next write sweeps what a crashed writer left
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
 
 
 def test_fit_resets_applied_seq(tmp_path: Path, corpus: list[Pair]) -> None:

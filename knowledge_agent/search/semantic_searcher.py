@@ -19,27 +19,37 @@ collection (chunk rows, item rows) and marks replaced rows dead; small segments 
 and a segment more than a quarter dead is rewritten without its dead rows. On disk::
 
     {index_dir}/manifest.json        format, config, applied_seq, segments + dead-row bitmaps;
-                                     replaced atomically (tmp + os.replace) after the segments
+                                     replaced atomically after the segments
     {index_dir}/chunks-00000007.npz  one segment: CSR term counts, row keys, item metadata
     {index_dir}/items-00000008.npz
 
+Every file is written under a unique temporary name, fsynced, then renamed, so a reader in
+another process sees either the old manifest or the new one, never a torn file. A segment file
+never changes once written; a manifest names the segments of one generation.
+:meth:`SemanticSearcher.refresh` notices a newer manifest (its inode, size and mtime) and loads
+it, reusing the segments it already holds. Opening never writes: a directory without a
+manifest is an empty index until the first update creates it. One process writes an index
+directory at a time (the data folder's write lock); readers may be many.
+
 Only ``.npz`` (loaded with ``allow_pickle=False``) and JSON are read: an index directory from
-elsewhere cannot execute code. One process writes an index directory at a time.
+elsewhere cannot execute code.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import os
 import re
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -66,6 +76,8 @@ logger = logging.getLogger(__name__)
 _FORMAT = "knowledge_agent.tfidf/1"
 _MANIFEST = "manifest.json"
 _SEGMENT_RE = re.compile(r"^(chunks|items)-\d{8}\.npz$")
+_TEMP_RE = re.compile(r"^(?:(?:chunks|items)-\d{8}\.npz|manifest\.json)\.[0-9a-f]{32}\.tmp$")
+_LOAD_ATTEMPTS = 5  # a writer may sweep a segment between our manifest read and its load
 _KINDS = ("chunks", "items")
 _FIELDS = ("kb", "source_type", "doc_type", "language", "path")  # string metadata per item
 _FIT_BATCH = 2048  # rows vectorised at once by fit_chunks: bounds the texts held in memory
@@ -579,10 +591,11 @@ class SemanticSearcher:
     """TF-IDF cosine search over chunk rows and item rows, updated without refitting.
 
     ``index_dir=None`` keeps everything in memory; otherwise the state lives in that
-    directory (created if needed) and is loaded on open. A directory that cannot be read, or
-    was written with another ``n_features``, ``include_title``, ``include_heading`` or
-    analyzer configuration, raises :class:`SearchIndexError`: rebuild it from SQLite.
-    Thread-safe; one process writes a directory at a time.
+    directory (created by the first update) and is loaded on open. A directory that cannot
+    be read, or was written with another ``n_features``, ``include_title``,
+    ``include_heading`` or analyzer configuration, raises :class:`SearchIndexError`:
+    rebuild it from SQLite.
+    Thread-safe; one process writes a directory at a time, others :meth:`refresh`.
     """
 
     #: more segments than this per collection triggers a merge of the newest ones
@@ -618,13 +631,8 @@ class SemanticSearcher:
         self._next_file = 1
         self._vectorizer: HashingVectorizer | None = None  # built on first indexing
         self._collections = self._empty_collections()
+        self._on_disk: tuple[int, int, int] | None = None  # the manifest this state reflects
         if self.index_dir is not None:
-            try:
-                self.index_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise SearchIndexError(
-                    f"cannot create TF-IDF index {self.index_dir}: {exc}"
-                ) from exc
             self._load()
 
     def _hashing(self, analyzer: Any) -> HashingVectorizer:
@@ -908,12 +916,16 @@ class SemanticSearcher:
         }
 
     def _persist(self) -> None:
-        """Write unwritten segments, then the manifest (atomically), then sweep old files."""
+        """Write unwritten segments, then the manifest, then sweep files no longer named.
+
+        Each file goes to a unique temporary name, is fsynced, then renamed into place.
+        """
         if self.index_dir is None:
             return
         directory = self.index_dir
         path = directory
         try:
+            directory.mkdir(parents=True, exist_ok=True)
             entries: dict[str, list[dict[str, Any]]] = {}
             for kind, collection in self._collections.items():
                 entries[kind] = []
@@ -922,10 +934,7 @@ class SemanticSearcher:
                         name = f"{kind}-{self._next_file:08d}.npz"
                         self._next_file += 1
                         path = directory / name
-                        with open(path, "wb") as fh:
-                            np.savez(fh, **seg.arrays())
-                            fh.flush()
-                            os.fsync(fh.fileno())
+                        _write_atomically(path, lambda fh, seg=seg: np.savez(fh, **seg.arrays()))
                         seg.name = name  # only once complete: a failed write is retried
                     dead = base64.b64encode(np.packbits(seg.dead).tobytes()).decode("ascii")
                     entries[kind].append({"file": seg.name, "rows": seg.n_rows, "dead": dead})
@@ -936,20 +945,18 @@ class SemanticSearcher:
                 "next_file": self._next_file,
                 "segments": entries,
             }
-            path = directory / (_MANIFEST + ".tmp")
-            with open(path, "w", encoding="utf-8") as fh:
-                json.dump(manifest, fh, separators=(",", ":"))
-                fh.flush()
-                os.fsync(fh.fileno())
+            data = json.dumps(manifest, separators=(",", ":")).encode("utf-8")
             path = directory / _MANIFEST
-            os.replace(directory / (_MANIFEST + ".tmp"), path)
+            _write_atomically(path, lambda fh: fh.write(data))
             _fsync_directory(directory)
+            self._on_disk = _signature(path)
         except (OSError, ValueError) as exc:
             raise SearchIndexError(f"cannot write TF-IDF index {path}: {exc}") from exc
         self._sweep({entry["file"] for kind in entries.values() for entry in kind})
 
     def _sweep(self, referenced: set[str]) -> None:
-        """Delete segment files the manifest no longer names (merged, or left by a crash)."""
+        """Delete segment files the manifest no longer names (merged, or left by a crash)
+        and temporary files of writes that never completed (only writers sweep)."""
         assert self.index_dir is not None
         try:
             names = os.listdir(self.index_dir)
@@ -957,21 +964,64 @@ class SemanticSearcher:
             logger.warning("cannot list TF-IDF index %s: %s", self.index_dir, exc)
             return
         for name in names:
-            if _SEGMENT_RE.match(name) and name not in referenced:
+            stale = _SEGMENT_RE.match(name) and name not in referenced
+            if stale or _TEMP_RE.match(name):
                 try:
                     os.unlink(self.index_dir / name)
                 except OSError as exc:  # harmless: it is swept again after the next write
                     logger.warning("cannot remove %s: %s", self.index_dir / name, exc)
 
+    def refresh(self) -> bool:
+        """Load the manifest on disk if another process replaced it since; True if so.
+
+        Segments already held are reused (they never change once written). An unreadable
+        new generation raises :class:`SearchIndexError` and leaves the current state alone.
+        """
+        if self.index_dir is None:
+            return False
+        with self._lock:
+            self._check_open()
+            if _signature(self.index_dir / _MANIFEST) == self._on_disk:
+                return False
+            self._load()
+            return True
+
     def _load(self) -> None:
+        """Read the current manifest and its segments into a fresh state.
+
+        A segment swept by a writer between reading the manifest and loading the segment
+        (a newer generation replaced it) makes the load start again from the new manifest.
+        """
+        assert self.index_dir is not None
+        for attempt in range(_LOAD_ATTEMPTS):
+            try:
+                self._load_once()
+                return
+            except _SegmentGone:
+                if attempt == _LOAD_ATTEMPTS - 1:
+                    raise SearchIndexError(
+                        f"TF-IDF index {self.index_dir} kept changing while it was read"
+                    ) from None
+                time.sleep(0.01 * (attempt + 1))
+
+    def _load_once(self) -> None:
         assert self.index_dir is not None
         path = self.index_dir / _MANIFEST
         try:
+            signature = _signature(path)
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            if any(_SEGMENT_RE.match(name) for name in os.listdir(self.index_dir)):
+            try:
+                names = os.listdir(self.index_dir)
+            except FileNotFoundError:
+                names = []
+            except OSError as exc:
+                raise SearchIndexError(f"cannot read TF-IDF index {self.index_dir}: {exc}") from exc
+            if any(_SEGMENT_RE.match(name) for name in names):
                 raise SearchIndexError(f"TF-IDF index {path} is missing") from None
-            self._persist()  # a new index: make the directory self-describing
+            # A new index: empty until the first update writes it.
+            self._collections = self._empty_collections()
+            self._applied_seq, self._next_file, self._on_disk = 0, 1, None
             return
         except (OSError, ValueError) as exc:
             raise SearchIndexError(f"cannot read TF-IDF index {path}: {exc}") from exc
@@ -996,16 +1046,23 @@ class SemanticSearcher:
             raise
         except (ValueError, KeyError, TypeError) as exc:
             raise SearchIndexError(f"corrupt TF-IDF index {path}: {exc}") from exc
+        held = {
+            seg.name: seg
+            for collection in self._collections.values()
+            for seg in collection.segments
+            if seg.name is not None
+        }
         collections = self._empty_collections()
         for kind in _KINDS:
             entries = segments.get(kind, [])
             if not isinstance(entries, list):
                 raise SearchIndexError(f"corrupt TF-IDF index {path}: segments.{kind}")
             for entry in entries:
-                collections[kind].add(self._read_segment(entry))
+                collections[kind].add(self._read_segment(entry, held))
         self._collections = collections
         self._applied_seq = seq
         self._next_file = next_file
+        self._on_disk = signature
         logger.debug(
             "opened TF-IDF index %s: %d chunks, %d items",
             self.index_dir,
@@ -1013,7 +1070,8 @@ class SemanticSearcher:
             collections["items"].n_live,
         )
 
-    def _read_segment(self, entry: Any) -> _Segment:
+    def _read_segment(self, entry: Any, held: dict[str, _Segment]) -> _Segment:
+        """One manifest entry as a segment: a held one shares its arrays, else the file."""
         assert self.index_dir is not None
         path = self.index_dir / _MANIFEST
         try:
@@ -1021,17 +1079,25 @@ class SemanticSearcher:
             # A name from the manifest never leaves the directory (no "../", no absolute path).
             _check(isinstance(name, str) and _SEGMENT_RE.match(name) is not None, "file name")
             path = self.index_dir / name
-            with np.load(path, allow_pickle=False) as npz:
-                segment = _Segment.from_arrays(
-                    {key: npz[key] for key in npz.files}, self.n_features
-                )
+            old = held.get(name)
+            if old is not None:
+                # Immutable arrays and idf-free query structures carry over; the dead mask,
+                # norms and string codes belong to the new state.
+                segment = replace(old, dead=np.zeros(old.n_rows, bool), norms=None, codes={})
+            else:
+                try:
+                    with np.load(path, allow_pickle=False) as npz:
+                        arrays = {key: npz[key] for key in npz.files}
+                except FileNotFoundError:
+                    raise _SegmentGone(name) from None
+                segment = _Segment.from_arrays(arrays, self.n_features)
             rows = entry["rows"]
             _check(type(rows) is int and rows == segment.n_rows, "row count")
             bits = np.frombuffer(base64.b64decode(entry["dead"], validate=True), np.uint8)
             _check(bits.size == (rows + 7) // 8, "dead-row bitmap")
             segment.dead = np.unpackbits(bits, count=rows).astype(bool)
             segment.n_dead = int(segment.dead.sum())
-        except SearchIndexError:
+        except (SearchIndexError, _SegmentGone):
             raise
         except (OSError, ValueError, KeyError, TypeError, EOFError, binascii.Error) as exc:
             raise SearchIndexError(f"cannot read TF-IDF index {path}: {exc}") from exc
@@ -1039,6 +1105,34 @@ class SemanticSearcher:
             raise SearchIndexError(f"corrupt TF-IDF index {path}: {exc}") from exc
         segment.name = name
         return segment
+
+
+class _SegmentGone(Exception):
+    """A segment named by the manifest was deleted by a writer before it could be read."""
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    """What identifies one version of a file that is only ever replaced by rename."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _write_atomically(path: Path, write: Any) -> None:
+    """``write(fh)`` into a unique temporary file beside ``path``, fsync, rename over it."""
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())  # never rename an incomplete file into place
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _check(condition: bool, what: str) -> None:
