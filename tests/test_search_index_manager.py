@@ -694,6 +694,7 @@ def test_an_index_from_another_analyzer_raises_on_open(tmp_path: Path) -> None:
 def test_a_held_write_lock_times_out_with_the_index_dir(tmp_path: Path) -> None:
     index_dir = tmp_path / "ix"
     with SearchIndexManager(index_dir, lock_timeout=0.3) as mgr:
+        mgr.add_chunks(*make_pair("z", [("", "created")]))  # opening alone creates nothing
         holder = whoosh_index.open_dir(str(index_dir / "chunks")).writer()
         try:
             started = time.monotonic()
@@ -704,7 +705,7 @@ def test_a_held_write_lock_times_out_with_the_index_dir(tmp_path: Path) -> None:
         finally:
             holder.cancel()
         mgr.add_chunks(*make_pair("a", [("", "words")]))  # nothing was left locked
-        assert mgr.chunk_count() == 1
+        assert mgr.chunk_count() == 2
 
 
 def test_a_writer_waits_for_the_lock_then_succeeds(tmp_path: Path) -> None:
@@ -713,6 +714,7 @@ def test_a_writer_waits_for_the_lock_then_succeeds(tmp_path: Path) -> None:
         SearchIndexManager(index_dir, lock_timeout=5) as first,
         SearchIndexManager(index_dir, lock_timeout=5) as second,
     ):
+        first.add_chunks(*make_pair("a", [("", "first words")]))
         holder = whoosh_index.open_dir(str(index_dir / "chunks")).writer()
         release = threading.Timer(0.3, holder.cancel)
         started = time.monotonic()
@@ -850,3 +852,19 @@ def test_a_segment_of_deleted_documents_only_is_dropped(mem: SearchIndexManager)
     mem.update(deletes=["gone"])
     assert segment_sizes(mem) == [50]
     assert mem.chunk_count() == 50
+
+
+def test_opening_writes_nothing_and_readers_see_what_a_writer_creates(tmp_path: Path) -> None:
+    index_dir = tmp_path / "ix"
+    with SearchIndexManager(index_dir) as reader:
+        assert not index_dir.exists()  # absent: an empty stand-in, nothing on disk
+        assert reader.chunk_count() == 0 and not reader.has_chunk_index()
+        assert reader.search_chunks(terms("created"), 5) == []
+        with SearchIndexManager(index_dir) as writer:
+            writer.add_chunks(*make_pair("a", [("", "created words")]))
+            writer.set_applied_seq(4)
+        assert chunk_ids(reader.search_chunks(terms("created"), 5)) == ["a-c0"]
+        assert reader.applied_seq == 0
+        assert reader.refresh() and reader.applied_seq == 4
+        assert not reader.refresh()
+    assert sorted(p.name for p in index_dir.iterdir()) == ["chunks", "items", "state.json"]

@@ -9,7 +9,14 @@ Two Whoosh indexes, both derived from SQLite and rebuildable from it at any time
 
 ``index_dir=None`` keeps both in memory. ``{index_dir}/state.json`` records the journal
 sequence number the indexes reflect (:attr:`SearchIndexManager.applied_seq`); the SQLite
-journal replays later entries on open.
+journal replays later entries.
+
+**Sharing.** One process writes at a time (the data folder's write lock, taken by the
+caller); any number read. Opening never writes: an index directory that holds no index yet
+is *absent* and answers as empty (an in-memory stand-in) until a writer creates it. A Whoosh
+commit is a new generation (TOC file written under a temporary name and renamed); searchers
+notice it on their next query, and :meth:`SearchIndexManager.refresh` picks up a newly
+created index and a newer ``state.json``.
 
 Decisions (see also the module's tests):
 
@@ -55,6 +62,7 @@ import os
 import shutil
 import tempfile
 import threading
+import uuid
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -229,6 +237,24 @@ def _safe(value: object) -> str:
     return text
 
 
+def _has_toc(path: Path) -> bool:
+    """Whether ``path`` holds a Whoosh index (a TOC file), without reading it."""
+    prefix = f"_{_WHOOSH_INDEX_NAME}_"
+    try:
+        return any(n.startswith(prefix) and n.endswith(".toc") for n in os.listdir(path))
+    except OSError:
+        return False
+
+
+def _file_version(path: Path) -> tuple[int, int, int] | None:
+    """What identifies one version of a file that is only ever replaced by rename."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _glob_literal_prefix(glob: str) -> str:
     """The part of an fnmatch pattern before its first wildcard: every match starts with it."""
     cut = min((i for i in (glob.find(c) for c in _GLOB_SPECIALS) if i >= 0), default=len(glob))
@@ -309,6 +335,7 @@ class _Index:
     path: Path | None
     storage: Storage | None = None
     ix: FileIndex | None = None
+    absent: bool = False  # no index on disk yet: ix is an empty in-memory stand-in
     searcher: Searcher | None = None
     filter_cache: OrderedDict[SearchFilters, np.ndarray] = field(default_factory=OrderedDict)
     scan_cache: ScanCache = field(default_factory=ScanCache)
@@ -415,6 +442,7 @@ class SearchIndexManager:
         self._closed = False
         self._weighting = LuceneBM25F(B=0.75, K1=1.2)
         self._applied_seq = 0
+        self._state_seen: tuple[int, int, int] | None = None  # state.json last read
 
         self._chunks = self._new_index("chunks", _chunk_schema(self.analyzer))
         self._items = self._new_index("items", _item_schema(self.analyzer))
@@ -436,31 +464,38 @@ class SearchIndexManager:
 
     # -- opening -----------------------------------------------------------------------------
 
-    def _open(self, idx: _Index, *, recreate: bool = False) -> None:
-        """Open one index, creating it when missing (or, with ``recreate``, afresh).
+    def _open(self, idx: _Index, *, create: bool = False, recreate: bool = False) -> None:
+        """Open one index as it is on disk; never writes unless asked to.
 
-        An index that cannot be read (corrupt TOC or segments) or was built with another
-        schema or analyzer configuration raises :class:`SearchIndexError` naming its
-        directory: the caller deletes it and rebuilds from SQLite.
+        A directory holding no index leaves the index *absent* (an empty stand-in) unless
+        ``create``; ``recreate`` deletes the directory and creates the index afresh. An index
+        that cannot be read (corrupt TOC or segments) or was built with another schema or
+        analyzer configuration raises :class:`SearchIndexError` naming its directory: a
+        writer deletes it and rebuilds from SQLite.
         """
         idx.close_searcher()
         idx.ix = None
+        idx.absent = False
         try:
+            if isinstance(idx.storage, _RamStorage):
+                idx.storage.remove_tempdir()
             if idx.path is None:
                 if recreate or idx.storage is None:
-                    if isinstance(idx.storage, _RamStorage):
-                        idx.storage.remove_tempdir()
                     idx.storage = _RamStorage()
             else:
                 if recreate and idx.path.exists():
                     shutil.rmtree(idx.path)
+                if not (create or recreate) and not _has_toc(idx.path):
+                    idx.storage = _RamStorage()
+                    idx.ix = idx.storage.create_index(idx.schema)
+                    idx.absent = True
+                    return
                 idx.path.mkdir(parents=True, exist_ok=True)
                 idx.storage = FileStorage(str(idx.path))
             storage = idx.storage
             # Whoosh's index_exists() would unpickle the TOC; a file listing is enough here
             # and leaves a corrupt TOC to the guarded open below.
-            toc_prefix = f"_{_WHOOSH_INDEX_NAME}_"
-            if not any(n.startswith(toc_prefix) and n.endswith(".toc") for n in storage.list()):
+            if idx.path is None or not _has_toc(idx.path):
                 idx.ix = storage.create_index(idx.schema)
                 logger.debug("created the %s index in %s", idx.name, idx.location)
                 return
@@ -486,6 +521,25 @@ class SearchIndexManager:
         idx.ix = FileIndex(storage, schema=idx.schema)
         self._searcher(idx)  # reads every segment now: a broken one fails here, not later
 
+    def refresh(self) -> bool:
+        """Pick up what a writer in another process committed since the last look: an index
+        it created and a newer ``state.json``. True when anything changed. (Queries pick up
+        new Whoosh generations and created indexes on their own.)"""
+        with self._lock:
+            if self._closed:
+                raise SearchIndexError("the search index manager is closed")
+            if self.index_dir is None:
+                return False
+            changed = False
+            for idx in (self._chunks, self._items):
+                if idx.absent and idx.path is not None and _has_toc(idx.path):
+                    self._open(idx)
+                    changed = True
+            if _file_version(self.index_dir / _STATE_FILE) != self._state_seen:
+                self._applied_seq = self._read_state()
+                changed = True
+            return changed
+
     def _usable(self, idx: _Index) -> FileIndex:
         if self._closed or idx.ix is None:
             raise SearchIndexError("the search index manager is closed")
@@ -499,6 +553,8 @@ class SearchIndexManager:
         and re-adds the old reader's segments (whoosh PR #520), so after a merge it returns
         merged-away documents twice and after a delete it keeps the deleted ones.
         """
+        if idx.absent and idx.path is not None and _has_toc(idx.path):
+            self._open(idx)  # created by a writer since: a cheap listing while absent
         ix = self._usable(idx)
         try:
             if idx.searcher is not None and not idx.searcher.up_to_date():
@@ -513,6 +569,8 @@ class SearchIndexManager:
             ) from exc
 
     def _writer(self, idx: _Index) -> SegmentWriter:
+        if idx.absent:
+            self._open(idx, create=True)  # the first write creates the index on disk
         ix = self._usable(idx)
         try:
             writer = ix.writer(timeout=self.lock_timeout, delay=_LOCK_RETRY_DELAY, codec=Codec())
@@ -627,6 +685,8 @@ class SearchIndexManager:
             for idx in (self._chunks, self._items):
                 try:
                     self._searcher(idx)  # proves the index and its segments can be read
+                    if idx.absent:
+                        self._open(idx, create=True)
                 except SearchIndexError:
                     self._open(idx, recreate=True)
             every = max(1, int(self.rebuild_commit_every))
@@ -676,6 +736,7 @@ class SearchIndexManager:
     def _read_state(self) -> int:
         assert self.index_dir is not None
         path = self.index_dir / _STATE_FILE
+        self._state_seen = _file_version(path)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             seq = data["applied_seq"]
@@ -692,7 +753,7 @@ class SearchIndexManager:
     def _write_state(self, state: dict[str, Any]) -> None:
         assert self.index_dir is not None
         path = self.index_dir / _STATE_FILE
-        tmp = path.with_name(f"{_STATE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp = path.with_name(f"{_STATE_FILE}.{uuid.uuid4().hex}.tmp")
         try:
             self.index_dir.mkdir(parents=True, exist_ok=True)
             with open(tmp, "w", encoding="utf-8") as fh:
@@ -700,6 +761,7 @@ class SearchIndexManager:
                 fh.flush()
                 os.fsync(fh.fileno())  # never replace a good state file with an empty one
             os.replace(tmp, path)
+            self._state_seen = _file_version(path)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()
