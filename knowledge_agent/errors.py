@@ -7,19 +7,30 @@ errors from SQLite, Whoosh or the file system are mapped at the boundary with
     KnowledgeAgentError
     ├── ConfigError          a bad option or configuration value
     ├── StorageError         SQLite could not read or write
+    │   └── LockTimeoutError     the data folder's write lock was not free in time
     ├── SearchIndexError     a Whoosh or TF-IDF index could not be read or written
     ├── IngestError          one source could not be turned into an item (names the path)
     │   └── UnsupportedSourceError   a source with nothing to index (binary, empty, too large)
     ├── QueryError           a query that cannot be run (never for odd query text)
     └── NotFoundError        an item, chunk or knowledge base that does not exist
+
+Ctrl-C during a collection run raises ``CollectInterrupted``, a ``KeyboardInterrupt``
+(so code that stops on Ctrl-C keeps doing so) carrying the report of what was committed.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from knowledge_agent.ingest.report import CollectReport
+
 __all__ = [
+    "CollectInterrupted",
     "ConfigError",
     "IngestError",
     "KnowledgeAgentError",
+    "LockTimeoutError",
     "NotFoundError",
     "QueryError",
     "SearchIndexError",
@@ -38,6 +49,10 @@ class ConfigError(KnowledgeAgentError, ValueError):
 
 class StorageError(KnowledgeAgentError):
     """The SQLite store could not complete an operation."""
+
+
+class LockTimeoutError(StorageError):
+    """Another process held the data folder's write lock for longer than ``lock_timeout``."""
 
 
 class SearchIndexError(KnowledgeAgentError):
@@ -67,3 +82,15 @@ class QueryError(KnowledgeAgentError):
 
 class NotFoundError(KnowledgeAgentError, LookupError):
     """The requested item, chunk or knowledge base does not exist."""
+
+
+class CollectInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a collection run; ``report`` counts the files committed before it.
+
+    Every file is committed in its own transaction, so what the report lists is in the
+    database and the rest is picked up by the next run.
+    """
+
+    def __init__(self, report: CollectReport) -> None:
+        super().__init__(f"interrupted after {report.processed} files")
+        self.report = report

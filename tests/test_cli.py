@@ -15,6 +15,7 @@ from files import write
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.cli import cli
+from knowledge_agent.core.folder_lock import FolderLock
 
 DEPLOY = """# Deploying the service
 
@@ -555,14 +556,19 @@ def test_check_reports_and_repairs_an_inconsistent_index(tmp_path: Path, data_di
     assert good.exit_code == 0 and "consistent" in good.stdout
     with KnowledgeAgentCore(data_dir) as core:  # drop one item from the keyword index only
         core.keyword_index.update([], [report["item_ids"][0]])
-    bad = invoke(data_dir, "check")
-    assert bad.exit_code == 1
-    assert "inconsistent" in bad.stdout and "the keyword index holds 3 items" in bad.stdout
-    status = json.loads(invoke(data_dir, "check", "--json").stdout)
-    assert status["consistent"] is False and status["problems"]
+    writer = FolderLock(data_dir)  # another process writing: opening cannot repair
+    writer.acquire()
+    try:
+        bad = invoke(data_dir, "check")
+        assert bad.exit_code == 1
+        assert "inconsistent" in bad.stdout and "the keyword index holds 3 items" in bad.stdout
+        status = json.loads(invoke(data_dir, "check", "--json").stdout)
+        assert status["consistent"] is False and status["problems"]
+    finally:
+        writer.release()
     repaired = invoke(data_dir, "check", "--repair", "--json")
     assert repaired.exit_code == 0
-    assert json.loads(repaired.stdout)["repaired"] is True
+    assert json.loads(repaired.stdout)["consistent"] is True  # opening found and replayed it
     assert invoke(data_dir, "check").exit_code == 0
 
 

@@ -19,11 +19,13 @@ from typing import Any, TypeVar
 
 from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer, detect_language
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
+from knowledge_agent.core.folder_lock import FolderLock
 from knowledge_agent.core.status import ChunkContext, IndexStatus
 from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
 from knowledge_agent.errors import (
     ConfigError,
     IngestError,
+    KnowledgeAgentError,
     NotFoundError,
     QueryError,
     SearchIndexError,
@@ -112,6 +114,19 @@ class KnowledgeAgentCore:
     ``doc_type_rules`` maps folder names to doc types (default: ``adr/`` → adr,
     ``runbooks/`` → runbook, …); ``workers`` caps the processes that extract files when
     collecting a folder (default: up to 4).
+
+    **Sharing a data folder.** Any number of processes may open one data folder. Every
+    write (adding, collecting, deleting, rebuilding) holds the folder's write lock
+    (:class:`~knowledge_agent.core.folder_lock.FolderLock`) from its first change to the
+    index commit that makes it searchable; a second writer waits for it — up to
+    ``lock_timeout`` seconds (None: as long as it takes), calling ``on_lock_wait`` once with
+    a message — and then first loads what the other writer committed. Reading never writes
+    and never waits: a search answers from the index generation on disk (never with an item
+    that has since been deleted), picking up newer generations as writers commit; when the
+    indexes are behind the database and nobody holds the lock, the reader takes it without
+    waiting and replays the journal itself. Opening is a read, and, when the lock is free,
+    also a check that repairs: an unreadable index is rebuilt from SQLite, and an index
+    whose item count disagrees with the database has the difference replayed.
     """
 
     def __init__(
@@ -125,6 +140,8 @@ class KnowledgeAgentCore:
         semantic_options: Mapping[str, Any] | None = None,
         doc_type_rules: Mapping[str, str] | None = None,
         workers: int | None = None,
+        lock_timeout: float | None = None,
+        on_lock_wait: Callable[[str], None] | None = None,
     ) -> None:
         in_memory = data_dir is None or os.fspath(data_dir) == ":memory:"
         self.data_dir: Path | None = None if in_memory else Path(os.fspath(data_dir))  # type: ignore[arg-type]
@@ -135,12 +152,23 @@ class KnowledgeAgentCore:
         self._batch_depth = 0
         # One writer or reader at a time: the watcher calls in from its own thread.
         self._lock = threading.RLock()
+        if lock_timeout is not None and not lock_timeout >= 0:
+            raise ConfigError(f"lock_timeout must be None or >= 0, got {lock_timeout!r}")
+        self.lock_timeout = lock_timeout
+        self._on_lock_wait = on_lock_wait
+        self._folder_lock = None if self.data_dir is None else FolderLock(self.data_dir)
+        self._write_depth = 0  # nesting of _writing() blocks in this object
+        self._unreadable: set[str] = set()  # indexes answered by an empty stand-in
         self._watchers: list[FolderWatcher] = []
         db_path = ":memory:" if self.data_dir is None else self.data_dir / "knowledge.sqlite3"
         self.storage = SQLiteStorageManager(db_path)
         try:
-            self.keyword_index = self._open_index("whoosh", self._new_keyword_index)
-            self.semantic_searcher = self._open_index("tfidf", self._new_semantic_searcher)
+            self.keyword_index: SearchIndexManager = self._open_index(
+                "whoosh", self._new_keyword_index, lambda: SearchIndexManager(None, self.analyzer)
+            )
+            self.semantic_searcher: SemanticSearcher = self._open_index(
+                "tfidf", self._new_semantic_searcher, lambda: SemanticSearcher(None, self.analyzer)
+            )
             self.engine = SearchEngineImpl(
                 self.storage,
                 self.keyword_index,
@@ -154,7 +182,10 @@ class KnowledgeAgentCore:
                 doc_type_rules=doc_type_rules,
                 workers=workers,
             )
-            self._bring_indexes_up_to_date()
+            if self._folder_lock is None:
+                self._catch_up(verify=False)
+            else:
+                self._catch_up_if_free()
         except BaseException:
             self.close()
             raise
@@ -170,18 +201,34 @@ class KnowledgeAgentCore:
     def _new_semantic_searcher(self) -> SemanticSearcher:
         return SemanticSearcher(self._index_dir("tfidf"), self.analyzer, **self._semantic_options)
 
-    def _open_index(self, name: str, factory: Callable[[], _T]) -> _T:
-        """Open an index; an unreadable one is deleted and recreated empty (then rebuilt)."""
+    def _open_index(self, name: str, factory: Callable[[], _T], stand_in: Callable[[], _T]) -> _T:
+        """Open an index as it is on disk. An unreadable one is answered by an empty
+        in-memory stand-in until a writer deletes it and rebuilds it from SQLite."""
         try:
             return factory()
-        except SearchIndexError:
-            folder = self._index_dir(name)
-            if folder is None:
+        except SearchIndexError as exc:
+            if self._index_dir(name) is None:
                 raise
-            logger.warning("the %s index in %s is unreadable; rebuilding it", name, folder)
+            logger.warning("%s; it will be rebuilt from the database", exc)
+            self._unreadable.add(name)
+            return stand_in()
+
+    def _replace_unreadable_indexes(self) -> None:
+        """Under the write lock: delete each unreadable index and open an empty one."""
+        for name in sorted(self._unreadable):
+            folder = self._index_dir(name)
+            assert folder is not None
+            logger.warning("rebuilding the %s index in %s from the database", name, folder)
             shutil.rmtree(folder, ignore_errors=True)
+            if name == "whoosh":
+                self.keyword_index.close()
+                self.keyword_index = self.engine.keyword_index = self._new_keyword_index()
+            else:
+                self.semantic_searcher.close()
+                self.semantic_searcher = self._new_semantic_searcher()
+                self.engine.semantic_searcher = self.semantic_searcher
+            self._unreadable.discard(name)
             self.storage.set_meta(_INDEX_FINGERPRINT_KEY, "")
-            return factory()
 
     def _fingerprint(self) -> str:
         # Indexed terms depend on the analyzer and the semantic options: a change means rebuild.
@@ -191,7 +238,32 @@ class KnowledgeAgentCore:
             default=str,
         )
 
-    def _bring_indexes_up_to_date(self) -> None:
+    def _refresh_indexes(self) -> bool:
+        """Load the index generations other processes committed; True if any changed.
+
+        A generation that cannot be read marks its index unreadable (a writer rebuilds it);
+        the current state keeps answering.
+        """
+        changed = False
+        for name, index in (("whoosh", self.keyword_index), ("tfidf", self.semantic_searcher)):
+            if name in self._unreadable:
+                continue
+            try:
+                changed = index.refresh() or changed
+            except SearchIndexError as exc:
+                logger.warning("%s; it will be rebuilt from the database", exc)
+                self._unreadable.add(name)
+        return changed
+
+    def _catch_up(self, *, verify: bool) -> None:
+        """Under the write lock: make both indexes reflect everything SQLite holds.
+
+        Unreadable indexes are recreated, other processes' commits loaded, a changed
+        analyzer configuration rebuilds, the journal is replayed; with ``verify`` (on open)
+        each index's item count is compared with SQLite's and any difference replayed.
+        """
+        self._refresh_indexes()
+        self._replace_unreadable_indexes()
         fingerprint = self._fingerprint()
         stale = self.storage.get_meta(_INDEX_FINGERPRINT_KEY) != fingerprint
         missing = self.storage.count_chunks() > 0 and not self.engine.has_chunk_index()
@@ -201,8 +273,73 @@ class KnowledgeAgentCore:
                 logger.info("building the search indexes from the database")
                 self.engine.rebuild()
             self.storage.set_meta(_INDEX_FINGERPRINT_KEY, fingerprint)
-        else:
-            self.engine.sync()
+            return
+        self.engine.sync()
+        if verify:
+            self.engine.reconcile()
+
+    def _behind(self) -> bool:
+        """Whether the indexes miss something SQLite holds (cheap: one SQLite query)."""
+        if self._unreadable:
+            return True
+        applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
+        return applied != self.storage.last_journal_seq()
+
+    def _catch_up_if_free(self) -> None:
+        """Opening: take the write lock only if it is free, to check and repair; a busy
+        lock or a failure leaves the snapshot on disk to answer."""
+        assert self._folder_lock is not None
+        if not self._folder_lock.try_acquire():
+            logger.info("another process is writing to %s; reading its last commit", self.data_dir)
+            return
+        try:
+            self._write_depth += 1
+            self._catch_up(verify=True)
+        except KnowledgeAgentError as exc:
+            logger.warning("cannot bring the search indexes up to date now: %s", exc)
+        finally:
+            self._write_depth -= 1
+            self._folder_lock.release()
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the data folder's write lock (waiting for it) with the indexes caught up."""
+        with self._lock:
+            if self._write_depth:
+                self._write_depth += 1
+                try:
+                    yield
+                finally:
+                    self._write_depth -= 1
+                return
+            if self._folder_lock is not None:
+                self._folder_lock.acquire(self.lock_timeout, self._on_lock_wait)
+            self._write_depth = 1
+            try:
+                if self._folder_lock is not None:
+                    self._catch_up(verify=False)
+                yield
+            finally:
+                self._write_depth = 0
+                if self._folder_lock is not None:
+                    self._folder_lock.release()
+
+    def _reading(self) -> None:
+        """Before a query: pick up other processes' commits; replay the journal only if
+        the indexes are behind and the write lock is free (a reader never waits)."""
+        if self._folder_lock is None or self._write_depth:
+            return
+        self._refresh_indexes()
+        if not self._behind() or not self._folder_lock.try_acquire():
+            return
+        try:
+            self._write_depth += 1
+            self._catch_up(verify=False)
+        except KnowledgeAgentError as exc:  # a full disk must not fail the query
+            logger.warning("cannot bring the search indexes up to date now: %s", exc)
+        finally:
+            self._write_depth -= 1
+            self._folder_lock.release()
 
     # -- writing -------------------------------------------------------------------------
 
@@ -241,7 +378,7 @@ class KnowledgeAgentCore:
             "kb": kb,
         }
         chunks = self.chunker.chunk(content, title=title)
-        with self._lock:
+        with self._writing():
             existing = self.storage.get_item(item_id) if item_id else None
             now = utc_now()
             fields["created_at"] = existing.created_at if existing else now
@@ -255,7 +392,7 @@ class KnowledgeAgentCore:
 
     def delete_knowledge_item(self, item_id: str) -> bool:
         """Delete an item from SQLite and both indexes (R4.4); True if it existed."""
-        with self._lock:
+        with self._writing():
             existed = self.storage.delete_item(item_id)
             self._index_changes()
         return existed
@@ -425,7 +562,7 @@ class KnowledgeAgentCore:
         tracked there.
         """
         full = os.path.abspath(os.path.expanduser(os.fspath(path)))
-        with self._lock:
+        with self._writing():
             removed: list[str] = []
             roots = [r for r in self.storage.get_roots(kb) if r.root == full]
             for root in roots:
@@ -443,7 +580,7 @@ class KnowledgeAgentCore:
 
     def create_kb(self, name: str, description: str = "") -> KnowledgeBaseInfo:
         """Create an empty knowledge base; ``ConfigError`` if the name is taken."""
-        with self._lock:
+        with self._writing():
             if not self.storage.ensure_kb(_kb_name(name), description):
                 raise ConfigError(f"knowledge base {name!r} already exists")
             return self.get_kb(name)
@@ -461,14 +598,14 @@ class KnowledgeAgentCore:
 
     def describe_kb(self, name: str, description: str) -> KnowledgeBaseInfo:
         """Set a knowledge base's description (its intro for agents)."""
-        with self._lock:
+        with self._writing():
             self.get_kb(name)
             self.storage.ensure_kb(name, description)
             return self.get_kb(name)
 
     def remove_kb(self, name: str) -> int:
         """Delete a knowledge base with its items and tracked sources; returns items deleted."""
-        with self._lock:
+        with self._writing():
             self.get_kb(name)
             removed = self.storage.delete_kb(name)
             self._index_changes()
@@ -479,15 +616,22 @@ class KnowledgeAgentCore:
         """Defer index updates to the end of the block: bulk ingestion commits once.
 
         Items are in SQLite as soon as each call returns; searches inside the block may
-        not see them yet. The indexes catch up when the outermost block exits, even on error.
+        not see them yet. The block holds the data folder's write lock. The indexes catch
+        up when the outermost block exits, even on error — except Ctrl-C, which leaves them
+        to the next write or open (the journal keeps every change), so it stops at once.
         """
-        with self._lock:
+        with self._writing():
             self._batch_depth += 1
+            interrupted = False
             try:
                 yield self
+            except KeyboardInterrupt:
+                interrupted = True
+                raise
             finally:
                 self._batch_depth -= 1
-                self._index_changes()
+                if not interrupted:
+                    self._index_changes()
 
     def _index_changes(self) -> None:
         if self._batch_depth == 0:
@@ -495,7 +639,7 @@ class KnowledgeAgentCore:
 
     def rebuild_index(self) -> int:
         """Rebuild both indexes from SQLite (R4.5); returns the number of chunks indexed."""
-        with self._lock:
+        with self._writing():
             count = self.engine.rebuild()
             self.storage.set_meta(_INDEX_FINGERPRINT_KEY, self._fingerprint())
         return count
@@ -607,6 +751,7 @@ class KnowledgeAgentCore:
             updated_before=updated_before,
         )
         with self._lock:
+            self._reading()
             return self.engine.search(
                 query,
                 limit=limit,
@@ -620,6 +765,7 @@ class KnowledgeAgentCore:
     def status(self) -> IndexStatus:
         """Counts, sizes on disk, and whether both indexes agree with SQLite."""
         with self._lock:
+            self._reading()
             kbs = self.list_kbs()
             applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
             latest = max(

@@ -195,6 +195,35 @@ class SearchEngineImpl:
 
     rebuild_chunk_index = rebuild
 
+    def reconcile(self) -> int:
+        """Make an index whose item count disagrees with SQLite hold exactly SQLite's items.
+
+        A cheap check (counts) first; only a disagreeing index has its item ids compared,
+        and only the difference is indexed or removed. Returns how many items were fixed.
+        """
+        count = self.storage.count_items()
+        stored: set[str] | None = None
+        fixed = 0
+        for name, index in (("keyword", self.keyword_index), ("semantic", self.semantic_searcher)):
+            if index.item_count() == count:
+                continue
+            stored = self.storage.item_ids() if stored is None else stored
+            held = index.indexed_item_ids()
+            missing, extra = sorted(stored - held), sorted(held - stored)
+            logger.warning(
+                "the %s index disagrees with the database: %d items missing, %d extra; fixing",
+                name, len(missing), len(extra),
+            )  # fmt: skip
+            for start in range(0, len(missing), _SYNC_READ):
+                items = self.storage.get_items(missing[start : start + _SYNC_READ])
+                index.update(
+                    [(item, self.storage.get_chunks_for_item(item.id)) for item in items.values()]
+                )
+            if extra:
+                index.update(deletes=extra)
+            fixed += len(missing) + len(extra)
+        return fixed
+
     def update_chunk_index(self, item_id: str, chunks: Sequence[KnowledgeChunk]) -> None:
         """Replace the indexed chunks of a stored item with ``chunks`` (R4.3)."""
         item = self.storage.get_item(item_id)

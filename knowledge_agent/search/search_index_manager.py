@@ -909,6 +909,17 @@ class SearchIndexManager:
         with self._lock:
             return self._count(self._items)
 
+    def indexed_item_ids(self) -> set[str]:
+        """The id of every item in the item index (reads every stored key: for repairs)."""
+        with self._lock:
+            searcher = self._searcher(self._items)
+            try:
+                return {str(fields_["item_id"]) for fields_ in searcher.all_stored_fields()}
+            except Exception as exc:
+                raise SearchIndexError(
+                    f"cannot read the {self._items.name} index in {self._items.location}"
+                ) from exc
+
     def _count(self, idx: _Index) -> int:
         searcher = self._searcher(idx)
         try:

@@ -391,6 +391,10 @@ class _Collection:
         self.segments.append(seg)
         self._view = None
 
+    def item_ids(self) -> set[str]:
+        """Items with live rows."""
+        return set(self._where)
+
     def kill(self, item_ids: Iterable[str]) -> int:
         """Mark every live row of these items dead; returns how many rows died."""
         cols, killed = [], 0
@@ -887,6 +891,12 @@ class SemanticSearcher:
         with self._lock:
             self._check_open()
             return self._collections["items"].n_live
+
+    def indexed_item_ids(self) -> set[str]:
+        """The id of every item with a live item row."""
+        with self._lock:
+            self._check_open()
+            return self._collections["items"].item_ids()
 
     @property
     def applied_seq(self) -> int:

@@ -519,6 +519,11 @@ class SQLiteStorageManager(SourceTrackingMixin):
         )
         return (_row_to_item(row) for row in rows)
 
+    def item_ids(self) -> set[str]:
+        """The id of every item."""
+        with self._reading("item_ids") as conn:
+            return {row[0] for row in conn.execute("SELECT id FROM knowledge_items")}
+
     def count_items(self, *, kb: str | None = None) -> int:
         """How many items (in one kb, if given)."""
         with self._reading("count_items") as conn:
