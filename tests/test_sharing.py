@@ -1,0 +1,252 @@
+"""Several processes on one data folder: the write lock, readers that never write, repairs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.core.folder_lock import FolderLock
+from knowledge_agent.errors import LockTimeoutError
+
+# A child process: runs ``body`` with ``core`` open on DATA and prints one JSON line.
+_CHILD = """
+import json, sys, time
+from knowledge_agent import KnowledgeAgentCore
+DATA = sys.argv[1]
+ARG = sys.argv[2] if len(sys.argv) > 2 else ""
+{body}
+"""
+
+
+def child(body: str, data_dir: Path, arg: str = "") -> subprocess.Popen[str]:
+    code = _CHILD.format(body=textwrap.dedent(body))
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(data_dir), arg],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def result(process: subprocess.Popen[str], timeout: float = 120) -> dict:
+    out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def files_under(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in folder.rglob("*")
+        if path.is_file()
+    }
+
+
+def top(core: KnowledgeAgentCore, token: str, mode: str) -> str | None:
+    """The title of the best hit for ``token`` (``tok12`` is analysed as tok + 12)."""
+    results = core.search(token, limit=1, mode=mode)
+    return results[0].item.title if results else None
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    data_dir = tmp_path / "kb"
+    with KnowledgeAgentCore(data_dir) as core:
+        for n in range(5):
+            core.add_text(f"note tok{n} about shared folders", title=f"note {n}")
+    return data_dir
+
+
+def test_lock_is_exclusive_reentrant_and_waits(tmp_path: Path) -> None:
+    first, second = FolderLock(tmp_path), FolderLock(tmp_path)
+    assert first.try_acquire() and first.try_acquire()  # reentrant in one object
+    assert not second.try_acquire()  # another open file: excluded, as another process is
+    waits: list[str] = []
+    with pytest.raises(LockTimeoutError, match=r"write\.lock"):
+        second.acquire(timeout=0.2, on_wait=waits.append)
+    assert len(waits) == 1 and f"process {os.getpid()}" in waits[0]
+    first.release()
+    assert not second.try_acquire()  # still held once
+    first.release()
+    threading.Timer(0.2, lambda: None).start()
+    second.acquire(timeout=1)
+    assert second.held
+    second.release()
+    with pytest.raises(RuntimeError):
+        second.release()
+
+
+def test_a_second_writer_waits_for_the_first(base: Path) -> None:
+    holder = FolderLock(base)
+    holder.acquire()
+    waits: list[str] = []
+    released = threading.Timer(0.5, holder.release)
+    with KnowledgeAgentCore(base, on_lock_wait=waits.append) as core:
+        released.start()
+        started = time.monotonic()
+        core.add_text("written after waiting tokwait", title="waited")
+        assert time.monotonic() - started >= 0.4
+        assert waits and "waiting for another process" in waits[0]
+        assert top(core, "tokwait", "hybrid") == "waited"
+    released.join()
+
+
+def test_lock_timeout_raises_and_loses_nothing(base: Path) -> None:
+    holder = FolderLock(base)
+    holder.acquire()
+    try:
+        with KnowledgeAgentCore(base, lock_timeout=0.2) as core:
+            with pytest.raises(LockTimeoutError):
+                core.add_text("never written", title="late")
+            assert core.storage.count_items() == 5
+            assert top(core, "tok3", "keyword") == "note 3"  # reading still works
+    finally:
+        holder.release()
+
+
+def test_readers_never_write_while_a_writer_holds_the_lock(base: Path) -> None:
+    holder = FolderLock(base)
+    holder.acquire()
+    try:
+        before = files_under(base / "index")
+        with KnowledgeAgentCore(base) as reader:
+            # Pending journal entries make the reader want to catch up; the lock is busy.
+            reader.storage.save_item(reader.storage.get_item(reader.list_items()[0].id))
+            assert top(reader, "tok1", "hybrid") == "note 1"
+            assert reader.status().pending_changes == 1
+        assert files_under(base / "index") == before
+    finally:
+        holder.release()
+
+
+def test_a_reader_replays_the_journal_when_the_lock_is_free(base: Path) -> None:
+    with KnowledgeAgentCore(base) as core:
+        item = core.list_items()[0]
+        # Committed to SQLite and the journal, as a writer killed before its index commit.
+        item.content = "rewritten text tokreplayed"
+        core.storage.save_item_with_chunks(item, core.chunker.chunk(item.content))
+    with KnowledgeAgentCore(base) as reader:
+        assert reader.status().pending_changes == 0
+        for mode in ("keyword", "semantic"):
+            assert top(reader, "tokreplayed", mode) == item.title
+
+
+def test_a_long_lived_reader_sees_other_processes_commits(base: Path) -> None:
+    with KnowledgeAgentCore(base) as reader:
+        assert top(reader, "toklater", "hybrid") != "later"
+        writer = child(
+            """
+            with KnowledgeAgentCore(DATA) as core:
+                item = core.add_text("added by another process toklater", title="later")
+                core.delete_knowledge_item(core.list_items()[0].id)
+            print(json.dumps({"id": item.id}))
+            """,
+            base,
+        )
+        result(writer)
+        for mode in ("keyword", "semantic"):
+            assert top(reader, "toklater", mode) == "later"
+        titles = {r.item.title for r in reader.search("tok0 shared", limit=10)}
+        assert titles == {"note 1", "note 2", "note 3", "note 4"}  # deleted there, gone here
+        status = reader.status()
+        assert status.consistent and status.items == status.keyword_items == 5
+
+
+def test_two_writing_processes_lose_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "kb"
+    KnowledgeAgentCore(data_dir).close()
+    body = """
+        titles = []
+        with KnowledgeAgentCore(DATA) as core:
+            for n in range(25):
+                title = f"{ARG}-{n}"
+                core.add_text(f"text tok{ARG}x{n} from a writer", title=title)
+                titles.append(title)
+        print(json.dumps({"titles": titles}))
+    """
+    writers = [child(body, data_dir, name) for name in ("a", "b")]
+    titles = [t for w in writers for t in result(w)["titles"]]
+    with KnowledgeAgentCore(data_dir) as core:
+        status = core.status()
+        assert status.consistent, status.problems
+        assert status.items == status.keyword_items == status.semantic_items == 50
+        for title in titles[::7]:
+            name, n = title.split("-")
+            for mode in ("keyword", "semantic"):
+                assert top(core, f"tok{name}x{n}", mode) == title
+
+
+def test_readers_during_a_write_never_fail(base: Path) -> None:
+    reader_body = """
+        import random
+        failures, reads, deadline = [], 0, time.monotonic() + 4
+        keep = KnowledgeAgentCore(DATA) if ARG == "keep" else None
+        while time.monotonic() < deadline:
+            try:
+                core = keep or KnowledgeAgentCore(DATA)
+                for result in core.search(f"tok{random.randrange(40)} shared", limit=3):
+                    if core.get_item(result.item.id) is None:
+                        failures.append(f"hit to missing item {result.item.id}")
+                if keep is None:
+                    core.close()
+                reads += 1
+            except Exception as exc:
+                failures.append(repr(exc))
+        print(json.dumps({"reads": reads, "failures": failures}))
+    """
+    writer_body = """
+        with KnowledgeAgentCore(DATA) as core:
+            for n in range(5, 40):
+                with core.batch():
+                    core.add_text(f"note tok{n} about shared folders", title=f"note {n}")
+                    if n % 5 == 0:
+                        core.delete_knowledge_item(core.list_items()[0].id)
+        print(json.dumps({"done": True}))
+    """
+    readers = [child(reader_body, base, mode) for mode in ("keep", "reopen")]
+    time.sleep(0.5)
+    writer = child(writer_body, base)
+    assert result(writer)["done"]
+    for reader in readers:
+        outcome = result(reader)
+        assert outcome["failures"] == [] and outcome["reads"] > 0
+    with KnowledgeAgentCore(base) as core:
+        assert core.status().consistent
+
+
+def test_opening_replays_an_item_an_index_lost(base: Path) -> None:
+    with KnowledgeAgentCore(base) as core:
+        lost = core.list_items()[2]
+        core.semantic_searcher.update(deletes=[lost.id])  # as a writer overwritten by another
+        assert core.semantic_searcher.item_count() == 4
+    with KnowledgeAgentCore(base) as core:
+        assert core.status().consistent
+        assert top(core, "tok2", "semantic") == lost.title
+
+
+def test_an_unreadable_index_is_left_alone_by_readers_and_rebuilt_by_a_writer(
+    base: Path,
+) -> None:
+    manifest = base / "index" / "tfidf" / "manifest.json"
+    manifest.write_text("{ not json")
+    holder = FolderLock(base)
+    holder.acquire()
+    try:
+        with KnowledgeAgentCore(base) as reader:
+            assert manifest.read_text() == "{ not json"  # a reader deletes nothing
+            assert top(reader, "tok4", "hybrid") == "note 4"  # the keyword side
+    finally:
+        holder.release()
+    with KnowledgeAgentCore(base) as core:  # the lock is free: rebuilt on open
+        assert json.loads(manifest.read_text())["format"]
+        assert top(core, "tok4", "semantic") == "note 4"
+        assert core.status().consistent
