@@ -62,7 +62,6 @@ import os
 import shutil
 import tempfile
 import threading
-import uuid
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -87,6 +86,7 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.search.atomic_files import file_version, write_atomically
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
 from knowledge_agent.search.columns import column_values
 from knowledge_agent.search.documents import chunk_search_text, item_search_text
@@ -244,15 +244,6 @@ def _has_toc(path: Path) -> bool:
         return any(n.startswith(prefix) and n.endswith(".toc") for n in os.listdir(path))
     except OSError:
         return False
-
-
-def _file_version(path: Path) -> tuple[int, int, int] | None:
-    """What identifies one version of a file that is only ever replaced by rename."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _glob_literal_prefix(glob: str) -> str:
@@ -535,7 +526,7 @@ class SearchIndexManager:
                 if idx.absent and idx.path is not None and _has_toc(idx.path):
                     self._open(idx)
                     changed = True
-            if _file_version(self.index_dir / _STATE_FILE) != self._state_seen:
+            if file_version(self.index_dir / _STATE_FILE) != self._state_seen:
                 self._applied_seq = self._read_state()
                 changed = True
             return changed
@@ -736,7 +727,7 @@ class SearchIndexManager:
     def _read_state(self) -> int:
         assert self.index_dir is not None
         path = self.index_dir / _STATE_FILE
-        self._state_seen = _file_version(path)
+        self._state_seen = file_version(path)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             seq = data["applied_seq"]
@@ -753,18 +744,12 @@ class SearchIndexManager:
     def _write_state(self, state: dict[str, Any]) -> None:
         assert self.index_dir is not None
         path = self.index_dir / _STATE_FILE
-        tmp = path.with_name(f"{_STATE_FILE}.{uuid.uuid4().hex}.tmp")
+        data = json.dumps(state).encode("utf-8")
         try:
             self.index_dir.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(state, fh)
-                fh.flush()
-                os.fsync(fh.fileno())  # never replace a good state file with an empty one
-            os.replace(tmp, path)
-            self._state_seen = _file_version(path)
+            write_atomically(path, lambda fh: fh.write(data))
+            self._state_seen = file_version(path)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             raise SearchIndexError(f"cannot write {path}: {exc}") from exc
 
     # -- reading -----------------------------------------------------------------------------

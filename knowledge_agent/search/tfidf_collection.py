@@ -1,0 +1,320 @@
+"""A TF-IDF collection: one kind of row (chunks or items) over its segments.
+
+It keeps the live-row document frequencies (so idf is a vector computed in one pass), the
+item → segment lookup that replacing an item needs, segment maintenance (compaction and tiered
+merges) and the per-row query structures (idf, row norms, metadata codes), rebuilt lazily
+after a change. Queries are hashed term columns; filters are masks over item entries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from knowledge_agent.search.filters import SearchFilters, to_epoch
+from knowledge_agent.search.tfidf_segments import (
+    FIELDS,
+    Postings,
+    Segment,
+    merge_segments,
+    tf_weights,
+)
+from knowledge_agent.search.topk import best_rows
+
+__all__ = ["Collection", "bump", "merge_start"]
+
+logger = logging.getLogger(__name__)
+
+_PATH_CACHE_LIMIT = 64  # distinct path filters whose verdicts per path are remembered
+
+
+def bump(df: np.ndarray, cols: np.ndarray, sign: int) -> None:
+    """Add ``sign`` to the document frequency of every column in ``cols``."""
+    if cols.size == 0:
+        return
+    if cols.size * 16 < df.size:  # a small batch: don't pay for a dense n_features pass
+        np.add.at(df, cols, sign)
+    else:
+        df += sign * np.bincount(cols, minlength=df.size).astype(df.dtype)
+
+
+def merge_start(sizes: Sequence[int]) -> int:
+    """First segment of the newest run to merge when there are too many segments.
+
+    The run grows while the next older segment is at most twice the rows gathered so far, so
+    a big base segment is only rewritten once the tail has grown comparable to it: each row
+    is rewritten O(log n) times, not once per update.
+    """
+    start = len(sizes) - 2
+    total = sizes[-1] + sizes[-2]
+    while start > 0 and sizes[start - 1] <= 2 * total:
+        start -= 1
+        total += sizes[start]
+    return start
+
+
+class _Strings:
+    """A growing table of distinct strings, so metadata filters compare small integers."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def codes(self, values: np.ndarray) -> np.ndarray:
+        distinct, inverse = np.unique(values, return_inverse=True)
+        table = np.empty(distinct.size, np.int32)
+        for i, value in enumerate(distinct.tolist()):
+            code = self._index.get(value)
+            if code is None:
+                code = self._index[value] = len(self.values)
+                self.values.append(value)
+            table[i] = code
+        return table[inverse.reshape(-1)]
+
+    def lookup(self, value: str) -> int | None:
+        return self._index.get(value)
+
+
+@dataclass(eq=False)
+class _View:
+    """Per-row arrays over all segments, rebuilt lazily after a change."""
+
+    offsets: np.ndarray  # first global row of each segment, plus the total
+    live: np.ndarray
+    norms: np.ndarray  # float64 row norms under the current idf
+    entry: np.ndarray  # global row → (segment, item) entry
+    codes: dict[str, np.ndarray]  # per entry
+    updated: np.ndarray  # per entry
+    idf: np.ndarray  # float32, n_features
+
+
+class Collection:
+    """One kind of row (chunk rows or item rows): segments, df counts, query structures."""
+
+    def __init__(self, n_features: int, sublinear: bool) -> None:
+        self.n_features = n_features
+        self.sublinear = sublinear
+        self.segments: list[Segment] = []
+        self.df = np.zeros(n_features, np.int32)  # live rows containing each column
+        self.n_live = 0
+        self._where: dict[str, Segment] = {}  # item id → the one segment with its live rows
+        self._strings = {name: _Strings() for name in FIELDS}
+        self._path_ok: dict[tuple[str | None, str | None], np.ndarray] = {}
+        self._view: _View | None = None
+
+    # -- mutation ------------------------------------------------------------------------
+
+    def add(self, seg: Segment) -> None:
+        """Register a segment: its live rows join df, N and the item lookup."""
+        live = np.flatnonzero(~seg.dead)
+        cols = seg.counts.indices
+        if seg.n_dead:  # a segment loaded from disk: only its live rows count
+            cols = cols[np.repeat(~seg.dead, np.diff(seg.counts.indptr))]
+        bump(self.df, cols, 1)
+        self.n_live += live.size
+        for local in np.unique(seg.row_item[live]).tolist():
+            self._where[seg.item_ids[local]] = seg
+        seg.codes = {name: self._strings[name].codes(seg.meta[name]) for name in FIELDS}
+        self.segments.append(seg)
+        self._view = None
+
+    def item_ids(self) -> set[str]:
+        """Items with live rows."""
+        return set(self._where)
+
+    def kill(self, item_ids: Iterable[str]) -> int:
+        """Mark every live row of these items dead; returns how many rows died."""
+        cols, killed = [], 0
+        for item_id in item_ids:
+            seg = self._where.pop(item_id, None)
+            if seg is None:
+                continue
+            rows = seg.live_rows_of(item_id)
+            seg.dead[rows] = True
+            seg.n_dead += rows.size
+            killed += rows.size
+            cols.append(seg.live_columns(rows))
+        if killed:
+            bump(self.df, np.concatenate(cols), -1)
+            self.n_live -= killed
+            self._view = None
+        return killed
+
+    def maintain(self, max_segments: int, dead_fraction: float) -> None:
+        """Drop dead segments, rewrite mostly dead ones, merge the tail when too many."""
+        kept: list[Segment] = []
+        for seg in self.segments:
+            if seg.n_live == 0:
+                continue
+            if seg.n_dead > dead_fraction * seg.n_rows:
+                logger.info(
+                    "compacting a TF-IDF segment: %d of %d rows dead", seg.n_dead, seg.n_rows
+                )
+                seg = self._replace([seg])
+            kept.append(seg)
+        if len(kept) > max(max_segments, 1):
+            start = merge_start([seg.n_rows for seg in kept])
+            logger.debug("merging %d TF-IDF segments", len(kept) - start)
+            kept[start:] = [self._replace(kept[start:])]
+        if len(kept) != len(self.segments) or any(
+            a is not b for a, b in zip(kept, self.segments, strict=True)
+        ):
+            self.segments = kept
+            self._view = None
+
+    def merge_all(self) -> None:
+        """Rewrite every live row into a single segment (end of a full rebuild)."""
+        if len(self.segments) > 1 or (self.segments and self.segments[0].n_dead):
+            self.segments = [self._replace(self.segments)]
+            self._view = None
+
+    def _replace(self, segments: Sequence[Segment]) -> Segment:
+        merged = merge_segments(segments, self.n_features)
+        merged.codes = {name: self._strings[name].codes(merged.meta[name]) for name in FIELDS}
+        for item_id in merged.item_ids.tolist():
+            self._where[item_id] = merged
+        return merged  # same live rows: df and N do not change
+
+    # -- querying ------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Build the query structures now rather than on the first query."""
+        self._refresh()
+
+    def release(self) -> None:
+        """Drop the query structures; the next query rebuilds them."""
+        for seg in self.segments:
+            seg.postings = seg.sq = seg.norms = None
+        self._view = None
+
+    def _refresh(self) -> _View:
+        """Recompute idf, row norms and per-row arrays once after a change."""
+        if self._view is not None:
+            return self._view
+        idf = (np.log((1.0 + self.n_live) / (1.0 + self.df)) + 1.0).astype(np.float32)
+        idf2 = idf * idf
+        for seg in self.segments:
+            if seg.postings is None:
+                seg.postings = Postings.build(seg.counts, self.sublinear)
+            if seg.sq is None:
+                counts = seg.counts
+                tf = tf_weights(counts.data, self.sublinear)
+                seg.sq = sp.csr_matrix((tf * tf, counts.indices, counts.indptr), counts.shape)
+            seg.norms = np.sqrt(seg.sq @ idf2)
+        sizes = [seg.n_rows for seg in self.segments]
+        entry_base = np.cumsum([0] + [seg.item_ids.size for seg in self.segments])
+        segs = self.segments
+
+        def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.empty(0, dtype)
+
+        self._view = _View(
+            offsets=np.cumsum([0, *sizes]),
+            live=cat([~seg.dead for seg in segs], bool),
+            norms=cat([seg.norms for seg in segs if seg.norms is not None], np.float32).astype(
+                np.float64
+            ),
+            entry=cat(
+                [
+                    seg.row_item.astype(np.int64) + base
+                    for seg, base in zip(segs, entry_base[:-1], strict=True)
+                ],
+                np.int64,
+            ),
+            codes={name: cat([seg.codes[name] for seg in segs], np.int32) for name in FIELDS},
+            updated=cat([seg.updated for seg in segs], np.float64),
+            idf=idf,
+        )
+        return self._view
+
+    def search(
+        self,
+        cols: np.ndarray,
+        counts: np.ndarray,
+        top_k: int,
+        min_similarity: float,
+        filters: SearchFilters | None,
+    ) -> list[tuple[Segment, int, float]]:
+        """The best live rows for a hashed query, as (segment, row, cosine)."""
+        if self.n_live == 0 or cols.size == 0:
+            return []
+        view = self._refresh()
+        known = self.df[cols] > 0  # a term no row contains is not part of the query vector
+        cols, counts = cols[known], counts[known]
+        if cols.size == 0:
+            return []
+        idf = view.idf[cols].astype(np.float64)
+        query = (1.0 + np.log(counts) if self.sublinear else counts) * idf
+        query_norm = float(np.sqrt(query @ query))
+        coef = query * idf  # document weight is tf · idf: fold the idf into the query side
+        rows_parts: list[np.ndarray] = []
+        weight_parts: list[np.ndarray] = []
+        for seg, offset in zip(self.segments, view.offsets[:-1].tolist(), strict=True):
+            post = seg.postings
+            assert post is not None  # built by _refresh
+            if post.cols.size == 0:
+                continue
+            pos = np.minimum(np.searchsorted(post.cols, cols), post.cols.size - 1)
+            for j in np.flatnonzero(post.cols[pos] == cols).tolist():
+                lo, hi = post.ptr[pos[j]], post.ptr[pos[j] + 1]
+                rows_parts.append(post.rows[lo:hi].astype(np.int64) + offset)
+                weight_parts.append(post.weights[lo:hi] * coef[j])
+        if not rows_parts:
+            return []
+        total = int(view.offsets[-1])
+        dots = np.bincount(
+            np.concatenate(rows_parts), weights=np.concatenate(weight_parts), minlength=total
+        )
+        rows = np.flatnonzero(dots)
+        rows = rows[view.live[rows]]
+        if filters is not None and not filters.is_empty():
+            rows = rows[self._entry_mask(filters, view)[view.entry[rows]]]
+        scores = np.clip(dots[rows] / (view.norms[rows] * query_norm), 0.0, 1.0)
+        keep = (scores > 0.0) & (scores >= min_similarity)
+        rows, scores = best_rows(rows[keep], scores[keep], top_k)
+        segment_of = np.searchsorted(view.offsets, rows, side="right") - 1
+        return [
+            (self.segments[s], int(row - view.offsets[s]), float(score))
+            for s, row, score in zip(
+                segment_of.tolist(), rows.tolist(), scores.tolist(), strict=True
+            )
+        ]
+
+    def _entry_mask(self, filters: SearchFilters, view: _View) -> np.ndarray:
+        """Which (segment, item) entries pass the filters: AND of every field."""
+        mask = np.ones(view.updated.size, bool)
+        for name in ("kb", "source_type", "doc_type", "language"):
+            allowed = getattr(filters, name)
+            if allowed:
+                table = self._strings[name]
+                codes = [code for code in map(table.lookup, allowed) if code is not None]
+                mask &= np.isin(view.codes[name], np.array(codes, np.int32))
+        if filters.path_prefix is not None or filters.path_glob is not None:
+            mask &= self._paths_matching(filters)[view.codes["path"]]
+        # Same comparisons as SearchFilters.matches_time, vectorised over the entries.
+        if filters.updated_after is not None:
+            mask &= view.updated >= to_epoch(filters.updated_after)
+        if filters.updated_before is not None:
+            mask &= view.updated <= to_epoch(filters.updated_before)
+        return mask
+
+    def _paths_matching(self, filters: SearchFilters) -> np.ndarray:
+        """``matches_path`` of every distinct path, evaluated once per path and remembered."""
+        key = (filters.path_prefix, filters.path_glob)
+        paths = self._strings["path"].values
+        known = self._path_ok.get(key)
+        done = 0 if known is None else known.size
+        if known is None or done < len(paths):
+            fresh = np.fromiter(
+                (filters.matches_path(path) for path in paths[done:]), bool, len(paths) - done
+            )
+            known = fresh if known is None else np.concatenate([known, fresh])
+            if len(self._path_ok) >= _PATH_CACHE_LIMIT:
+                self._path_ok.clear()
+            self._path_ok[key] = known
+        return known
