@@ -90,7 +90,7 @@ def _postings(reader: SegmentReader, fieldname: str, btext: bytes) -> tuple[np.n
     m: Matcher = reader.postings(fieldname, btext)
     while isinstance(m, WrappingMatcher):  # the deleted-documents filter: applied by the caller
         m = m.child
-    if type(m) is W3LeafMatcher and not m._byteids:
+    if isinstance(m, W3LeafMatcher) and not m._byteids:  # the codec's is a subclass
         return _block_postings(m)
     ids: list[int] = []
     weights: list[float] = []

@@ -2,11 +2,14 @@
 memory in.
 
 Each writes and reads files stock Whoosh reads; the field and codec classes are pickled into
-an index's TOC by reference, so their module path is part of the on-disk format.
+an index's TOC by reference, so their module path is part of the on-disk format. The codec
+reads every pickle in a segment with :mod:`~knowledge_agent.search.whoosh_safe`'s restricted
+unpickler, whatever storage it is given.
 """
 
 from __future__ import annotations
 
+import zlib
 from array import array
 from collections import Counter
 from collections.abc import Iterator
@@ -16,19 +19,26 @@ from whoosh import fields as wf
 from whoosh.codec.whoosh3 import (
     LENGTHS_COLUMN,
     W3Codec,
+    W3FieldCursor,
+    W3LeafMatcher,
     W3PerDocReader,
+    W3TermInfo,
     W3TermsReader,
     _lenfield,
 )
+from whoosh.columns import PickleColumn
 from whoosh.filedb.compound import CompoundStorage
 from whoosh.filedb.filestore import OverlayStorage, Storage
-from whoosh.filedb.structfile import BufferFile
-from whoosh.system import pack_uint
+from whoosh.filedb.structfile import StructFile
+from whoosh.matching import Matcher
+from whoosh.reading import TermNotFound
+from whoosh.system import _INT_SIZE, _LONG_SIZE, pack_uint
 from whoosh.util.numeric import byte_to_length
 from whoosh.writing import PostingPool, SegmentWriter
 
 from knowledge_agent.analysis import WhooshTextAnalyzer
 from knowledge_agent.search.columns import column_values
+from knowledge_agent.search.whoosh_safe import SafeBufferFile, restricted_loads, safe_file
 
 __all__ = ["LENGTH_OF_BYTE", "Codec", "CountedText", "PostingTable", "spill_to_pool"]
 
@@ -138,6 +148,102 @@ class _PerDocReader(W3PerDocReader):
             lengths = self._lengths[fieldname] = [LENGTH_OF_BYTE[b] for b in raw]
         return lengths[docnum] if docnum < self._doccount else default
 
+    # The stored fields are a pickle column, and a column or vector file may hold pickles.
+
+    def _get_column_file(self, fieldname: str) -> tuple[StructFile, int, int]:
+        colfile, offset, length = super()._get_column_file(fieldname)
+        return safe_file(colfile), offset, length
+
+    def column_reader(self, fieldname: str, column: Any) -> Any:
+        if isinstance(column, PickleColumn):
+            return _PickleReader(super().column_reader(fieldname, column._child))
+        return super().column_reader(fieldname, column)
+
+    def _prep_vectors(self) -> None:
+        super()._prep_vectors()
+        self._vpostfile = safe_file(self._vpostfile)
+
+    def vector(self, docnum: int, fieldname: str, format_: Any) -> Matcher:
+        if self._vpostfile is None:
+            self._prep_vectors()
+        offset, length = self._vector_extent(docnum, fieldname)
+        if not offset:
+            raise Exception(f"Field {fieldname!r} has no vector in docnum {docnum}")
+        return _LeafMatcher(self._vpostfile, offset, length, format_, byteids=True)
+
+
+class _PickleReader(PickleColumn.Reader):
+    """A pickle column's values (stored fields), unpickled with the restricted unpickler."""
+
+    def __getitem__(self, docnum: int) -> Any:
+        value = self._child[docnum]
+        return restricted_loads(value) if value else None
+
+    def __iter__(self) -> Iterator[Any]:
+        for value in self._child:
+            yield restricted_loads(value) if value else None
+
+
+class _LeafMatcher(W3LeafMatcher):
+    """Whoosh's posting-block matcher, unpickling a block's data with the restricted
+    unpickler (its header is read from the postings file, a safe file)."""
+
+    def _read_data(self) -> None:
+        data = self._postfile.get(self._dataoffset, self._nextoffset - self._dataoffset)
+        if self._compression:
+            data = zlib.decompress(data)
+        self._data = restricted_loads(data)
+
+
+class _TermInfo(W3TermInfo):
+    """Whoosh's term info, its inlined postings unpickled with the restricted unpickler."""
+
+    @classmethod
+    def from_bytes(cls, s: bytes) -> W3TermInfo:
+        size = cls._struct.size
+        if not s[0]:  # the flags byte: postings in the postings file, no pickle
+            return super().from_bytes(s)
+        # Whoosh decodes the fixed part; with the flag cleared it reads no pickle.
+        terminfo = super().from_bytes(b"\x00" + s[1:size] + bytes(_LONG_SIZE + _INT_SIZE))
+        terminfo._offset = terminfo._length = None
+        terminfo._inlined = restricted_loads(s[size:])
+        return terminfo
+
+
+class _FieldCursor(W3FieldCursor):
+    def term_info(self) -> W3TermInfo | None:
+        if self._pos is None:
+            return None
+        return _TermInfo.from_bytes(self._tindex.dbfile.get(self._datapos, self._datalen))
+
+
+class _TermsReader(W3TermsReader):
+    """Whoosh's terms reader over safe files (the term file's extras and the posting block
+    headers are pickles), decoding term infos with :class:`_TermInfo`."""
+
+    def __init__(self, codec: W3Codec, dbfile: StructFile, length: int, postfile: StructFile):
+        super().__init__(codec, safe_file(dbfile), length, safe_file(postfile))
+
+    def cursor(self, fieldname: str, fieldobj: Any) -> _FieldCursor:
+        return _FieldCursor(self._tindex, fieldname, self._keycoder, self._keydecoder, fieldobj)
+
+    def items(self) -> Iterator[tuple[tuple[str, bytes], W3TermInfo]]:
+        decode = self._keydecoder
+        return ((decode(key), _TermInfo.from_bytes(value)) for key, value in self._tindex.items())
+
+    def items_from(
+        self, fieldname: str, prefix: bytes
+    ) -> Iterator[tuple[tuple[str, bytes], W3TermInfo]]:
+        decode = self._keydecoder
+        pairs = self._tindex.items_from(self._keycoder(fieldname, prefix))
+        return ((decode(key), _TermInfo.from_bytes(value)) for key, value in pairs)
+
+    def term_info(self, fieldname: str, tbytes: bytes) -> W3TermInfo:
+        try:
+            return _TermInfo.from_bytes(self._tindex[self._keycoder(fieldname, tbytes)])
+        except KeyError:
+            raise TermNotFound(f"No term {fieldname}:{tbytes!r}") from None
+
 
 _PEEK = 512
 
@@ -185,8 +291,9 @@ class _ViewReader:
         pass
 
 
-class _MappedFile(BufferFile):
-    """A file inside a memory-mapped compound segment, read in place.
+class _MappedFile(SafeBufferFile):
+    """A file inside a memory-mapped compound segment, read in place (its pickles with the
+    restricted unpickler).
 
     Whoosh's ``BufferFile`` copies the whole file into a ``BytesIO`` when it is opened: the
     postings and terms of every segment, again for each reader, a copy of the index in
@@ -209,10 +316,10 @@ class _InPlaceStorage:
     def __init__(self, compound: CompoundStorage) -> None:
         self._compound = compound
 
-    def open_file(self, name: str, *args: Any, **kwargs: Any) -> BufferFile:
+    def open_file(self, name: str, *args: Any, **kwargs: Any) -> StructFile:
         source = self._compound._source
         if source is None:  # not memory-mapped: Whoosh reads it as a sub-file, no copy
-            return self._compound.open_file(name, *args, **kwargs)
+            return safe_file(self._compound.open_file(name, *args, **kwargs))
         offset, length = self._compound.range(name)
         return _MappedFile(memoryview(source)[offset : offset + length], name)
 
@@ -232,7 +339,7 @@ class Codec(W3Codec):
     """Whoosh's default codec reading compound segments in place, with the faster
     per-document reader and uncompressed posting blocks: zlib cost a tenth of the ingest
     time and every block read, to save a fifth of the Whoosh files (10K chunks: 14.4 ->
-    12.9 s ingest, 19.0 -> 23.2 MB).
+    12.9 s ingest, 19.0 -> 23.2 MB). Its readers unpickle nothing with a general unpickler.
     """
 
     def __init__(self) -> None:
@@ -242,4 +349,17 @@ class Codec(W3Codec):
         return _PerDocReader(_in_place(storage), segment)
 
     def terms_reader(self, storage: Storage, segment: Any) -> W3TermsReader:
-        return super().terms_reader(_in_place(storage), segment)
+        files = _in_place(storage)
+        name = segment.make_filename(self.TERMS_EXT)
+        length = files.file_length(name)
+        return _TermsReader(
+            self, files.open_file(name), length, segment.open_file(files, self.POSTS_EXT)
+        )
+
+    def postings_reader(
+        self, dbfile: StructFile, terminfo: Any, format_: Any, term: Any = None, scorer: Any = None
+    ) -> Matcher:
+        if terminfo.is_inlined():  # decoded by _TermInfo: no pickle left to read
+            return super().postings_reader(dbfile, terminfo, format_, term=term, scorer=scorer)
+        offset, length = terminfo.extent()
+        return _LeafMatcher(dbfile, offset, length, format_, term=term, scorer=scorer)
