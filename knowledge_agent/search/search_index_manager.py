@@ -57,14 +57,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import shutil
-import tempfile
 import threading
-import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -72,14 +69,9 @@ from typing import Any
 
 import numpy as np
 from whoosh import fields as wf
-from whoosh import query as wq
-from whoosh.columns import NumericColumn
-from whoosh.filedb.filestore import FileStorage, RamStorage, Storage
+from whoosh.filedb.filestore import FileStorage, Storage
 from whoosh.index import FileIndex, LockError
-from whoosh.reading import SegmentReader
-from whoosh.scoring import BM25F
 from whoosh.searching import Searcher
-from whoosh.util import random_name
 from whoosh.writing import CLEAR, SegmentWriter
 
 from knowledge_agent.analysis import TextAnalyzer
@@ -88,168 +80,32 @@ from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.atomic_files import file_version, write_atomically
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
-from knowledge_agent.search.columns import column_values
 from knowledge_agent.search.documents import chunk_search_text, item_search_text
 from knowledge_agent.search.filters import SearchFilters, to_epoch
 from knowledge_agent.search.hits import ChunkHit, ItemHit
-from knowledge_agent.search.whoosh_parts import Codec, CountedText, PostingTable, spill_to_pool
+from knowledge_agent.search.keyword_filters import filter_mask
+from knowledge_agent.search.whoosh_merge import merge_policy
+from knowledge_agent.search.whoosh_parts import Codec, PostingTable
+from knowledge_agent.search.whoosh_schema import (
+    DEFAULT_FIELD_BOOSTS,
+    FILTER_FIELDS,
+    LuceneBM25F,
+    chunk_schema,
+    item_schema,
+    safe_text,
+    schema_signature,
+)
+from knowledge_agent.search.whoosh_storage import PrivateRamStorage, has_toc
 
 __all__ = ["DEFAULT_FIELD_BOOSTS", "LuceneBM25F", "SearchIndexManager"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_FIELD_BOOSTS: Mapping[str, float] = {"title": 0.0, "heading": 0.0, "content": 1.0}
-"""Query-time boost of each text field. ``content`` already holds the heading path (weighted)
-and the title (see :func:`~knowledge_agent.search.documents.chunk_search_text`); the separate
-``title`` and ``heading`` fields are there for callers who want to boost them further."""
-
-_FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
 _STATE_FILE = "state.json"
-_WHOOSH_INDEX_NAME = "MAIN"  # whoosh's default index name inside a storage
-_MERGE_LIMIT_MB = 128  # postings a segment merge holds in memory before spilling runs
 _LOCK_RETRY_DELAY = 0.05  # seconds between attempts to take a held write lock
 _FILTER_CACHE_SIZE = 16  # distinct SearchFilters remembered per searcher generation
-_SEGMENTS_PER_TIER = 8  # segments of one size tier that are merged into one
-_GLOB_SPECIALS = "*?["
 
 Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
-
-
-# --------------------------------------------------------------------------- schemas
-
-
-class LuceneBM25F(BM25F):
-    """Whoosh's BM25F with Lucene's idf, ``log(1 + (N - df + 0.5) / (df + 0.5))``.
-
-    Whoosh's own idf, ``log(N / (df + 1)) + 1``, never falls below 1, so common words weigh
-    almost as much as rare ones (Cranfield nDCG@10 0.362 against 0.373 for Lucene BM25).
-    """
-
-    def idf(self, searcher: Searcher, fieldname: str, text: str) -> float:
-        parent = searcher.get_parent()
-        df = parent.doc_frequency(fieldname, text)
-        n = parent.doc_count_all()
-        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-
-
-def _filter_fields() -> dict[str, wf.FieldType]:
-    return {
-        **{name: wf.ID() for name in _FILTER_FIELDS},
-        "path": wf.ID(),
-        # A column, not terms: date ranges are masks over the column read as one array
-        # (a NUMERIC field's tiered terms were 29 % of the chunk index's postings).
-        "updated_at": wf.COLUMN(NumericColumn("d")),
-    }
-
-
-def _text(analyzer: TextAnalyzer) -> wf.TEXT:
-    return CountedText(analyzer.whoosh_analyzer())
-
-
-def _chunk_schema(analyzer: TextAnalyzer) -> wf.Schema:
-    return wf.Schema(
-        # Only ever read back, never queried: no terms.
-        chunk_id=wf.STORED(),
-        item_id=wf.ID(stored=True),
-        chunk_index=wf.STORED(),
-        heading=_text(analyzer),
-        content=_text(analyzer),
-        **_filter_fields(),
-    )
-
-
-def _item_schema(analyzer: TextAnalyzer) -> wf.Schema:
-    return wf.Schema(
-        item_id=wf.ID(stored=True, unique=True),
-        title=_text(analyzer),
-        content=_text(analyzer),
-        **_filter_fields(),
-    )
-
-
-def _signature(schema: wf.Schema) -> list[tuple[Any, ...]]:
-    """What must agree between an index on disk and this code for the index to be usable."""
-    sig = []
-    for name in sorted(schema.names()):
-        fobj = schema[name]
-        analyzer = getattr(fobj, "analyzer", None)
-        config = getattr(analyzer, "config", None)
-        sig.append(
-            (
-                name,
-                type(fobj).__name__,
-                type(getattr(fobj, "format", None)).__name__,
-                bool(fobj.stored),
-                bool(getattr(fobj, "unique", False)),
-                getattr(fobj, "numtype", None),
-                getattr(fobj, "bits", None),
-                type(analyzer).__name__,
-                None if config is None else json.dumps(config.to_dict(), sort_keys=True),
-            )
-        )
-    return sig
-
-
-def _tier(doc_count: int) -> int:
-    return int(math.log10(max(doc_count, 1)))
-
-
-def _merge_policy(added: int) -> Callable[[SegmentWriter, list[Any]], list[Any]]:
-    """A whoosh merge policy for a commit that adds ``added`` documents.
-
-    Segments are tiered by the order of magnitude of their document count; a tier holding
-    ``_SEGMENTS_PER_TIER`` segments is merged into one. A commit merges at most one tier,
-    and no tier above the size of its own update: one edited file never rewrites a large
-    segment (whoosh's MERGE_SMALL merged every segment below a fibonacci bound: 20 s to
-    delete one file from a 32K-chunk index), while bulk updates keep the count bounded.
-    """
-    highest = max(1, _tier(added))
-
-    def merge(writer: SegmentWriter, segments: list[Any]) -> list[Any]:
-        # A segment whose documents are all deleted is dropped: left out of the list.
-        segments = [segment for segment in segments if segment.doc_count() > 0]
-        tiers: dict[int, list[Any]] = {}
-        for segment in segments:
-            tiers.setdefault(_tier(segment.doc_count()), []).append(segment)
-        for tier, members in sorted(tiers.items()):
-            if tier <= highest and len(members) >= _SEGMENTS_PER_TIER:
-                spill_to_pool(writer, _MERGE_LIMIT_MB)
-                for segment in members:
-                    reader = SegmentReader(writer.storage, writer.schema, segment, codec=Codec())
-                    writer.add_reader(reader)
-                    reader.close()
-                merged = {id(segment) for segment in members}
-                return [segment for segment in segments if id(segment) not in merged]
-        return segments
-
-    return merge
-
-
-def _safe(value: object) -> str:
-    """A str Whoosh can encode: None → "", lone surrogates (undecodable file names) replaced."""
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else str(value)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    return text
-
-
-def _has_toc(path: Path) -> bool:
-    """Whether ``path`` holds a Whoosh index (a TOC file), without reading it."""
-    prefix = f"_{_WHOOSH_INDEX_NAME}_"
-    try:
-        return any(n.startswith(prefix) and n.endswith(".toc") for n in os.listdir(path))
-    except OSError:
-        return False
-
-
-def _glob_literal_prefix(glob: str) -> str:
-    """The part of an fnmatch pattern before its first wildcard: every match starts with it."""
-    cut = min((i for i in (glob.find(c) for c in _GLOB_SPECIALS) if i >= 0), default=len(glob))
-    return glob[:cut]
 
 
 def _term_weights(terms: Sequence[str]) -> Counter[str]:
@@ -264,55 +120,7 @@ def _term_weights(terms: Sequence[str]) -> Counter[str]:
     return weights
 
 
-class _RamStorage(RamStorage):
-    """In-memory storage whose writers keep their temporary files in a private directory.
-
-    Whoosh's RamStorage puts them in ``{tempdir}/{indexname}.tmp``, shared by every in-memory
-    index of the machine: whichever writer finishes first deletes the others' files. Here the
-    same layout lives under a directory of this storage's own, removed by :meth:`remove_tempdir`.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._tempdir: str | None = None
-        self._remove_tempdir: weakref.finalize | None = None
-
-    def temp_storage(self, name: str | None = None) -> FileStorage:
-        if self._tempdir is None:
-            self._tempdir = tempfile.mkdtemp(prefix="knowledge-agent-whoosh-")
-            self._remove_tempdir = weakref.finalize(
-                self, shutil.rmtree, self._tempdir, ignore_errors=True
-            )
-        name = name or f"{random_name()}.tmp"
-        return FileStorage(os.path.join(self._tempdir, name)).create()
-
-    def remove_tempdir(self) -> None:
-        # Not close(): whoosh calls Storage.close() itself whenever a reader closes.
-        if self._remove_tempdir is not None:
-            self._remove_tempdir()
-        self._tempdir = self._remove_tempdir = None
-
-
 # --------------------------------------------------------------------------- one index
-
-
-def _mask(size: int, docnums: Iterable[int]) -> np.ndarray:
-    mask = np.zeros(size, bool)
-    mask[np.fromiter(docnums, np.int64)] = True
-    return mask
-
-
-def _date_mask(searcher: Searcher, filters: SearchFilters) -> np.ndarray:
-    """A mask of the documents whose ``updated_at`` lies within the filters' inclusive bounds."""
-    low = -math.inf if filters.updated_after is None else to_epoch(filters.updated_after)
-    high = math.inf if filters.updated_before is None else to_epoch(filters.updated_before)
-    parts = []
-    for leaf, _ in searcher.leaf_searchers():
-        reader = leaf.reader()
-        column = reader.column_reader("updated_at", translate=False)
-        when = column_values(column, reader.doc_count_all(), ">f8")
-        parts.append((when >= low) & (when <= high))
-    return np.concatenate(parts) if parts else np.zeros(0, bool)
 
 
 @dataclass(eq=False)
@@ -435,8 +243,8 @@ class SearchIndexManager:
         self._applied_seq = 0
         self._state_seen: tuple[int, int, int] | None = None  # state.json last read
 
-        self._chunks = self._new_index("chunks", _chunk_schema(self.analyzer))
-        self._items = self._new_index("items", _item_schema(self.analyzer))
+        self._chunks = self._new_index("chunks", chunk_schema(self.analyzer))
+        self._items = self._new_index("items", item_schema(self.analyzer))
         if self.index_dir is not None:
             self._applied_seq = self._read_state()
         try:
@@ -468,16 +276,16 @@ class SearchIndexManager:
         idx.ix = None
         idx.absent = False
         try:
-            if isinstance(idx.storage, _RamStorage):
+            if isinstance(idx.storage, PrivateRamStorage):
                 idx.storage.remove_tempdir()
             if idx.path is None:
                 if recreate or idx.storage is None:
-                    idx.storage = _RamStorage()
+                    idx.storage = PrivateRamStorage()
             else:
                 if recreate and idx.path.exists():
                     shutil.rmtree(idx.path)
-                if not (create or recreate) and not _has_toc(idx.path):
-                    idx.storage = _RamStorage()
+                if not (create or recreate) and not has_toc(idx.path):
+                    idx.storage = PrivateRamStorage()
                     idx.ix = idx.storage.create_index(idx.schema)
                     idx.absent = True
                     return
@@ -486,7 +294,7 @@ class SearchIndexManager:
             storage = idx.storage
             # Whoosh's index_exists() would unpickle the TOC; a file listing is enough here
             # and leaves a corrupt TOC to the guarded open below.
-            if idx.path is None or not _has_toc(idx.path):
+            if idx.path is None or not has_toc(idx.path):
                 idx.ix = storage.create_index(idx.schema)
                 logger.debug("created the %s index in %s", idx.name, idx.location)
                 return
@@ -496,7 +304,7 @@ class SearchIndexManager:
             ) from exc
         try:
             on_disk = storage.open_index()
-            compatible = _signature(on_disk.schema) == _signature(idx.schema)
+            compatible = schema_signature(on_disk.schema) == schema_signature(idx.schema)
         except Exception as exc:  # corrupt TOC, unpickling error, unreadable files, …
             raise SearchIndexError(
                 f"the {idx.name} index in {idx.location} cannot be opened "
@@ -523,7 +331,7 @@ class SearchIndexManager:
                 return False
             changed = False
             for idx in (self._chunks, self._items):
-                if idx.absent and idx.path is not None and _has_toc(idx.path):
+                if idx.absent and idx.path is not None and has_toc(idx.path):
                     self._open(idx)
                     changed = True
             if file_version(self.index_dir / _STATE_FILE) != self._state_seen:
@@ -544,7 +352,7 @@ class SearchIndexManager:
         and re-adds the old reader's segments (whoosh PR #520), so after a merge it returns
         merged-away documents twice and after a delete it keeps the deleted ones.
         """
-        if idx.absent and idx.path is not None and _has_toc(idx.path):
+        if idx.absent and idx.path is not None and has_toc(idx.path):
             self._open(idx)  # created by a writer since: a cheap listing while absent
         ix = self._usable(idx)
         try:
@@ -607,7 +415,7 @@ class SearchIndexManager:
                 for item_id in (*doomed, *latest):
                     writer.delete_by_term("item_id", item_id)
             added = sum(self._add(idx, writer, item, chunks) for item, chunks in latest.values())
-            writer.commit(mergetype=_merge_policy(added))
+            writer.commit(mergetype=merge_policy(added))
         except SearchIndexError:
             self._cancel(writer)
             raise
@@ -625,13 +433,13 @@ class SearchIndexManager:
         chunks: Sequence[KnowledgeChunk],
     ) -> int:
         """Add one item's documents to ``writer``; returns how many were added."""
-        common: dict[str, Any] = {name: _safe(getattr(item, name)) for name in _FILTER_FIELDS}
-        common["path"] = _safe(item.source_uri)
+        common: dict[str, Any] = {name: safe_text(getattr(item, name)) for name in FILTER_FIELDS}
+        common["path"] = safe_text(item.source_uri)
         common["updated_at"] = to_epoch(item.updated_at)
-        title = _safe(item.title)
+        title = safe_text(item.title)
         if idx is self._items:
             writer.add_document(
-                item_id=item.id, title=title, content=_safe(item_search_text(item)), **common
+                item_id=item.id, title=title, content=safe_text(item_search_text(item)), **common
             )
             return 1
         for chunk in chunks:
@@ -639,8 +447,8 @@ class SearchIndexManager:
                 chunk_id=chunk.id,
                 item_id=item.id,
                 chunk_index=int(chunk.chunk_index),
-                heading=_safe(chunk.heading),
-                content=_safe(chunk_search_text(item, chunk)),
+                heading=safe_text(chunk.heading),
+                content=safe_text(chunk_search_text(item, chunk)),
                 **common,
             )
         return len(chunks)
@@ -822,49 +630,10 @@ class SearchIndexManager:
         if filters in cache:
             cache.move_to_end(filters)
             return cache[filters]
-        docs = self._filter_docs(searcher, filters)
+        docs = filter_mask(searcher, filters)
         cache[filters] = docs
         if len(cache) > _FILTER_CACHE_SIZE:
             cache.popitem(last=False)
-        return docs
-
-    @staticmethod
-    def _filter_docs(searcher: Searcher, filters: SearchFilters) -> np.ndarray:
-        allow = np.ones(searcher.doc_count_all(), bool)
-        for name in _FILTER_FIELDS:
-            values: tuple[str, ...] = getattr(filters, name)
-            if values:
-                constraint = wq.Or([wq.Term(name, _safe(v)) for v in sorted(set(values))])
-                allow &= _mask(allow.size, searcher.docs_for_query(constraint))
-        if filters.updated_after is not None or filters.updated_before is not None:
-            allow &= _date_mask(searcher, filters)
-        if (filters.path_prefix is not None or filters.path_glob is not None) and allow.any():
-            allow &= _mask(allow.size, SearchIndexManager._path_docs(searcher, filters))
-        return allow
-
-    @staticmethod
-    def _path_docs(searcher: Searcher, filters: SearchFilters) -> set[int]:
-        """Docnums whose ``path`` passes ``filters.matches_path`` — the reference semantics —
-        tested once per distinct path per segment, over the lexicon slice that can match."""
-        prefix = filters.path_prefix or ""
-        literal = "" if filters.path_glob is None else _glob_literal_prefix(filters.path_glob)
-        if literal.startswith(prefix):
-            start = literal
-        elif prefix.startswith(literal):
-            start = prefix
-        else:
-            return set()  # the prefix and the glob's fixed start disagree: nothing matches
-        path_field = searcher.schema["path"]
-        verdicts: dict[bytes, bool] = {}
-        docs: set[int] = set()
-        for leaf, offset in searcher.leaf_searchers():
-            reader = leaf.reader()
-            for raw in reader.expand_prefix("path", start):
-                ok = verdicts.get(raw)
-                if ok is None:
-                    ok = verdicts[raw] = filters.matches_path(path_field.from_bytes(raw))
-                if ok:
-                    docs.update(offset + d for d in reader.postings("path", raw).all_ids())
         return docs
 
     # -- status ------------------------------------------------------------------------------
@@ -926,7 +695,7 @@ class SearchIndexManager:
                     with contextlib.suppress(Exception):
                         idx.ix.close()
                     idx.ix = None
-                if isinstance(idx.storage, _RamStorage):
+                if isinstance(idx.storage, PrivateRamStorage):
                     idx.storage.remove_tempdir()
 
     def __enter__(self) -> SearchIndexManager:
