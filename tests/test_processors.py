@@ -26,7 +26,11 @@ from knowledge_agent.processors import (
 )
 from knowledge_agent.processors import base as base_module
 from knowledge_agent.processors.code import CodeProcessor
-from knowledge_agent.processors.encoding import decode_bytes, looks_binary
+from knowledge_agent.processors.encoding import (
+    decode_bytes,
+    looks_binary,
+    unmarked_utf_encoding,
+)
 from knowledge_agent.processors.front_matter import parse_front_matter
 from knowledge_agent.processors.html import HtmlProcessor
 from knowledge_agent.processors.pdf import PdfProcessor
@@ -171,6 +175,57 @@ def test_binary_file_is_unsupported(tmp_path: Path) -> None:
 def test_binary_content_with_a_text_extension_is_unsupported() -> None:
     with pytest.raises(UnsupportedSourceError, match="binary file"):
         process_bytes(PNG, "disguised.md")
+
+
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
+@pytest.mark.parametrize(
+    "text",
+    ["Plain ASCII notes\nline two", "Grüße, ümlauts", "中文的说明文字，第二句话在这里。\n" * 3],
+)
+def test_utf16_and_utf32_without_a_bom_are_text(codec: str, text: str) -> None:
+    data = text.encode(codec)
+    assert not looks_binary(data)
+    assert unmarked_utf_encoding(data) == codec
+    assert decode_bytes(data) == (text, codec)
+    document = process_bytes(data, "notes.txt")
+    assert (document.content, document.metadata["encoding"]) == (text, codec)
+
+
+def test_unmarked_utf16_html_is_recognised_as_html() -> None:
+    data = "<!doctype html><html><body><p>Wide page</p></body></html>".encode("utf-16-le")
+    document = process_bytes(data, "page")
+    assert (document.source_type, document.content) == ("html", "Wide page")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"abc\x00def",
+        bytes(range(256)) * 4,
+        b"\x00\x00\x00\x01" * 64,  # big-endian integers: NUL bytes but no text
+        b"ab\x00\x00" + b"\x00\xd8" * 100,  # lone UTF-16 surrogates
+    ],
+)
+def test_nul_bytes_that_are_not_utf16_or_utf32_stay_binary(data: bytes) -> None:
+    assert looks_binary(data)
+    with pytest.raises(UnsupportedSourceError) as info:
+        process_bytes(data, "notes.txt")
+    assert info.value.reason == (
+        "unrecognised text encoding: NUL bytes that are not laid out as UTF-16 or UTF-32 text"
+    )
+    with pytest.raises(UnsupportedSourceError) as info:
+        process_bytes(data, "blob.bin")
+    assert info.value.reason == "binary file"
+
+
+def test_lone_surrogates_in_extracted_text_become_replacement_characters() -> None:
+    from knowledge_agent.processors.base import file_stem
+
+    assert file_stem("/docs/bad\udcffname.md") == "bad\ufffdFFname"
+    document = process_bytes(
+        b"plain words", b"/docs/bad\xff.txt".decode("utf-8", "surrogateescape")
+    )
+    assert document.title == "bad\ufffdFF"
 
 
 @pytest.mark.parametrize(
@@ -493,7 +548,9 @@ def test_processed_documents_hold_the_invariants(
     try:
         document = process_bytes(data, f"dir/file{extension}", config)
     except UnsupportedSourceError as error:
-        assert error.reason in ("empty file", "binary file")
+        assert error.reason in ("empty file", "binary file") or error.reason.startswith(
+            "unrecognised text encoding: "
+        )
         return
     check_document(document)
     for chunk in document.chunks:

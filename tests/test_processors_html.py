@@ -9,6 +9,8 @@ from test_processors_support import check_document
 
 from knowledge_agent.errors import UnsupportedSourceError
 from knowledge_agent.processors import ProcessedDocument, process_bytes, process_file
+from knowledge_agent.processors import html as html_module
+from knowledge_agent.processors.html_stream import MAX_NESTING
 
 DATA = Path(__file__).parent / "data"
 RUSTDOC_PAGE = DATA / "rustdoc-documentation-tests.html"
@@ -197,3 +199,60 @@ def test_empty_page_is_unsupported() -> None:
         process_bytes(
             b"<html><body><nav>only navigation</nav><script>x()</script></body></html>", "e.html"
         )
+
+
+@pytest.fixture
+def streamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every page converted in one pass, as pages over the size limit are."""
+    monkeypatch.setattr(html_module, "TREE_LIMIT", 0)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        PAGE.encode(),
+        RUSTDOC_PAGE.read_bytes(),
+        b"<html><body><nav>Menu</nav><article><header><h1>Post title</h1></header>"
+        b"<p>Body text of the post.</p><footer>Tags: x</footer></article></body></html>",
+        b"<html><body><div class='menu'>Short menu</div><p>"
+        + b"Long body text. " * 40
+        + b"</p><div class='page menu'>"
+        + b"Most of the words. " * 80
+        + b"</div></body></html>",
+        b"<html><body><dl><dt>Term</dt><dd>Definition <em>here</em></dd></dl>"
+        b"<table><caption>Cap</caption><tbody><tr><td>a</td><td>b</td></tr></tbody></table>"
+        b"<ol start='7'><li>seven<ol><li>inner</li></ol></li></ol>"
+        b"<pre class='language-sh'>ls\n  -la</pre><div role='main'>x</div></body></html>",
+    ],
+    ids=["page", "rustdoc", "article", "chrome-share", "structures"],
+)
+def test_one_pass_conversion_matches_the_tree(page: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = process_bytes(page, "p.html")
+    monkeypatch.setattr(html_module, "TREE_LIMIT", 0)
+    streamed = process_bytes(page, "p.html")
+    assert (streamed.title, streamed.metadata) == (tree.title, tree.metadata)
+    assert streamed.content == tree.content
+
+
+def test_deep_page_is_converted_in_one_pass_and_flattened() -> None:
+    depth = html_module.MAX_TREE_DEPTH * 4
+    page = (
+        "<html><head><title>Deep</title></head><body><h2>Top</h2>"
+        + "<blockquote><div>" * depth
+        + "inner words"
+        + "</div></blockquote>" * depth
+        + "</body></html>"
+    )
+    document = process_bytes(page.encode(), "deep.html")
+    assert document.title == "Deep"
+    assert document.content.startswith("## Top\n\n> > ")
+    assert document.content.endswith("inner words")
+    assert document.content.count(">") == MAX_NESTING
+
+
+def test_streamed_page_takes_title_h1_and_description(streamed: None) -> None:
+    document = process_bytes(PAGE.encode(), "site/deploy.html")
+    assert document.title == "Deploy svc"
+    assert document.metadata["description"] == "How to deploy the service."
+    no_title = process_bytes(b"<p>Only text.</p>", "a/b/page-name.htm")
+    assert (no_title.title, no_title.content) == ("page-name", "Only text.")

@@ -5,15 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from knowledge_agent.storage.sources import path_to_db
+
 __all__ = ["CollectProgress", "CollectReport", "FileIssue"]
 
 
 @dataclass(frozen=True)
 class FileIssue:
-    """A file that was skipped or failed, and why."""
+    """A file that was skipped or failed, and why.
+
+    ``path`` and ``reason`` are readable text: a byte of the file name that is not UTF-8
+    is shown as its stored escape (``\ufffdFF``), so a report can always be printed.
+    """
 
     path: str
     reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", path_to_db(self.path))
+        object.__setattr__(self, "reason", path_to_db(self.reason))
 
     def to_dict(self) -> dict[str, str]:
         return {"path": self.path, "reason": self.reason}
@@ -25,7 +35,8 @@ class CollectProgress:
 
     One event per file, ``status`` processed, unchanged, skipped, failed or removed, with
     ``done`` / ``total`` files and bytes; then ``indexing`` events while the search indexes
-    catch up, ``done`` / ``total`` counting items (``path`` empty, bytes 0).
+    catch up, ``done`` / ``total`` counting items (``path`` empty, bytes 0). ``path`` is
+    readable text, as in :class:`FileIssue`.
     """
 
     path: str
@@ -34,6 +45,9 @@ class CollectProgress:
     total: int
     bytes_done: int
     bytes_total: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", path_to_db(self.path))
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -98,6 +99,10 @@ class BaseDataSourceProcessor(ABC):
     def process(self, data: bytes, path: str) -> ProcessedDocument:
         """Extract, chunk and annotate; raises ``IngestError`` / ``UnsupportedSourceError``."""
         extraction = self.extract(data, path)
+        # A lone surrogate (a PDF's broken character map) cannot be stored as UTF-8;
+        # one replacement character for one keeps every offset.
+        extraction.content = _valid_text(extraction.content)
+        extraction.title = _valid_text(extraction.title)
         if not extraction.content.strip():
             raise UnsupportedSourceError(path, "empty file")
         return ProcessedDocument(
@@ -167,14 +172,36 @@ def whole_document_chunk(content: str, heading: str) -> KnowledgeChunk:
     )
 
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _valid_text(text: str) -> str:
+    if text.isascii():
+        return text
+    return _SURROGATES.sub("\ufffd", text)
+
+
 def file_stem(path: str) -> str:
     """``docs/Install Guide.md`` → ``Install Guide`` (works for URLs and Windows paths)."""
-    return PurePath(path.replace("\\", "/").rstrip("/")).stem or path
+    return readable_name(PurePath(path.replace("\\", "/").rstrip("/")).stem or path)
 
 
 def file_name(path: str) -> str:
     """``docs/config.yaml`` → ``config.yaml``."""
-    return PurePath(path.replace("\\", "/").rstrip("/")).name or path
+    return readable_name(PurePath(path.replace("\\", "/").rstrip("/")).name or path)
+
+
+def readable_name(name: str) -> str:
+    """``name`` with the bytes that were not UTF-8 (lone surrogates) shown as ``U+FFFD``
+    and their hex digits, the way stored paths show them: a title must be valid text."""
+    if not any(0xD800 <= ord(char) <= 0xDFFF for char in name):
+        return name
+    return "".join(
+        f"\ufffd{ord(char) - 0xDC00:02X}"
+        if 0xDC80 <= ord(char) <= 0xDCFF
+        else (f"\ufffdu{ord(char):04X}" if 0xD800 <= ord(char) <= 0xDFFF else char)
+        for char in name
+    )
 
 
 def block_sections(

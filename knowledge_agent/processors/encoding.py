@@ -2,7 +2,8 @@
 
 :func:`decode_bytes` never raises: a file that is neither marked nor valid UTF-8 is
 guessed (GB18030 for Chinese, cp1252 for Western text) and latin-1, which maps every
-byte, is the last resort. Line ends are normalised to ``"\\n"`` so that offsets and line
+byte, is the last resort. UTF-16 and UTF-32 without a byte-order mark are recognised by
+where their NUL bytes fall. Line ends are normalised to ``"\\n"`` so that offsets and line
 numbers mean the same thing for every file.
 """
 
@@ -10,7 +11,14 @@ from __future__ import annotations
 
 import codecs
 
-__all__ = ["decode_bytes", "looks_binary", "normalize_newlines"]
+__all__ = [
+    "binary_problem",
+    "bom_encoding",
+    "decode_bytes",
+    "looks_binary",
+    "normalize_newlines",
+    "unmarked_utf_encoding",
+]
 
 # Longest first: the UTF-32 LE mark starts with the UTF-16 LE one.
 _BOMS: tuple[tuple[bytes, str], ...] = (
@@ -41,6 +49,9 @@ _BINARY_MAGIC = (
 # backspace, vertical tab, escape (ANSI colours in logs).
 _TEXT_CONTROLS = frozenset(b"\t\n\x0c\r\x08\x0b\x1b")
 _MAX_CONTROL_RATIO = 0.05
+# How much of a file the UTF-16/32 guess looks at, and how clean its decoding must be.
+_UTF_SAMPLE = 4096
+_UTF_CANDIDATES = ("utf-32-le", "utf-32-be", "utf-16-le", "utf-16-be")
 
 
 def bom_encoding(data: bytes) -> str | None:
@@ -54,15 +65,97 @@ def bom_encoding(data: bytes) -> str | None:
 def looks_binary(head: bytes) -> bool:
     """Whether the first bytes of a file say it is not text.
 
-    A byte-order mark means text (UTF-16 text is full of NUL bytes); otherwise a NUL
-    byte, a known binary magic number or too many control characters mean binary.
+    A byte-order mark means text (UTF-16 text is full of NUL bytes), and so do NUL bytes
+    laid out as UTF-16 or UTF-32 text lays them out; otherwise a NUL byte, a known binary
+    magic number or too many control characters mean binary.
     """
+    return binary_problem(head) is not None
+
+
+def binary_problem(head: bytes) -> str | None:
+    """Why the first bytes of a file are not text (``None`` when they are): what
+    :func:`looks_binary` found, in words for a skip reason."""
     if not head or bom_encoding(head) is not None:
-        return False
-    if b"\x00" in head or head.startswith(_BINARY_MAGIC):
-        return True
+        return None
+    if head.startswith(_BINARY_MAGIC):
+        return "a binary file signature"
+    if b"\x00" in head:
+        if unmarked_utf_encoding(head) is not None:
+            return None
+        return "NUL bytes that are not laid out as UTF-16 or UTF-32 text"
     controls = sum(1 for byte in head if byte < 0x20 and byte not in _TEXT_CONTROLS)
-    return controls > _MAX_CONTROL_RATIO * len(head)
+    if controls > _MAX_CONTROL_RATIO * len(head):
+        return "too many control characters"
+    return None
+
+
+def unmarked_utf_encoding(data: bytes) -> str | None:
+    """UTF-32 or UTF-16 (LE or BE) text without a byte-order mark, recognised from its start.
+
+    Text in these encodings has NUL bytes at fixed positions: the high byte of every
+    ASCII character in UTF-16, the top two bytes of nearly every character in UTF-32. An
+    encoding is taken when its NUL positions match, the sample decodes strictly, and the
+    text has no NUL characters and few control characters; random binary data with NUL
+    bytes fails one of these.
+    """
+    sample = data[:_UTF_SAMPLE]
+    if b"\x00" not in sample:
+        return None
+    for name in _UTF_CANDIDATES:
+        unit = 4 if name.startswith("utf-32") else 2
+        usable = sample[: len(sample) - len(sample) % unit]
+        if not usable or not _nul_layout_fits(usable, name):
+            continue
+        decoder = codecs.getincrementaldecoder(name)(errors="strict")
+        try:
+            # Not final unless it is the whole file: a pair cut at the end is no error.
+            text = decoder.decode(usable, final=len(usable) == len(data))
+        except UnicodeDecodeError:
+            continue
+        if text and _plausible_text(text):
+            return name
+    return None
+
+
+def _nul_layout_fits(sample: bytes, name: str) -> bool:
+    """Whether the NUL bytes of ``sample`` sit where ``name`` puts them for text."""
+    little = name.endswith("-le")
+    if name.startswith("utf-32"):
+        units = len(sample) // 4
+        # The top byte of a code point is always 0; the next one is 0 outside the
+        # supplementary planes, so nearly always.
+        top = sample[3::4] if little else sample[0::4]
+        plane = sample[2::4] if little else sample[1::4]
+        return top.count(0) == units and plane.count(0) >= 0.9 * units
+    units = len(sample) // 2
+    high = sample[1::2] if little else sample[0::2]
+    low = sample[0::2] if little else sample[1::2]
+    high_nuls, low_nuls = high.count(0), low.count(0)
+    if low_nuls > max(1, units // 100):
+        return False  # U+xx00 characters are rare; NULs on both sides are binary
+    # Latin text: mostly ASCII, so most high bytes are NUL. Other scripts have fewer,
+    # from spaces, digits and line ends; a longer sample is needed to trust them.
+    return high_nuls >= 0.5 * units or (units >= 16 and high_nuls >= 0.05 * units)
+
+
+def _plausible_text(text: str) -> bool:
+    if "\x00" in text:
+        return False
+    controls = sum(1 for char in text if ord(char) < 0x20 and ord(char) not in _TEXT_CONTROLS)
+    if controls > _MAX_CONTROL_RATIO * len(text):
+        return False
+    # Private-use and unassigned code points are what binary data decodes to, not text.
+    odd = sum(
+        1
+        for char in text
+        if 0xE000 <= ord(char) <= 0xF8FF or ord(char) >= 0xF0000 or _is_noncharacter(char)
+    )
+    return odd <= _MAX_CONTROL_RATIO * len(text)
+
+
+def _is_noncharacter(char: str) -> bool:
+    code = ord(char)
+    return 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE
 
 
 def normalize_newlines(text: str) -> str:
@@ -73,15 +166,19 @@ def normalize_newlines(text: str) -> str:
 def decode_bytes(data: bytes, *, declared: str | None = None) -> tuple[str, str]:
     """Decode ``data`` to text with normalised line ends; returns ``(text, encoding)``.
 
-    Order: a byte-order mark (which is removed), strict UTF-8, the ``declared``
-    encoding (e.g. an HTML ``<meta charset>``) if Python knows it, then a guess.
-    Never raises.
+    Order: a byte-order mark (which is removed), UTF-16 / UTF-32 recognised by their NUL
+    bytes, strict UTF-8, the ``declared`` encoding (e.g. an HTML ``<meta charset>``) if
+    Python knows it, then a guess. Never raises.
     """
     name = bom_encoding(data)
     if name is not None:
         bom = 3 if name == "utf-8-sig" else (4 if name.startswith("utf-32") else 2)
         codec = "utf-8" if name == "utf-8-sig" else name
         return normalize_newlines(data[bom:].decode(codec, errors="replace")), name
+    # Before UTF-8: ASCII in UTF-16 is valid UTF-8 too, full of NUL characters.
+    name = unmarked_utf_encoding(data)
+    if name is not None:
+        return normalize_newlines(data.decode(name, errors="replace")), name
     try:
         return normalize_newlines(data.decode("utf-8")), "utf-8"
     except UnicodeDecodeError:

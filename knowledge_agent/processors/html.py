@@ -12,7 +12,13 @@ from knowledge_agent.processors.encoding import decode_bytes
 if TYPE_CHECKING:
     from bs4 import BeautifulSoup
 
-__all__ = ["HtmlProcessor", "declared_charset"]
+__all__ = ["MAX_TREE_DEPTH", "TREE_LIMIT", "HtmlProcessor", "declared_charset"]
+
+TREE_LIMIT = 1 << 20
+"""Pages of more characters than this are converted in one pass, without a tree."""
+MAX_TREE_DEPTH = 128
+"""Pages nested deeper than this are converted in one pass too: the tree conversion
+recurses once per level."""
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.IGNORECASE)
 _SPACES = re.compile(r"\s+")
@@ -24,7 +30,10 @@ class HtmlProcessor(BaseDataSourceProcessor):
     Title: ``<title>``, else the first ``<h1>``, else the file stem. Content: ``<main>``
     (or a single ``<article>``, or ``[role=main]``, or ``<body>``) without navigation,
     headers, footers, sidebars, scripts and forms, converted by
-    :func:`~knowledge_agent.processors.html_markdown.to_markdown`.
+    :func:`~knowledge_agent.processors.html_markdown.to_markdown`. Pages over
+    :data:`TREE_LIMIT` characters or nested deeper than :data:`MAX_TREE_DEPTH` are
+    converted by :func:`~knowledge_agent.processors.html_stream.stream_markdown`, whose
+    memory is bounded by the text and whose time does not grow with depth.
     """
 
     name = "html"
@@ -44,10 +53,15 @@ class HtmlProcessor(BaseDataSourceProcessor):
         )
 
         text, encoding = decode_bytes(data, declared=declared_charset(data))
+        if len(text) > TREE_LIMIT:
+            return _streamed(text, encoding, path)
         with warnings.catch_warnings():
             # XHTML served as HTML is fine for html.parser; the warning is noise here.
             warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
             soup = BeautifulSoup(text, "html.parser")
+        if _deeper_than(soup, MAX_TREE_DEPTH):
+            soup.decompose()
+            return _streamed(text, encoding, path)
         metadata: dict[str, Any] = {"encoding": encoding}
         description = _meta_content(soup, "description")
         if description:
@@ -60,6 +74,31 @@ class HtmlProcessor(BaseDataSourceProcessor):
         strip_page_chrome(root)
         content = to_markdown(root)
         return Extraction(content=content, title=title or file_stem(path), metadata=metadata)
+
+
+def _streamed(text: str, encoding: str, path: str) -> Extraction:
+    from knowledge_agent.processors.html_stream import stream_markdown
+
+    page = stream_markdown(text)
+    metadata: dict[str, Any] = {"encoding": encoding}
+    if page.description:
+        metadata["description"] = page.description
+    title = page.title or page.first_h1 or file_stem(path)
+    return Extraction(content=page.content, title=title, metadata=metadata)
+
+
+def _deeper_than(soup: BeautifulSoup, limit: int) -> bool:
+    """Whether any element is nested more than ``limit`` deep (walked without recursion)."""
+    from bs4 import Tag
+
+    depth: dict[int, int] = {id(soup): 0}
+    for tag in soup.descendants:
+        if isinstance(tag, Tag):
+            level = depth[id(tag.parent)] + 1
+            if level > limit:
+                return True
+            depth[id(tag)] = level
+    return False
 
 
 def declared_charset(data: bytes) -> str | None:

@@ -131,7 +131,9 @@ def strip_page_chrome(root: Tag | BeautifulSoup) -> None:
         tag.decompose()
     total = len(root.get_text())
     for tag in root.find_all(True):
-        if tag.decomposed:
+        # Not ``tag.decomposed``: on an element not decomposed, bs4 answers that through
+        # ``tag._decomposed``, a search of the whole subtree for such a tag (quadratic).
+        if vars(tag).get("_decomposed", False):
             continue
         if tag.name in ("header", "footer"):
             if tag.name == "footer" or not tag.find(list(_HEADINGS)):
@@ -283,13 +285,16 @@ def _paragraph(parts: Iterable[str]) -> str | None:
 
 def _fenced(pre: Tag) -> list[str]:
     """A ``<pre>`` as a fenced code block, its text kept exactly."""
-    code = pre.get_text()
+    return fenced_block(pre.get_text(), _code_language(pre))
+
+
+def fenced_block(code: str, language: str) -> list[str]:
+    """The text of a ``<pre>`` as a fenced code block (none when it is blank)."""
     if code.startswith("\n"):
         code = code[1:]  # HTML ignores a newline right after <pre>
     code = code.rstrip("\n")
     if not code.strip():
         return []
-    language = _code_language(pre)
     runs = [len(match.group(1)) for match in _FENCE_RUN.finditer(code) if match.group(1)[0] == "`"]
     fence = "`" * max(3, max(runs, default=0) + 1)
     return [f"{fence}{language}\n{code}\n{fence}"]

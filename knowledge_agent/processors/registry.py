@@ -21,7 +21,12 @@ from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.errors import IngestError, UnsupportedSourceError
 from knowledge_agent.processors.base import BaseDataSourceProcessor, ProcessedDocument
 from knowledge_agent.processors.code import CodeProcessor, detect_code_language
-from knowledge_agent.processors.encoding import bom_encoding, looks_binary
+from knowledge_agent.processors.encoding import (
+    binary_problem,
+    bom_encoding,
+    looks_binary,
+    unmarked_utf_encoding,
+)
 from knowledge_agent.processors.html import HtmlProcessor
 from knowledge_agent.processors.pdf import PdfProcessor
 from knowledge_agent.processors.rst import RstProcessor
@@ -89,7 +94,7 @@ def process_bytes(data: bytes, path: str, config: ChunkConfig | None = None) -> 
             raise UnsupportedSourceError(path, "empty file")
         processor = processor_for(path, data[:SNIFF_BYTES])
         if processor is None:
-            raise UnsupportedSourceError(path, "binary file")
+            raise UnsupportedSourceError(path, _binary_reason(path, data[:SNIFF_BYTES]))
         return processor(ContentChunker(config)).process(data, path)
     except IngestError:
         raise
@@ -129,13 +134,25 @@ def process_file(
     return process_bytes(data, name, config)
 
 
+def _binary_reason(path: str, head: bytes) -> str:
+    """Why a file is skipped as binary; a file named as text gets the encoding blamed."""
+    problem = binary_problem(head)
+    if (
+        problem is None
+        or problem == "a binary file signature"
+        or _extension(path) not in _BY_EXTENSION
+    ):
+        return "binary file"
+    return f"unrecognised text encoding: {problem}"
+
+
 def _extension(path: str) -> str:
     return PurePath(path.replace("\\", "/")).suffix.lower()
 
 
 def _text_start(head: bytes) -> str:
     """The first characters of ``head`` as lower-case text, leading whitespace removed."""
-    encoding = bom_encoding(head)
+    encoding = bom_encoding(head) or unmarked_utf_encoding(head)
     if encoding is not None:
         codec = "utf-8" if encoding == "utf-8-sig" else encoding
         text = head.decode(codec, errors="ignore").lstrip("\ufeff")

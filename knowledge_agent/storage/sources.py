@@ -5,12 +5,18 @@ A *root* is what a user asked to collect (a folder or a file, with its walk opti
 when it was last indexed. Re-running a collection compares the disk against these rows.
 A source row is deleted with its item (``ON DELETE CASCADE``), so a deleted item comes
 back on the next sync of its root.
+
+File names are bytes; Python gives the ones that are not valid UTF-8 as lone surrogates
+(``\udcff`` for the byte ``0xff``), which SQLite text cannot hold. Every path goes in
+through :func:`path_to_db` and comes out through :func:`path_from_db`, a reversible
+escape that leaves every other path as it is (see :func:`path_to_db`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -22,7 +28,68 @@ from knowledge_agent.errors import StorageError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.models.knowledge_item import utc_now
 
-__all__ = ["SOURCES_MIGRATION", "KnowledgeBaseInfo", "SourceRecord", "SourceRoot"]
+__all__ = [
+    "SOURCES_MIGRATION",
+    "KnowledgeBaseInfo",
+    "SourceRecord",
+    "SourceRoot",
+    "path_from_db",
+    "path_to_db",
+]
+
+# The escape character of stored paths: the replacement character, because a reader sees
+# at once that a byte could not be decoded, and real file names almost never hold it.
+_ESCAPE = "\ufffd"
+_ESCAPED = re.compile("\ufffd(?:(\ufffd)|([89A-F][0-9A-F])|u([0-9A-F]{4}))")
+
+
+def path_to_db(path: str) -> str:
+    """``path`` as text SQLite can store and a person can read; :func:`path_from_db` undoes it.
+
+    A byte that was not valid UTF-8 (a lone surrogate ``U+DC80``..``U+DCFF`` from
+    ``os.fsdecode``) becomes ``U+FFFD`` and its two hex digits (``bad\ufffdFF.txt``), any
+    other lone surrogate ``U+FFFD u`` and four, and ``U+FFFD`` itself is doubled. Every
+    path without these characters is stored unchanged, and prefixes stay prefixes, so a
+    folder's rows are still found by the folder's escaped path.
+    """
+    if _ESCAPE not in path and _encodable(path):
+        return path
+    out: list[str] = []
+    for char in path:
+        code = ord(char)
+        if char == _ESCAPE:
+            out.append(_ESCAPE * 2)
+        elif 0xDC80 <= code <= 0xDCFF:
+            out.append(f"{_ESCAPE}{code - 0xDC00:02X}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append(f"{_ESCAPE}u{code:04X}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def path_from_db(text: str) -> str:
+    """The path :func:`path_to_db` made ``text`` from (a lone ``U+FFFD`` is kept as is)."""
+    if _ESCAPE not in text:
+        return text
+    return _ESCAPED.sub(_unescape, text)
+
+
+def _unescape(match: re.Match[str]) -> str:
+    if match.group(1):
+        return _ESCAPE
+    if match.group(2):
+        return chr(0xDC00 + int(match.group(2), 16))
+    return chr(int(match.group(3), 16))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
 
 SOURCE_STATUSES = ("indexed", "skipped", "failed")
 
@@ -111,7 +178,7 @@ class KnowledgeBaseInfo:
             "items": self.items,
             "chunks": self.chunks,
             "sources": self.sources,
-            "roots": list(self.roots),
+            "roots": [path_to_db(root) for root in self.roots],
             "last_indexed_at": self.last_indexed_at.isoformat() if self.last_indexed_at else None,
         }
 
@@ -128,8 +195,8 @@ def _time(text: str | None) -> datetime | None:
 def _record(row: sqlite3.Row) -> SourceRecord:
     return SourceRecord(
         kb=row["kb"],
-        path=row["path"],
-        root=row["root"],
+        path=path_from_db(row["path"]),
+        root=path_from_db(row["root"]),
         size=row["size"],
         mtime_ns=row["mtime_ns"],
         status=row["status"],
@@ -152,14 +219,14 @@ _SOURCE_UPSERT = (
 def _source_row(record: SourceRecord) -> tuple[Any, ...]:
     return (
         record.kb,
-        record.path,
-        record.root,
+        path_to_db(record.path),
+        path_to_db(record.root),
         record.item_id,
         record.size,
         record.mtime_ns,
         record.content_hash,
         record.status,
-        record.error,
+        path_to_db(record.error),  # a reason may quote the path; kept readable
         record.indexed_at.isoformat(),
     )
 
@@ -233,7 +300,7 @@ class SourceTrackingMixin:
             items=int(items[0]),
             chunks=int(chunks),
             sources=int(source_count),
-            roots=[root[0] for root in roots],
+            roots=[path_from_db(root[0]) for root in roots],
             last_indexed_at=_time(items[1]),
         )
 
@@ -260,7 +327,7 @@ class SourceTrackingMixin:
                 "options = excluded.options, synced_at = excluded.synced_at",
                 (
                     root.kb,
-                    root.root,
+                    path_to_db(root.root),
                     _json(root.options),
                     root.added_at.isoformat(),
                     root.synced_at.isoformat() if root.synced_at else None,
@@ -279,7 +346,7 @@ class SourceTrackingMixin:
         return [
             SourceRoot(
                 kb=row["kb"],
-                root=row["root"],
+                root=path_from_db(row["root"]),
                 options=_unjson(row["options"]),
                 added_at=_time(row["added_at"]) or utc_now(),
                 synced_at=_time(row["synced_at"]),
@@ -289,6 +356,7 @@ class SourceTrackingMixin:
 
     def delete_root(self, kb: str, root: str) -> list[str]:
         """Forget a root and delete the items of its sources; returns those item ids."""
+        root = path_to_db(root)
         with self._writing("delete_root") as conn:
             ids = [
                 row[0]
@@ -310,21 +378,23 @@ class SourceTrackingMixin:
         params: tuple[str, ...] = (kb,)
         if root is not None:
             sql += " AND root = ?"
-            params = (kb, root)
+            params = (kb, path_to_db(root))
         with self._reading("get_sources") as conn:
             rows = conn.execute(sql, params).fetchall()
-        return {row["path"]: _record(row) for row in rows}
+        records = [_record(row) for row in rows]
+        return {record.path: record for record in records}
 
     def get_source(self, kb: str, path: str) -> SourceRecord | None:
         """One tracked file, or None."""
         with self._reading("get_source") as conn:
             row = conn.execute(
-                "SELECT * FROM sources WHERE kb = ? AND path = ?", (kb, path)
+                "SELECT * FROM sources WHERE kb = ? AND path = ?", (kb, path_to_db(path))
             ).fetchone()
         return None if row is None else _record(row)
 
     def sources_at(self, path: str, separator: str = os.sep) -> list[SourceRecord]:
         """Tracked files (of any knowledge base) at ``path`` or anywhere under it."""
+        path = path_to_db(path)
         inside = path.rstrip(separator) + separator
         with self._reading("sources_at") as conn:
             rows = conn.execute(
@@ -353,6 +423,7 @@ class SourceTrackingMixin:
 
     def delete_source(self, kb: str, path: str) -> str | None:
         """Forget a tracked file and delete its item; returns the item id, if there was one."""
+        path = path_to_db(path)
         with self._writing("delete_source") as conn:
             row = conn.execute(
                 "SELECT item_id FROM sources WHERE kb = ? AND path = ?", (kb, path)
@@ -368,7 +439,8 @@ class SourceTrackingMixin:
 
 
 def _json(value: dict[str, Any]) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    # ASCII escapes carry a pattern holding an undecodable byte (a lone surrogate).
+    return json.dumps(value, sort_keys=True)
 
 
 def _unjson(text: str) -> dict[str, Any]:
