@@ -188,37 +188,46 @@ def test_two_writing_processes_lose_nothing(tmp_path: Path) -> None:
 def test_readers_during_a_write_never_fail(base: Path) -> None:
     reader_body = """
         import random
-        failures, reads, deadline = [], 0, time.monotonic() + 4
+        failures, gone, reads, deadline = [], [], 0, time.monotonic() + 4
         keep = KnowledgeAgentCore(DATA) if ARG == "keep" else None
         while time.monotonic() < deadline:
             try:
                 core = keep or KnowledgeAgentCore(DATA)
+                started = time.time()
                 for result in core.search(f"tok{random.randrange(40)} shared", limit=3):
                     if core.get_item(result.item.id) is None:
-                        failures.append(f"hit to missing item {result.item.id}")
+                        gone.append([result.item.id, started])
                 if keep is None:
                     core.close()
                 reads += 1
             except Exception as exc:
                 failures.append(repr(exc))
-        print(json.dumps({"reads": reads, "failures": failures}))
+        print(json.dumps({"reads": reads, "failures": failures, "gone": gone}))
     """
     writer_body = """
+        deleted = {}
         with KnowledgeAgentCore(DATA) as core:
             for n in range(5, 40):
+                doomed = None
                 with core.batch():
                     core.add_text(f"note tok{n} about shared folders", title=f"note {n}")
                     if n % 5 == 0:
-                        core.delete_knowledge_item(core.list_items()[0].id)
-        print(json.dumps({"done": True}))
+                        doomed = core.list_items()[0].id
+                        core.delete_knowledge_item(doomed)
+                if doomed:
+                    deleted[doomed] = time.time()  # committed, indexes included, by now
+        print(json.dumps({"deleted": deleted}))
     """
     readers = [child(reader_body, base, mode) for mode in ("keep", "reopen")]
     time.sleep(0.5)
     writer = child(writer_body, base)
-    assert result(writer)["done"]
+    deleted = result(writer)["deleted"]
     for reader in readers:
         outcome = result(reader)
         assert outcome["failures"] == [] and outcome["reads"] > 0
+        # A hit deleted while its search ran is a race of the check, not a stale hit.
+        stale = [(i, t) for i, t in outcome["gone"] if i in deleted and deleted[i] < t]
+        assert stale == [] and all(i in deleted for i, _ in outcome["gone"])
     with KnowledgeAgentCore(base) as core:
         assert core.status().consistent
 

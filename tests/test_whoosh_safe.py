@@ -27,14 +27,8 @@ from whoosh.system import pack_int, unpack_int
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
-from knowledge_agent.search import search_index_manager
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
-from knowledge_agent.search.search_index_manager import (
-    LuceneBM25F,
-    SearchIndexManager,
-    _chunk_schema,
-    _signature,
-)
+from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.whoosh_parts import Codec
 from knowledge_agent.search.whoosh_safe import (
     DATA_GLOBALS,
@@ -45,9 +39,10 @@ from knowledge_agent.search.whoosh_safe import (
     restricted_loads,
     stored_schema,
 )
+from knowledge_agent.search.whoosh_schema import LuceneBM25F, chunk_schema, schema_signature
 
 ANALYZER = TextAnalyzer()
-SCHEMA = _chunk_schema(ANALYZER)
+SCHEMA = chunk_schema(ANALYZER)
 COMMON = "common"  # a term of every chunk: postings in several blocks
 
 
@@ -290,7 +285,7 @@ SITES = [
 def _safe_readers(folder: Path) -> list[SegmentReader]:
     """Open the way SearchIndexManager opens, through whoosh_safe."""
     storage = SafeFileStorage(str(folder))
-    assert _signature(stored_schema(storage)) == _signature(SCHEMA)
+    assert schema_signature(stored_schema(storage)) == schema_signature(SCHEMA)
     ix = open_file_index(storage, SCHEMA)
     return [leaf for leaf, _ in ix.reader().leaf_readers()]
 
@@ -384,7 +379,7 @@ def test_safe_storage_indexes_are_safe(tmp_path: Path) -> None:
     storage = SafeFileStorage(str(tmp_path)).create()
     ix = storage.create_index(SCHEMA)
     assert type(storage.open_index()) is type(ix) is not FileIndex
-    assert _signature(storage.open_index().schema) == _signature(SCHEMA)
+    assert schema_signature(storage.open_index().schema) == schema_signature(SCHEMA)
 
 
 def test_older_toc_versions_are_refused(chunks: Path) -> None:
@@ -429,17 +424,6 @@ def test_latin1_encode_is_allowed_for_bytes_only() -> None:
 # --------------------------------------------------------------------------- end to end
 
 
-def _wired() -> bool:
-    return hasattr(search_index_manager, "SafeFileStorage") or hasattr(
-        search_index_manager, "open_file_index"
-    )
-
-
-@pytest.mark.xfail(
-    not _wired(),
-    reason="passes once search_index_manager._open opens through whoosh_safe",
-    strict=True,
-)
 def test_core_rebuilds_an_index_with_a_planted_toc_without_running_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

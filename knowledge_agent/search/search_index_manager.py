@@ -69,7 +69,7 @@ from typing import Any
 
 import numpy as np
 from whoosh import fields as wf
-from whoosh.filedb.filestore import FileStorage, Storage
+from whoosh.filedb.filestore import Storage
 from whoosh.index import FileIndex, LockError
 from whoosh.searching import Searcher
 from whoosh.writing import CLEAR, SegmentWriter
@@ -86,6 +86,7 @@ from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.keyword_filters import filter_mask
 from knowledge_agent.search.whoosh_merge import merge_policy
 from knowledge_agent.search.whoosh_parts import Codec, PostingTable
+from knowledge_agent.search.whoosh_safe import SafeFileStorage, open_file_index, stored_schema
 from knowledge_agent.search.whoosh_schema import (
     DEFAULT_FIELD_BOOSTS,
     FILTER_FIELDS,
@@ -290,7 +291,7 @@ class SearchIndexManager:
                     idx.absent = True
                     return
                 idx.path.mkdir(parents=True, exist_ok=True)
-                idx.storage = FileStorage(str(idx.path))
+                idx.storage = SafeFileStorage(str(idx.path))
             storage = idx.storage
             # Whoosh's index_exists() would unpickle the TOC; a file listing is enough here
             # and leaves a corrupt TOC to the guarded open below.
@@ -303,8 +304,7 @@ class SearchIndexManager:
                 f"cannot create the {idx.name} index in {idx.location}: {exc}"
             ) from exc
         try:
-            on_disk = storage.open_index()
-            compatible = schema_signature(on_disk.schema) == schema_signature(idx.schema)
+            compatible = schema_signature(stored_schema(storage)) == schema_signature(idx.schema)
         except Exception as exc:  # corrupt TOC, unpickling error, unreadable files, …
             raise SearchIndexError(
                 f"the {idx.name} index in {idx.location} cannot be opened "
@@ -317,7 +317,7 @@ class SearchIndexManager:
             )
         # Our own schema object: its analyzer (and its term cache) is shared by every writer
         # instead of being unpickled afresh from the TOC for each one.
-        idx.ix = FileIndex(storage, schema=idx.schema)
+        idx.ix = open_file_index(storage, idx.schema)
         self._searcher(idx)  # reads every segment now: a broken one fails here, not later
 
     def refresh(self) -> bool:
