@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -18,10 +20,25 @@ from whoosh.scoring import TF_IDF
 from whoosh.searching import Searcher
 from whoosh.writing import NO_MERGE
 
-from knowledge_agent.search import bm25_scan
+from knowledge_agent.search import whoosh_internals
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
-from knowledge_agent.search.columns import column_values
-from knowledge_agent.search.search_index_manager import LuceneBM25F
+from knowledge_agent.search.whoosh_internals import column_values, field_lengths
+from knowledge_agent.search.whoosh_schema import LuceneBM25F
+
+# Every check runs on the fast paths (Whoosh's private block attributes) and on the public
+# matcher interface that replaces them on an untested Whoosh version.
+PATHS = pytest.mark.parametrize("fast", [True, False], ids=["fast-paths", "public-paths"])
+
+
+@contextmanager
+def internals(fast: bool) -> Iterator[None]:
+    saved = whoosh_internals.FAST_PATHS
+    whoosh_internals.FAST_PATHS = fast
+    try:
+        yield
+    finally:
+        whoosh_internals.FAST_PATHS = saved
+
 
 VOCAB = [f"w{i}" for i in range(12)]
 
@@ -75,7 +92,8 @@ CLAUSES = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@PATHS
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
     docs=st.integers(1, 400),
@@ -85,10 +103,16 @@ CLAUSES = st.lists(
     limit=st.integers(1, 50),
 )
 def test_scores_and_order_agree_with_whoosh(
-    seed: int, docs: int, segments: int, deletions: int, clauses: list[Clause], limit: int
+    fast: bool,
+    seed: int,
+    docs: int,
+    segments: int,
+    deletions: int,
+    clauses: list[Clause],
+    limit: int,
 ) -> None:
     ix = build(seed, docs, segments, deletions)
-    with ix.searcher(weighting=LuceneBM25F()) as searcher:
+    with internals(fast), ix.searcher(weighting=LuceneBM25F()) as searcher:
         expected = whoosh_scores(searcher, clauses)
         got = top_docs(searcher, ScanCache(), clauses, len(expected) + 1)
         assert {d for _, d in got} == set(expected)
@@ -100,10 +124,11 @@ def test_scores_and_order_agree_with_whoosh(
         assert top == got[:limit]
 
 
-def test_allow_mask_limits_the_candidates() -> None:
+@PATHS
+def test_allow_mask_limits_the_candidates(fast: bool) -> None:
     ix = build(7, 300, 3, 10)
     clauses = [Clause("content", "w1", 1.0), Clause("content", "w5", 1.0)]
-    with ix.searcher(weighting=LuceneBM25F()) as searcher:
+    with internals(fast), ix.searcher(weighting=LuceneBM25F()) as searcher:
         every = top_docs(searcher, ScanCache(), clauses, 1000)
         allow = np.zeros(searcher.doc_count_all(), bool)
         allow[::3] = True
@@ -112,14 +137,15 @@ def test_allow_mask_limits_the_candidates() -> None:
         assert top_docs(searcher, ScanCache(), clauses, 1000, np.zeros_like(allow)) == []
 
 
-def test_lengths_decoded_from_the_column_match_whoosh() -> None:
+@PATHS
+def test_lengths_decoded_from_the_column_match_whoosh(fast: bool) -> None:
     ix = build(3, 250, 2, 0)
-    with ix.searcher() as searcher:
+    with internals(fast), ix.searcher() as searcher:
         for leaf, _ in searcher.leaf_searchers():
             reader = leaf.reader()
             n = reader.doc_count_all()
             for name in ("content", "heading"):
-                got = bm25_scan._field_lengths(reader, name).tolist()
+                got = field_lengths(reader, name).tolist()
                 for docnum in range(n):
                     # None: the document has no term in the field, so it is never scored.
                     expected = reader.doc_field_length(docnum, name, 1)
@@ -136,14 +162,15 @@ class ValuesOnly:
         return self.values[docnum]
 
 
-def test_column_values_reads_a_whole_column_or_value_by_value() -> None:
+@PATHS
+def test_column_values_reads_a_whole_column_or_value_by_value(fast: bool) -> None:
     schema = wf.Schema(key=wf.ID(stored=True), when=wf.COLUMN(NumericColumn("d")))
     ix = RamStorage().create_index(schema)
     values = [0.0, 1.5, -2.25, 0.0, 1e12, 0.0, 0.0]  # trailing defaults are not written
     with ix.writer() as w:
         for n, v in enumerate(values):
             w.add_document(key=str(n), when=v)
-    with ix.reader() as reader:
+    with internals(fast), ix.reader() as reader:
         column = reader.column_reader("when", translate=False)
         assert column_values(column, len(values), ">f8").tolist() == values
     assert column_values(ValuesOnly(values), len(values), ">f8").tolist() == values

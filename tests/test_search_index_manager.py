@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import random
 import shutil
 import threading
 import time
@@ -22,9 +23,11 @@ from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+from knowledge_agent.search import whoosh_internals
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
-from knowledge_agent.search.search_index_manager import LuceneBM25F, SearchIndexManager
+from knowledge_agent.search.search_index_manager import SearchIndexManager
+from knowledge_agent.search.whoosh_schema import LuceneBM25F
 
 ANALYZER = TextAnalyzer()
 BASE_TIME = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
@@ -868,3 +871,27 @@ def test_opening_writes_nothing_and_readers_see_what_a_writer_creates(tmp_path: 
         assert reader.refresh() and reader.applied_seq == 4
         assert not reader.refresh()
     assert sorted(p.name for p in index_dir.iterdir()) == ["chunks", "items", "state.json"]
+
+
+def test_public_whoosh_paths_give_the_same_hits(tmp_path: Path) -> None:
+    """On an untested Whoosh version the index is written and read without the private fast
+    paths (no in-place reading, no compact posting pool, matchers posting by posting)."""
+    rng = random.Random(5)
+    words = [f"w{n}" for n in range(30)]
+    pairs = [
+        make_pair(f"i{n}", [("", " ".join(rng.choices(words, k=40))) for _ in range(4)])
+        for n in range(60)
+    ]
+    queries = [rng.sample(words, 3) for _ in range(20)]
+    found = []
+    for fast in (True, False):
+        saved = whoosh_internals.FAST_PATHS
+        whoosh_internals.FAST_PATHS = fast
+        try:
+            with SearchIndexManager(tmp_path / str(fast)) as mgr:
+                mgr.update(pairs[:30])
+                mgr.update(pairs[30:], deletes=["i3"])
+                found.append([mgr.search_chunks(q, 10) for q in queries])
+        finally:
+            whoosh_internals.FAST_PATHS = saved
+    assert found[0] == found[1] and found[0][0]

@@ -15,8 +15,8 @@ import numpy as np
 from whoosh import query as wq
 from whoosh.searching import Searcher
 
-from knowledge_agent.search.columns import column_values
 from knowledge_agent.search.filters import SearchFilters, to_epoch
+from knowledge_agent.search.whoosh_internals import column_values
 from knowledge_agent.search.whoosh_schema import FILTER_FIELDS, safe_text
 
 __all__ = ["filter_mask"]

@@ -84,6 +84,7 @@ from knowledge_agent.search.documents import chunk_search_text, item_search_text
 from knowledge_agent.search.filters import SearchFilters, to_epoch
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.keyword_filters import filter_mask
+from knowledge_agent.search.whoosh_internals import compact_posting_pool
 from knowledge_agent.search.whoosh_merge import merge_policy
 from knowledge_agent.search.whoosh_parts import Codec, PostingTable
 from knowledge_agent.search.whoosh_safe import SafeFileStorage, open_file_index, stored_schema
@@ -373,7 +374,8 @@ class SearchIndexManager:
         ix = self._usable(idx)
         try:
             writer = ix.writer(timeout=self.lock_timeout, delay=_LOCK_RETRY_DELAY, codec=Codec())
-            writer.pool = PostingTable()
+            if compact_posting_pool():
+                writer.pool = PostingTable()
             return writer
         except LockError as exc:
             raise SearchIndexError(

@@ -33,17 +33,17 @@ from whoosh.filedb.structfile import StructFile
 from whoosh.matching import Matcher
 from whoosh.reading import TermNotFound
 from whoosh.system import _INT_SIZE, _LONG_SIZE, pack_uint
-from whoosh.util.numeric import byte_to_length
 from whoosh.writing import PostingPool, SegmentWriter
 
 from knowledge_agent.analysis import WhooshTextAnalyzer
-from knowledge_agent.search.columns import column_values
+from knowledge_agent.search.whoosh_internals import (
+    LENGTH_OF_BYTE,
+    column_values,
+    in_place_reading,
+)
 from knowledge_agent.search.whoosh_safe import SafeBufferFile, restricted_loads, safe_file
 
-__all__ = ["LENGTH_OF_BYTE", "Codec", "CountedText", "PostingTable", "spill_to_pool"]
-
-LENGTH_OF_BYTE: list[int | None] = [None, *(byte_to_length(b) for b in range(1, 256))]
-"""Whoosh's field length for each length byte; byte 0 (no term in the field) reads as None."""
+__all__ = ["Codec", "CountedText", "PostingTable", "spill_to_pool"]
 
 
 class CountedText(wf.TEXT):
@@ -330,6 +330,8 @@ class _InPlaceStorage:
 def _in_place(storage: Storage) -> Any:
     """``storage`` with its compound segment file, if any, read in place. A segment reader
     gets the compound file overlaid on the index's storage."""
+    if not in_place_reading():
+        return storage
     if isinstance(storage, OverlayStorage) and isinstance(storage.a, CompoundStorage):
         return OverlayStorage(_InPlaceStorage(storage.a), storage.b)
     return _InPlaceStorage(storage) if isinstance(storage, CompoundStorage) else storage
