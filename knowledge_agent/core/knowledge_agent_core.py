@@ -41,7 +41,7 @@ from knowledge_agent.search.search_engine_impl import SearchConfig, SearchEngine
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import SQLiteStorageManager
-from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot
+from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot, path_to_db
 
 __all__ = ["KnowledgeAgentCore"]
 
@@ -655,9 +655,9 @@ class KnowledgeAgentCore:
     ) -> list[KnowledgeItem]:
         """The items collected from this file (its absolute path is their ``source_uri``)."""
         uri = os.fspath(path)
-        found = self.storage.items_with_source(uri, kb=kb)
+        found = self.storage.items_with_source(path_to_db(uri), kb=kb)
         full = os.path.abspath(os.path.expanduser(uri))
-        return found or self.storage.items_with_source(full, kb=kb)
+        return found or self.storage.items_with_source(path_to_db(full), kb=kb)
 
     def list_items(
         self, *, kb: str | None = None, source_type: str | None = None, limit: int = 100,

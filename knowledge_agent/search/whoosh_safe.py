@@ -44,6 +44,7 @@ Exceptions::
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 from typing import IO, Any
@@ -237,14 +238,37 @@ def safe_file(f: StructFile) -> StructFile:
 
 class SafeFileStorage(FileStorage):
     """``FileStorage`` whose files read pickles with the restricted unpickler and whose
-    indexes are :class:`SafeFileIndex` (``open_index``, ``create_index``)."""
+    indexes are :class:`SafeFileIndex` (``open_index``, ``create_index``).
+
+    Every file it creates is fsynced when closed — segment files before the TOC that names
+    them is renamed into place — except in its temporary storage, which a crash discards.
+    """
+
+    def __init__(self, path: str, *args: Any, durable: bool = True, **kwargs: Any) -> None:
+        super().__init__(path, *args, **kwargs)
+        self.durable = durable
 
     def open_file(self, name: str, **kwargs: Any) -> SafeStructFile:
         return SafeStructFile(open(self._fpath(name), "rb"), name=name, **kwargs)
 
+    def create_file(
+        self, name: str, excl: bool = False, mode: str = "wb", **kwargs: Any
+    ) -> StructFile:
+        if not self.durable:
+            return super().create_file(name, excl=excl, mode=mode, **kwargs)
+        onclose = kwargs.pop("onclose", None)
+
+        def sync_then(f: StructFile) -> None:
+            if onclose is not None:
+                onclose(f)
+            f.file.flush()
+            os.fsync(f.file.fileno())
+
+        return super().create_file(name, excl=excl, mode=mode, onclose=sync_then, **kwargs)
+
     def temp_storage(self, name: str | None = None) -> SafeFileStorage:
         base = super().temp_storage(name)
-        return SafeFileStorage(base.folder)
+        return SafeFileStorage(base.folder, durable=False)
 
     def open_index(
         self,
