@@ -183,7 +183,7 @@ class KnowledgeAgentCore:
                 workers=workers,
             )
             if self._folder_lock is None:
-                self._catch_up(verify=False)
+                self._catch_up(opening=True)
             else:
                 self._catch_up_if_free()
         except BaseException:
@@ -255,27 +255,30 @@ class KnowledgeAgentCore:
                 self._unreadable.add(name)
         return changed
 
-    def _catch_up(self, *, verify: bool) -> None:
+    def _catch_up(self, *, opening: bool) -> None:
         """Under the write lock: make both indexes reflect everything SQLite holds.
 
-        Unreadable indexes are recreated, other processes' commits loaded, a changed
-        analyzer configuration rebuilds, the journal is replayed; with ``verify`` (on open)
-        each index's item count is compared with SQLite's and any difference replayed.
+        Other processes' commits are loaded, unreadable indexes recreated and the journal
+        replayed. On ``opening`` (and after recreating an index) a changed analyzer
+        configuration or a missing index rebuilds, and each index's item count is compared
+        with SQLite's and any difference replayed.
         """
         self._refresh_indexes()
+        recreated = bool(self._unreadable)
         self._replace_unreadable_indexes()
-        fingerprint = self._fingerprint()
-        stale = self.storage.get_meta(_INDEX_FINGERPRINT_KEY) != fingerprint
-        missing = self.storage.count_chunks() > 0 and not self.engine.has_chunk_index()
-        if stale or missing:
-            indexed = self.keyword_index.item_count() or self.semantic_searcher.item_count()
-            if self.storage.count_items() or indexed:
-                logger.info("building the search indexes from the database")
-                self.engine.rebuild()
-            self.storage.set_meta(_INDEX_FINGERPRINT_KEY, fingerprint)
-            return
+        if opening or recreated:
+            fingerprint = self._fingerprint()
+            stale = self.storage.get_meta(_INDEX_FINGERPRINT_KEY) != fingerprint
+            missing = self.storage.count_chunks() > 0 and not self.engine.has_chunk_index()
+            if stale or missing:
+                indexed = self.keyword_index.item_count() or self.semantic_searcher.item_count()
+                if self.storage.count_items() or indexed:
+                    logger.info("building the search indexes from the database")
+                    self.engine.rebuild()
+                self.storage.set_meta(_INDEX_FINGERPRINT_KEY, fingerprint)
+                return
         self.engine.sync()
-        if verify:
+        if opening:
             self.engine.reconcile()
 
     def _behind(self) -> bool:
@@ -294,7 +297,7 @@ class KnowledgeAgentCore:
             return
         try:
             self._write_depth += 1
-            self._catch_up(verify=True)
+            self._catch_up(opening=True)
         except KnowledgeAgentError as exc:
             logger.warning("cannot bring the search indexes up to date now: %s", exc)
         finally:
@@ -317,7 +320,7 @@ class KnowledgeAgentCore:
             self._write_depth = 1
             try:
                 if self._folder_lock is not None:
-                    self._catch_up(verify=False)
+                    self._catch_up(opening=False)
                 yield
             finally:
                 self._write_depth = 0
@@ -334,7 +337,7 @@ class KnowledgeAgentCore:
             return
         try:
             self._write_depth += 1
-            self._catch_up(verify=False)
+            self._catch_up(opening=False)
         except KnowledgeAgentError as exc:  # a full disk must not fail the query
             logger.warning("cannot bring the search indexes up to date now: %s", exc)
         finally:
