@@ -34,22 +34,21 @@ Decisions (see also the module's tests):
   applied at query time, so changing them needs no reindexing.
 * **Ties** are broken by docnum, i.e. by index order: the same documents indexed by the same
   sequence of updates give the same order every run (ids are random, so they cannot decide).
-* **Filters** become a mask of allowed docnums, built with Whoosh term queries per
-  :class:`SearchFilters` and cached until the index changes. Paths are matched by
-  walking the ``path`` lexicon (narrowed by the literal prefix of the prefix / glob) with
-  :meth:`SearchFilters.matches_path` itself, once per distinct path per segment, so the
-  semantics are the reference ones by construction.
+* **Filters** become a mask of allowed docnums
+  (:mod:`~knowledge_agent.search.keyword_filters`), cached until the index changes.
 * **No positions**: text fields are indexed with ``phrase=False`` (frequencies only). Every
   query here is a bag of terms; positions would cost index size and indexing time for
   nothing. Phrase search would need a schema change and a rebuild.
 * **Searchers** are long-lived (one per index) and reopened only when a commit, here or in
   another process, changed the index generation; not through ``Searcher.refresh()``, which is
-  broken in whoosh-reloaded 2.7.5 (see :meth:`SearchIndexManager._searcher`). **Writers** wait
-  up to ``lock_timeout`` for the write lock; one :meth:`SearchIndexManager.update` is one
-  writer and one commit per index.
-* **Nothing stored but keys**: SQLite holds the text. Opening an index that is corrupt, or
-  whose schema or analyzer differs from this code's, raises :class:`SearchIndexError`: the
-  caller deletes the directory and rebuilds from SQLite.
+  broken in whoosh-reloaded 2.7.5 (see :meth:`SearchIndexManager._searcher`). One
+  :meth:`SearchIndexManager.update` is one writer and one commit per index; Whoosh's own
+  write lock (``lock_timeout``) is uncontended under the data folder's lock.
+* **Nothing stored but keys**: SQLite holds the text. Opening an index that is corrupt,
+  holds a pickle of anything but the schema's own classes
+  (:mod:`~knowledge_agent.search.whoosh_safe`), or whose schema or analyzer differs from this
+  code's, raises :class:`SearchIndexError`: a writer deletes the directory and rebuilds it
+  from SQLite.
 """
 
 from __future__ import annotations
@@ -72,7 +71,7 @@ from whoosh import fields as wf
 from whoosh.filedb.filestore import Storage
 from whoosh.index import FileIndex, LockError
 from whoosh.searching import Searcher
-from whoosh.writing import CLEAR, SegmentWriter
+from whoosh.writing import SegmentWriter
 
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
@@ -80,21 +79,21 @@ from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.atomic_files import file_version, write_atomically
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
-from knowledge_agent.search.documents import chunk_search_text, item_search_text
-from knowledge_agent.search.filters import SearchFilters, to_epoch
+from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.keyword_filters import filter_mask
+from knowledge_agent.search.whoosh_batch import BatchWriter, cancel
 from knowledge_agent.search.whoosh_internals import compact_posting_pool
 from knowledge_agent.search.whoosh_merge import merge_policy
 from knowledge_agent.search.whoosh_parts import Codec, PostingTable
 from knowledge_agent.search.whoosh_safe import SafeFileStorage, open_file_index, stored_schema
 from knowledge_agent.search.whoosh_schema import (
     DEFAULT_FIELD_BOOSTS,
-    FILTER_FIELDS,
     LuceneBM25F,
+    chunk_documents,
     chunk_schema,
+    item_document,
     item_schema,
-    safe_text,
     schema_signature,
 )
 from knowledge_agent.search.whoosh_storage import PrivateRamStorage, has_toc
@@ -148,60 +147,6 @@ class _Index:
             self.searcher = None
         self.filter_cache.clear()
         self.scan_cache.clear()
-
-
-class _BatchWriter:
-    """Feeds one index during a rebuild: a commit every ``every`` documents, the first one
-    dropping every older segment (whoosh's CLEAR merge policy) under the write lock."""
-
-    def __init__(self, manager: SearchIndexManager, idx: _Index, every: int) -> None:
-        self._manager = manager
-        self._idx = idx
-        self._every = every
-        self._pending = 0  # documents added since the last commit
-        self._cleared = False
-        self._writer: SegmentWriter | None = manager._writer(idx)
-
-    def add(self, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]) -> int:
-        assert self._writer is not None
-        try:
-            added = self._manager._add(self._idx, self._writer, item, chunks)
-        except SearchIndexError:
-            raise
-        except Exception as exc:
-            raise self._error(exc) from exc
-        self._pending += added
-        if self._pending >= self._every:
-            self._commit()
-            self._writer = self._manager._writer(self._idx)
-        return added
-
-    def finish(self) -> None:
-        if self._cleared and not self._pending:
-            self.cancel()  # nothing added since the last commit
-        else:
-            self._commit()
-
-    def cancel(self) -> None:
-        if self._writer is not None and not self._writer.is_closed:
-            SearchIndexManager._cancel(self._writer)
-        self._writer = None
-
-    def _commit(self) -> None:
-        assert self._writer is not None
-        try:
-            self._writer.commit(mergetype=None if self._cleared else CLEAR)
-        except SearchIndexError:
-            raise
-        except Exception as exc:
-            raise self._error(exc) from exc
-        self._writer = None
-        self._cleared = True
-        self._pending = 0
-
-    def _error(self, exc: Exception) -> SearchIndexError:
-        idx = self._idx
-        return SearchIndexError(f"rebuilding the {idx.name} index in {idx.location} failed: {exc}")
 
 
 # --------------------------------------------------------------------------- the manager
@@ -419,10 +364,10 @@ class SearchIndexManager:
             added = sum(self._add(idx, writer, item, chunks) for item, chunks in latest.values())
             writer.commit(mergetype=merge_policy(added))
         except SearchIndexError:
-            self._cancel(writer)
+            cancel(writer)
             raise
         except Exception as exc:
-            self._cancel(writer)
+            cancel(writer)
             raise SearchIndexError(
                 f"cannot write to the {idx.name} index in {idx.location}: {exc}"
             ) from exc
@@ -435,32 +380,18 @@ class SearchIndexManager:
         chunks: Sequence[KnowledgeChunk],
     ) -> int:
         """Add one item's documents to ``writer``; returns how many were added."""
-        common: dict[str, Any] = {name: safe_text(getattr(item, name)) for name in FILTER_FIELDS}
-        common["path"] = safe_text(item.source_uri)
-        common["updated_at"] = to_epoch(item.updated_at)
-        title = safe_text(item.title)
-        if idx is self._items:
-            writer.add_document(
-                item_id=item.id, title=title, content=safe_text(item_search_text(item)), **common
-            )
-            return 1
-        for chunk in chunks:
-            writer.add_document(
-                chunk_id=chunk.id,
-                item_id=item.id,
-                chunk_index=int(chunk.chunk_index),
-                heading=safe_text(chunk.heading),
-                content=safe_text(chunk_search_text(item, chunk)),
-                **common,
-            )
-        return len(chunks)
+        documents = [item_document(item)] if idx is self._items else chunk_documents(item, chunks)
+        for document in documents:
+            writer.add_document(**document)
+        return len(documents)
 
-    @staticmethod
-    def _cancel(writer: SegmentWriter) -> None:
-        try:
-            writer.cancel()  # releases the write lock
-        except Exception:
-            logger.exception("could not cancel a Whoosh writer")
+    def _batch_writer(self, idx: _Index, every: int) -> BatchWriter:
+        return BatchWriter(
+            lambda: self._writer(idx),
+            lambda writer, item, chunks: self._add(idx, writer, item, chunks),
+            every,
+            f"the {idx.name} index in {idx.location}",
+        )
 
     def add_chunks(self, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]) -> None:
         """Index one item and its chunks, replacing whatever was indexed for it before."""
@@ -491,9 +422,9 @@ class SearchIndexManager:
                 except SearchIndexError:
                     self._open(idx, recreate=True)
             every = max(1, int(self.rebuild_commit_every))
-            chunks = _BatchWriter(self, self._chunks, every)
+            chunks = self._batch_writer(self._chunks, every)
             try:
-                items = _BatchWriter(self, self._items, every)
+                items = self._batch_writer(self._items, every)
             except BaseException:
                 chunks.cancel()
                 raise

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from whoosh import fields as wf
@@ -17,13 +17,19 @@ from whoosh.scoring import BM25F
 from whoosh.searching import Searcher
 
 from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
+from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.search.documents import chunk_search_text, item_search_text
+from knowledge_agent.search.filters import to_epoch
 from knowledge_agent.search.whoosh_parts import CountedText
 
 __all__ = [
     "DEFAULT_FIELD_BOOSTS",
     "FILTER_FIELDS",
     "LuceneBM25F",
+    "chunk_documents",
     "chunk_schema",
+    "item_document",
     "item_schema",
     "safe_text",
     "schema_signature",
@@ -119,3 +125,36 @@ def safe_text(value: object) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     return text
+
+
+def _common_fields(item: KnowledgeItem) -> dict[str, Any]:
+    fields = {name: safe_text(getattr(item, name)) for name in FILTER_FIELDS}
+    fields["path"] = safe_text(item.source_uri)
+    fields["updated_at"] = to_epoch(item.updated_at)
+    return fields
+
+
+def item_document(item: KnowledgeItem) -> dict[str, Any]:
+    """The item index's document for ``item``: the fields of :func:`item_schema`."""
+    return {
+        "item_id": item.id,
+        "title": safe_text(item.title),
+        "content": safe_text(item_search_text(item)),
+        **_common_fields(item),
+    }
+
+
+def chunk_documents(item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]) -> list[dict[str, Any]]:
+    """The chunk index's documents for ``item``'s chunks: the fields of :func:`chunk_schema`."""
+    common = _common_fields(item)
+    return [
+        {
+            "chunk_id": chunk.id,
+            "item_id": item.id,
+            "chunk_index": int(chunk.chunk_index),
+            "heading": safe_text(chunk.heading),
+            "content": safe_text(chunk_search_text(item, chunk)),
+            **common,
+        }
+        for chunk in chunks
+    ]

@@ -1,0 +1,84 @@
+"""Writing a keyword index in batches: a rebuild's commits, and cancelling a writer."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from whoosh.writing import CLEAR, SegmentWriter
+
+from knowledge_agent.errors import SearchIndexError
+from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
+from knowledge_agent.models.knowledge_item import KnowledgeItem
+
+__all__ = ["BatchWriter", "cancel"]
+
+logger = logging.getLogger(__name__)
+
+
+def cancel(writer: SegmentWriter) -> None:
+    """Abandon ``writer``'s uncommitted documents and release Whoosh's lock; never raises."""
+    try:
+        writer.cancel()
+    except Exception:
+        logger.exception("could not cancel a Whoosh writer")
+
+
+class BatchWriter:
+    """Feeds one index during a rebuild: a commit every ``every`` documents, the first one
+    dropping every older segment (whoosh's CLEAR merge policy) under the write lock."""
+
+    def __init__(
+        self,
+        open_writer: Callable[[], SegmentWriter],
+        add: Callable[[SegmentWriter, KnowledgeItem, Sequence[KnowledgeChunk]], int],
+        every: int,
+        where: str,
+    ) -> None:
+        self._open_writer = open_writer
+        self._add = add
+        self._every = every
+        self._where = where  # for messages: "the chunks index in …"
+        self._pending = 0  # documents added since the last commit
+        self._cleared = False
+        self._writer: SegmentWriter | None = open_writer()
+
+    def add(self, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]) -> int:
+        assert self._writer is not None
+        try:
+            added = self._add(self._writer, item, chunks)
+        except SearchIndexError:
+            raise
+        except Exception as exc:
+            raise self._error(exc) from exc
+        self._pending += added
+        if self._pending >= self._every:
+            self._commit()
+            self._writer = self._open_writer()
+        return added
+
+    def finish(self) -> None:
+        if self._cleared and not self._pending:
+            self.cancel()  # nothing added since the last commit
+        else:
+            self._commit()
+
+    def cancel(self) -> None:
+        if self._writer is not None and not self._writer.is_closed:
+            cancel(self._writer)
+        self._writer = None
+
+    def _commit(self) -> None:
+        assert self._writer is not None
+        try:
+            self._writer.commit(mergetype=None if self._cleared else CLEAR)
+        except SearchIndexError:
+            raise
+        except Exception as exc:
+            raise self._error(exc) from exc
+        self._writer = None
+        self._cleared = True
+        self._pending = 0
+
+    def _error(self, exc: Exception) -> SearchIndexError:
+        return SearchIndexError(f"rebuilding {self._where} failed: {exc}")
