@@ -259,3 +259,21 @@ def test_an_unreadable_index_is_left_alone_by_readers_and_rebuilt_by_a_writer(
         assert json.loads(manifest.read_text())["format"]
         assert top(core, "tok4", "semantic") == "note 4"
         assert core.status().consistent
+
+
+def test_searches_answer_while_a_write_in_the_same_process_waits(base: Path) -> None:
+    holder = FolderLock(base)  # another process writing
+    holder.acquire()
+    waiting = threading.Event()
+    with KnowledgeAgentCore(base, on_lock_wait=lambda _: waiting.set()) as core:
+        writer = threading.Thread(target=core.add_text, args=("queued tokqueued",))
+        writer.start()
+        try:
+            assert waiting.wait(10)
+            assert top(core, "tok2", "hybrid") == "note 2"  # not blocked by the waiting add
+            assert writer.is_alive()
+        finally:
+            holder.release()
+            writer.join(10)
+        assert not writer.is_alive()
+        assert top(core, "tokqueued", "keyword") is not None

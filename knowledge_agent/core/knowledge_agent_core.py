@@ -157,7 +157,9 @@ class KnowledgeAgentCore:
         self.lock_timeout = lock_timeout
         self._on_lock_wait = on_lock_wait
         self._folder_lock = None if self.data_dir is None else FolderLock(self.data_dir)
-        self._write_depth = 0  # nesting of _writing() blocks in this object
+        self._write_depth = 0  # > 0 while this object holds the write lock
+        self._write_gate = threading.Lock()  # this object's writing threads, one at a time
+        self._writer: int | None = None  # the thread inside _writing()
         self._unreadable: set[str] = set()  # indexes answered by an empty stand-in
         self._watchers: list[FolderWatcher] = []
         db_path = ":memory:" if self.data_dir is None else self.data_dir / "knowledge.sqlite3"
@@ -306,24 +308,29 @@ class KnowledgeAgentCore:
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
-        """Hold the data folder's write lock (waiting for it) with the indexes caught up."""
-        with self._lock:
-            if self._write_depth:
-                self._write_depth += 1
-                try:
-                    yield
-                finally:
-                    self._write_depth -= 1
-                return
+        """Hold the data folder's write lock with the indexes caught up.
+
+        The wait for another process happens outside the lock this object's readers take,
+        so searches in this process keep answering meanwhile.
+        """
+        if self._writer == threading.get_ident():  # nested in this thread's own write
+            yield
+            return
+        with self._write_gate:
             if self._folder_lock is not None:
                 self._folder_lock.acquire(self.lock_timeout, self._on_lock_wait)
-            self._write_depth = 1
             try:
-                if self._folder_lock is not None:
-                    self._catch_up(opening=False)
-                yield
+                with self._lock:
+                    self._writer = threading.get_ident()
+                    self._write_depth += 1
+                    try:
+                        if self._folder_lock is not None:
+                            self._catch_up(opening=False)
+                        yield
+                    finally:
+                        self._write_depth -= 1
+                        self._writer = None
             finally:
-                self._write_depth = 0
                 if self._folder_lock is not None:
                     self._folder_lock.release()
 
