@@ -3,8 +3,10 @@
 Each command parses its options, opens the knowledge base (lazily, closed at the end),
 calls one or two core methods and prints the result through :mod:`knowledge_agent.cli_render`.
 Errors are mapped in one place (:class:`KnowledgeAgentGroup`): anything deriving from
-``KnowledgeAgentError`` becomes ``Error: …`` on stderr with exit code 1; usage errors exit
-with 2; a traceback is printed only with ``--debug``.
+``KnowledgeAgentError`` becomes ``Error: …`` on stderr with exit code 1 (a full disk is named
+as such); usage errors exit with 2; a traceback is printed only with ``--debug``. Ctrl-C
+exits with 130 after one line, for ``add``, ``sync`` and ``watch`` saying how many files were
+committed (each file is committed on its own, so a re-run finishes the rest).
 
 ``--json`` output is one top-level JSON object per command (``watch`` prints one per line):
 
@@ -35,9 +37,11 @@ kb remove      {"name", "items_removed"}
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import os
+import sqlite3
 import sys
 import tempfile
 import threading
@@ -61,13 +65,15 @@ from knowledge_agent.core import KnowledgeAgentCore
 from knowledge_agent.core.status import ChunkContext
 from knowledge_agent.core.text_search import compile_pattern
 from knowledge_agent.errors import (
+    CollectInterrupted,
     ConfigError,
     IngestError,
     KnowledgeAgentError,
     NotFoundError,
     QueryError,
 )
-from knowledge_agent.ingest.report import CollectReport
+from knowledge_agent.ingest.collector import ProgressCallback, graceful_interrupts
+from knowledge_agent.ingest.report import CollectProgress, CollectReport
 from knowledge_agent.settings import (
     LOCAL_DATA_DIR,
     Settings,
@@ -91,6 +97,9 @@ DEMO_QUERIES = (
 )
 MCP_EXTRA_MESSAGE = 'the MCP server needs the [mcp] extra: pip install "knowledge-agent[mcp]"'
 SEARCH_MODES = ("hybrid", "keyword", "semantic")
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
+# Progress statuses of files whose change was committed to the database.
+COMMITTED_STATUSES = frozenset({"processed", "removed"})
 
 # --------------------------------------------------------------------------------------------
 # the application object and the error mapping
@@ -103,6 +112,9 @@ class App:
     data_dir: Path | None = None
     debug: bool = False
     cwd: Path = field(default_factory=Path.cwd)
+    # For the Ctrl-C message of add, sync and watch: files committed by this invocation.
+    collecting: bool = False
+    committed: int = 0
 
     @cached_property
     def settings(self) -> Settings:
@@ -130,24 +142,94 @@ class App:
         """``--kb`` if given, else the project file's ``default_kb`` (else "default")."""
         return kb if kb is not None else self.settings.config.default_kb
 
+    @contextmanager
+    def collecting_files(self) -> Iterator[None]:
+        """The body of add, sync or watch: Ctrl-C reports the files committed so far.
+
+        Under the collector's Ctrl-C handling a signal never falls between a file's
+        commit and its count (only here: ``serve`` keeps asyncio's own handling).
+        """
+        self.collecting = True
+        with graceful_interrupts():
+            yield
+
+    def counting(self, progress: ProgressCallback | None) -> ProgressCallback:
+        """``progress`` (may be None) wrapped to count the files committed."""
+
+        def update(event: CollectProgress) -> None:
+            if event.status in COMMITTED_STATUSES:
+                self.committed += 1
+            if progress is not None:
+                progress(event)
+
+        return update
+
+    def count_report(self, report: CollectReport) -> None:
+        """Count the files a run committed that no progress event reported."""
+        self.committed += report.processed + report.removed
+
 
 def _fail(debug: bool, exc: BaseException, message: str) -> NoReturn:
     """``Error: message`` and exit code 1; with ``--debug`` the traceback first."""
     if debug:
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    if _disk_full(exc) and "disk full" not in message:
+        message = f"disk full: {message}"
     raise click.ClickException(message) from exc
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """Whether running out of space is what caused ``exc`` (anywhere in its chain)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+            return True
+        if isinstance(exc, sqlite3.Error) and "disk is full" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+_NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _interrupted(app: object, debug: bool, exc: KeyboardInterrupt) -> NoReturn:
+    """Ctrl-C: one line (how many files were committed, when collecting), exit code 130."""
+    if debug:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    if isinstance(app, App) and app.collecting:
+        files = "file" if app.committed == 1 else "files"
+        message = (
+            f"interrupted: {app.committed} {files} committed; run the same command again to finish"
+        )
+    else:
+        message = "interrupted"
+    click.echo(message, err=True)
+    raise click.exceptions.Exit(EXIT_INTERRUPTED)
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Log records without their traceback: without --debug an error stays one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info or record.exc_text or record.stack_info:
+            record = logging.makeLogRecord(record.__dict__)
+            record.exc_info = record.exc_text = record.stack_info = None
+        return super().format(record)
 
 
 @contextmanager
 def _log_to_stderr(debug: bool) -> Iterator[None]:
     """Library log records on stderr for this invocation (never stdout: MCP stdio).
 
-    Errors only by default: what a command did is in its own output (failed files
-    are reported, not logged twice); --debug shows everything.
+    Errors only by default, one line each: what a command did is in its own output
+    (failed files are reported, not logged twice); --debug shows everything.
     """
     logger = logging.getLogger("knowledge_agent")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    formatter = logging.Formatter if debug else _OneLineFormatter
+    handler.setFormatter(formatter("%(levelname)s %(name)s: %(message)s"))
     previous = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.ERROR)
@@ -168,6 +250,8 @@ class KnowledgeAgentGroup(click.Group):
                 return super().invoke(ctx)
             except (click.ClickException, click.exceptions.Exit, click.Abort):
                 raise
+            except KeyboardInterrupt as exc:
+                _interrupted(ctx.obj, debug, exc)
             except KnowledgeAgentError as exc:
                 _fail(debug, exc, str(exc))
             except OSError as exc:  # a data folder that cannot be created, a full disk …
@@ -393,27 +477,35 @@ def add(
     and removes the items of deleted ones. Files that fail are listed; the exit code is 0
     unless a PATH does not exist.
     """
-    _missing_paths(paths)
-    if paths.count("-") > 1:
-        raise click.UsageError("'-' (stdin) can be given only once")
-    stdin_text = sys.stdin.read() if "-" in paths else None
-    if stdin_text is not None and not stdin_text.strip():
-        raise IngestError("-", "no text on standard input")
-    name = app.kb_or_default(kb)
-    reports: list[CollectReport] = []
-    progress_console = _stderr_console_if_tty(as_json)
-    with app.open_core() as core, render.collect_progress(progress_console) as progress:
-        for path in paths:
-            if path == "-":
-                reports.append(_add_stdin(core, stdin_text or "", title, name))
-                continue
-            target = Path(os.path.expanduser(path))
-            reports.append(
-                core.collect_knowledge(
-                    target, kb=name, include=include, exclude=exclude, full=full, progress=progress
+    with app.collecting_files():
+        _missing_paths(paths)
+        if paths.count("-") > 1:
+            raise click.UsageError("'-' (stdin) can be given only once")
+        stdin_text = sys.stdin.read() if "-" in paths else None
+        if stdin_text is not None and not stdin_text.strip():
+            raise IngestError("-", "no text on standard input")
+        name = app.kb_or_default(kb)
+        reports: list[CollectReport] = []
+        progress_console = _stderr_console_if_tty(as_json)
+        with app.open_core() as core, render.collect_progress(progress_console) as bar:
+            progress = app.counting(bar)
+            for path in paths:
+                if path == "-":
+                    reports.append(_add_stdin(core, stdin_text or "", title, name))
+                    app.count_report(reports[-1])
+                    continue
+                target = Path(os.path.expanduser(path))
+                reports.append(
+                    core.collect_knowledge(
+                        target,
+                        kb=name,
+                        include=include,
+                        exclude=exclude,
+                        full=full,
+                        progress=progress,
+                    )
                 )
-            )
-    _show_report(_merged(reports, name), as_json)
+        _show_report(_merged(reports, name), as_json)
 
 
 def _add_stdin(core: KnowledgeAgentCore, text: str, title: str | None, kb: str) -> CollectReport:
@@ -449,34 +541,36 @@ def sync(app: App, kb: str | None, full: bool, as_json: bool) -> None:
     The project file's [[scan]] paths are collected too, the first time with their
     include/exclude globs.
     """
-    scans = [scan for scan in app.settings.config.scan if kb is None or scan.kb == kb]
-    with app.open_core() as core:
-        known = {info.name: info for info in core.list_kbs()}
-        if kb is not None and kb not in known and not scans:
-            core.get_kb(kb)  # raises "no knowledge base named …"
-        tracked = {(info.name, root) for info in known.values() for root in info.roots}
-        started = time.perf_counter()
-        with render.collect_progress(_stderr_console_if_tty(as_json)) as progress:
-            if kb is None or kb in known:
-                report = core.sync(kb=kb, full=full, progress=progress)
-            else:
-                report = CollectReport(kb=kb)
-            for scan in scans:
-                if (scan.kb, str(scan.path)) in tracked:
-                    continue  # re-scanned by core.sync above
-                _missing_paths([str(scan.path)])
-                report.merge(
-                    core.collect_knowledge(
-                        scan.path,
-                        kb=scan.kb,
-                        include=scan.include,
-                        exclude=scan.exclude,
-                        full=full,
-                        progress=progress,
+    with app.collecting_files():
+        scans = [scan for scan in app.settings.config.scan if kb is None or scan.kb == kb]
+        with app.open_core() as core:
+            known = {info.name: info for info in core.list_kbs()}
+            if kb is not None and kb not in known and not scans:
+                core.get_kb(kb)  # raises "no knowledge base named …"
+            tracked = {(info.name, root) for info in known.values() for root in info.roots}
+            started = time.perf_counter()
+            with render.collect_progress(_stderr_console_if_tty(as_json)) as bar:
+                progress = app.counting(bar)
+                if kb is None or kb in known:
+                    report = core.sync(kb=kb, full=full, progress=progress)
+                else:
+                    report = CollectReport(kb=kb)
+                for scan in scans:
+                    if (scan.kb, str(scan.path)) in tracked:
+                        continue  # re-scanned by core.sync above
+                    _missing_paths([str(scan.path)])
+                    report.merge(
+                        core.collect_knowledge(
+                            scan.path,
+                            kb=scan.kb,
+                            include=scan.include,
+                            exclude=scan.exclude,
+                            full=full,
+                            progress=progress,
+                        )
                     )
-                )
-        report.duration_s = time.perf_counter() - started
-    _show_report(report, as_json)
+            report.duration_s = time.perf_counter() - started
+        _show_report(report, as_json)
 
 
 def _wait_for_interrupt() -> None:
@@ -537,32 +631,56 @@ def watch(
     Prints a summary line per update. Uses watchdog when installed (the [watch] extra),
     else polls.
     """
-    _missing_paths(paths)
-    name = app.kb_or_default(kb)
-    show = _watch_printer(as_json)
-    targets = [Path(os.path.expanduser(path)) for path in paths]
-    with app.open_core() as core:
-        with render.collect_progress(_stderr_console_if_tty(as_json)) as progress:
-            reports = [
-                core.collect_knowledge(
-                    target, kb=name, include=include, exclude=exclude, progress=progress
+    with app.collecting_files():
+        _missing_paths(paths)
+        name = app.kb_or_default(kb)
+        show = _watch_printer(as_json)
+        targets = [Path(os.path.expanduser(path)) for path in paths]
+        with app.open_core() as core:
+            with render.collect_progress(_stderr_console_if_tty(as_json)) as bar:
+                progress = app.counting(bar)
+                reports = [
+                    core.collect_knowledge(
+                        target, kb=name, include=include, exclude=exclude, progress=progress
+                    )
+                    for target in targets
+                ]
+            show(_merged(reports, name))
+
+            def update(report: CollectReport) -> None:
+                app.count_report(report)
+                show(report)
+
+            try:
+                watcher = core.watch(
+                    targets,
+                    kb=name,
+                    include=include,
+                    exclude=exclude,
+                    debounce=debounce,
+                    on_report=update,
                 )
-                for target in targets
-            ]
-        show(_merged(reports, name))
-        watcher = core.watch(
-            targets, kb=name, include=include, exclude=exclude, debounce=debounce, on_report=show
-        )
+            except CollectInterrupted as exc:  # its own first pass reports no progress
+                app.count_report(exc.report)
+                raise
+            if not as_json:
+                click.echo(
+                    f"Watching {len(targets)} path(s) into {name!r}; Ctrl-C to stop.", err=True
+                )
+            try:
+                _wait_for_interrupt()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                watcher.stop()
+            # Ctrl-C while watching is the normal way to stop; one that cut an update short
+            # (the collector stops at a file boundary) is reported like an interrupted add.
+            cut = watcher.interrupted
+            if isinstance(cut, CollectInterrupted):
+                app.count_report(cut.report)
+                raise cut
         if not as_json:
-            click.echo(f"Watching {len(targets)} path(s) into {name!r}; Ctrl-C to stop.", err=True)
-        try:
-            _wait_for_interrupt()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            watcher.stop()
-    if not as_json:
-        click.echo("Stopped watching.", err=True)
+            click.echo("Stopped watching.", err=True)
 
 
 @cli.command(

@@ -5,24 +5,36 @@ first, then a content hash), extracts the new and changed files — in worker pr
 when there are many — and writes each one to SQLite in its own transaction together with
 its source row. Files that disappeared are removed. The search indexes are not touched
 here: the caller syncs them once, from the journal, after the run.
+
+Ctrl-C ends a run with ``CollectInterrupted`` carrying the report of the files committed so
+far; the worker processes stop after the file each is on, skipping their queued ones. Under
+:func:`graceful_interrupts` (the command line's) the signal never falls between a file's
+commit and its count, and runs on other threads (the watcher's) stop at their next file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import logging
+import multiprocessing
 import os
+import signal
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from knowledge_agent.analysis import detect_language
 from knowledge_agent.chunking import ChunkConfig
-from knowledge_agent.errors import IngestError, UnsupportedSourceError
+from knowledge_agent.errors import CollectInterrupted, IngestError, UnsupportedSourceError
 from knowledge_agent.ingest.doc_types import doc_type_for
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 from knowledge_agent.ingest.walker import FoundFile, WalkOptions, walk
@@ -30,9 +42,12 @@ from knowledge_agent.models import KnowledgeItem
 from knowledge_agent.models.knowledge_item import utc_now
 from knowledge_agent.processors import ProcessedDocument, process_bytes
 from knowledge_agent.storage import SQLiteStorageManager
-from knowledge_agent.storage.sources import SourceRecord
+from knowledge_agent.storage.sources import SourceRecord, path_to_db
 
-__all__ = ["Collector", "ProgressCallback"]
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import Event as EventType
+
+__all__ = ["Collector", "ProgressCallback", "graceful_interrupts"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +57,105 @@ ProgressCallback = Callable[[CollectProgress], None]
 _PARALLEL_THRESHOLD = 32
 # Jobs in flight at once: bounds the extracted documents held in memory.
 _WINDOW = 256
+# Jobs sent to a worker at once: fewer round trips for many small files.
+_CHUNK = 4
+
+# Set by the graceful_interrupts handler on Ctrl-C: runs on any thread stop at their next file.
+_interrupt_requested = threading.Event()
+# Per thread: how deep in a commit section it is, and whether a Ctrl-C waits for its end.
+_commit_state = threading.local()
+
+
+@contextlib.contextmanager
+def graceful_interrupts() -> Iterator[None]:
+    """Ctrl-C handling for a command-line run of collections; a no-op off the main thread.
+
+    SIGINT still raises ``KeyboardInterrupt`` at once, except while a file is being committed
+    and counted, where it is raised as soon as that file is done, so the count in the
+    resulting ``CollectInterrupted`` is exactly what the database holds. Collections on
+    other threads (a watcher's) stop at their next file. A handler other than Python's
+    default is left alone.
+    """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    _interrupt_requested.clear()
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _interrupt_requested.clear()
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    _interrupt_requested.set()
+    if getattr(_commit_state, "depth", 0):
+        _commit_state.pending = True
+        return
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _committing() -> Iterator[None]:
+    """One file's commit, its count and its progress event, not split by Ctrl-C."""
+    state = _commit_state
+    state.depth = getattr(state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        state.depth -= 1
+        if not state.depth and getattr(state, "pending", False):
+            state.pending = False
+            raise KeyboardInterrupt
+
+
+def _check_interrupt() -> None:
+    """Stop a run at a file boundary once Ctrl-C was pressed (for runs off the main thread)."""
+    if _interrupt_requested.is_set():
+        raise KeyboardInterrupt
+
+
+# In a worker process: set by the parent when the run was interrupted.
+_worker_cancel: EventType | None = None
+
+
+def _init_worker(cancel: EventType) -> None:
+    """Worker initializer. Ctrl-C reaches the whole process group, but only the parent
+    decides what to do about it: workers print no traceback and stop when it says so."""
+    global _worker_cancel
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker_cancel = cancel
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Hold SIGINT back while worker processes start: they inherit the mask, so a Ctrl-C
+    before their initializer runs cannot interrupt them; the parent gets it afterwards."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _stop_pool(executor: ProcessPoolExecutor, cancel: EventType, *, finished: bool) -> None:
+    """Shut the pool down; after an interrupted run, without doing its pending work.
+
+    Queued jobs are cancelled and the workers skip the files already handed to them, so
+    the wait is for the file each worker is on. Terminating them instead can kill one
+    half-way through sending a result, and the pool then waits for the rest of it forever;
+    not waiting at all races the interpreter's exit, which joins the pool's thread anyway.
+    """
+    if not finished:
+        cancel.set()
+    executor.shutdown(wait=True, cancel_futures=not finished)
 
 
 @dataclass(frozen=True)
@@ -83,6 +197,16 @@ def _extract(job: _Job) -> _Outcome:
         )
 
 
+def _extract_chunk(jobs: list[_Job]) -> list[_Outcome]:
+    """Extract a few files in a worker; fewer once the run is cancelled (then unused)."""
+    outcomes: list[_Outcome] = []
+    for job in jobs:
+        if _worker_cancel is not None and _worker_cancel.is_set():
+            break
+        outcomes.append(_extract(job))
+    return outcomes
+
+
 def _mtime_iso(mtime_ns: int) -> str:
     return datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc).isoformat()
 
@@ -120,11 +244,15 @@ class Collector:
         """
         started = time.perf_counter()
         report = CollectReport(kb=kb)
-        found = list(walk(root, options))
-        known = self.storage.get_sources(kb, root)
-        present = {str(file.path) for file in found}
-        vanished = [path for path in known if path not in present]
-        self._run(kb, root, found, known, vanished, options, full, report, progress)
+        try:
+            found = list(walk(root, options))
+            known = self.storage.get_sources(kb, root)
+            present = {str(file.path) for file in found}
+            vanished = [path for path in known if path not in present]
+            self._run(kb, root, found, known, vanished, options, full, report, progress)
+        except KeyboardInterrupt as exc:
+            report.duration_s = time.perf_counter() - started
+            raise CollectInterrupted(report) from exc
         report.duration_s = time.perf_counter() - started
         return report
 
@@ -140,6 +268,24 @@ class Collector:
         """Index these changed files and remove these deleted ones (the watcher's path)."""
         started = time.perf_counter()
         report = CollectReport(kb=kb)
+        try:
+            self._apply(kb, root, options, changed, deleted, report, progress)
+        except KeyboardInterrupt as exc:
+            report.duration_s = time.perf_counter() - started
+            raise CollectInterrupted(report) from exc
+        report.duration_s = time.perf_counter() - started
+        return report
+
+    def _apply(
+        self,
+        kb: str,
+        root: str,
+        options: WalkOptions,
+        changed: Iterable[Path],
+        deleted: Iterable[Path],
+        report: CollectReport,
+        progress: ProgressCallback | None,
+    ) -> None:
         found: list[FoundFile] = []
         gone = {str(path) for path in deleted}
         for path in changed:
@@ -165,8 +311,6 @@ class Collector:
         }
         vanished = [path for path in gone if path in known]
         self._run(kb, root, found, known, vanished, options, False, report, progress)
-        report.duration_s = time.perf_counter() - started
-        return report
 
     def remove_missing_root(self, kb: str, root: str, report: CollectReport) -> None:
         """A collected single file that no longer exists: drop its item and its root."""
@@ -201,20 +345,24 @@ class Collector:
                 progress(CollectProgress(path, status, done, total, bytes_done, bytes_total))
 
         for path in vanished:
-            self._remove(kb, path, report)
-            report.removed += 1
-            step(path, "removed")
+            _check_interrupt()
+            with _committing():
+                self._remove(kb, path, report)
+                report.removed += 1
+                step(path, "removed")
 
         todo: list[tuple[FoundFile, SourceRecord | None]] = []
         for file in found:
+            _check_interrupt()
             # A file tracked under another root of this kb keeps its item (no duplicate).
             record = known.get(str(file.path)) or self.storage.get_source(kb, str(file.path))
             if file.too_large:
                 reason = (
                     f"{_size_text(file.size)} is over the {_size_text(options.max_file_size)} limit"
                 )
-                self._skip(kb, root, file, record, reason, report)
-                step(str(file.path), "skipped", file.size)
+                with _committing():
+                    self._skip(kb, root, file, record, reason, report)
+                    step(str(file.path), "skipped", file.size)
             elif not full and record is not None and _same_stat(record, file):
                 report.unchanged += 1
                 step(str(file.path), "unchanged", file.size)
@@ -228,26 +376,52 @@ class Collector:
             )
             for file, record in todo
         ]
-        for outcome in self._extract_all(jobs):
-            file, record = records[outcome.path]
-            status = self._store(kb, root, file, record, outcome, report)
-            step(outcome.path, status, file.size)
+        # Closed explicitly: an interrupted run must stop the workers now, not whenever the
+        # traceback holding the generator is freed.
+        with contextlib.closing(self._extract_all(jobs)) as outcomes:
+            for outcome in outcomes:
+                _check_interrupt()
+                file, record = records[outcome.path]
+                with _committing():
+                    status = self._store(kb, root, file, record, outcome, report)
+                    step(outcome.path, status, file.size)
 
     def _extract_all(self, jobs: list[_Job]) -> Iterator[_Outcome]:
         """Outcomes in job order; worker processes when there are many jobs."""
         if self.workers <= 1 or len(jobs) < _PARALLEL_THRESHOLD:
             yield from map(_extract, jobs)
             return
-        position = 0
+        chunks = (jobs[start : start + _CHUNK] for start in range(0, len(jobs), _CHUNK))
+        position = 0  # jobs whose outcome was yielded
+        context = multiprocessing.get_context()
+        cancel = context.Event()
+        executor = ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(cancel,),
+        )
+        in_flight: deque[Future[list[_Outcome]]] = deque()
+        finished = broken = False
         try:
-            with ProcessPoolExecutor(max_workers=self.workers) as executor:
-                while position < len(jobs):
-                    window = jobs[position : position + _WINDOW]
-                    for outcome in executor.map(_extract, window, chunksize=4):
-                        position += 1
-                        yield outcome
+            with _sigint_blocked():  # the workers start with the first submissions
+                for chunk in itertools.islice(chunks, _WINDOW // _CHUNK):
+                    in_flight.append(executor.submit(_extract_chunk, chunk))
+            while in_flight:
+                outcomes = in_flight.popleft().result()
+                chunk = next(chunks, None)
+                if chunk is not None:
+                    in_flight.append(executor.submit(_extract_chunk, chunk))
+                for outcome in outcomes:
+                    position += 1
+                    yield outcome
+            finished = True
         except (BrokenProcessPool, OSError) as exc:
             logger.warning("worker processes failed (%s); extracting in this process", exc)
+            broken = True
+        finally:
+            _stop_pool(executor, cancel, finished=finished)
+        if broken:
             yield from map(_extract, jobs[position:])
 
     def _store(
@@ -314,8 +488,8 @@ class Collector:
         metadata = dict(document.metadata)
         metadata.update(
             {
-                "relative_path": file.relative,
-                "root": root,
+                "relative_path": path_to_db(file.relative),
+                "root": path_to_db(root),
                 "size": file.size,
                 "modified_at": _mtime_iso(file.mtime_ns),
             }
@@ -324,7 +498,7 @@ class Collector:
             title=document.title or file.path.name,
             content=document.content,
             source_type=document.source_type,
-            source_uri=str(file.path),
+            source_uri=path_to_db(str(file.path)),
             content_type=document.content_type,
             doc_type=doc_type_for(file.relative, Path(root).name, self.doc_type_rules),
             language=document.language or detect_language(document.content),

@@ -28,7 +28,9 @@ polling. The watchdog backend does not see changes inside symlinked folders, whi
 not report; polling does.
 
 The callback runs on the watcher's own thread. If it raises, the error is logged and the batch
-counts as delivered; the watcher keeps running.
+counts as delivered; the watcher keeps running. A ``KeyboardInterrupt`` from the callback (a
+Ctrl-C that stopped the collection it was running) stops the watcher instead, and is kept in
+``interrupted``.
 """
 
 from __future__ import annotations
@@ -133,6 +135,8 @@ class FolderWatcher:
         self._stop_requested = threading.Event()
         self._thread: threading.Thread | None = None
         self._running = False
+        # The Ctrl-C that cut the last batch short (the callback raised it), if any.
+        self.interrupted: KeyboardInterrupt | None = None
         self._observer: Any = None
         # polling: the state at the last delivery, and at the last poll
         self._delivered: Snapshot = {}
@@ -199,6 +203,7 @@ class FolderWatcher:
             raise RuntimeError("this watcher is already running")
         self._running = True
         self._stop_requested.clear()
+        self.interrupted = None
         self._dirty = False
         try:
             if self._observer_class is not None:
@@ -268,8 +273,16 @@ class FolderWatcher:
             return
         try:
             self.on_changes(changes)
+        except KeyboardInterrupt as exc:
+            # Raised on this thread only by a collection told to stop (Ctrl-C): stop too.
+            logger.debug("the change callback was interrupted; the watcher stops")
+            self.interrupted = exc
+            self._stop_requested.set()
         except Exception:
-            logger.exception("the change callback failed; the watcher keeps running")
+            if self._stop_requested.is_set():  # closing under a running update: expected
+                logger.debug("the change callback failed while stopping", exc_info=True)
+            else:
+                logger.exception("the change callback failed; the watcher keeps running")
 
     # -- polling -----------------------------------------------------------------------------
 

@@ -3,6 +3,12 @@
 SQLite is the source of truth; the Whoosh and TF-IDF indexes are derived from it.
 Every write appends to ``index_journal`` in the same transaction as the change, so
 an index that missed a write (a crash between the two commits) can replay it.
+
+A database that cannot be opened for writing — a full disk, a read-only mount — is
+opened read-only instead: reads work, writes raise ``StorageError`` saying why. On a full
+disk a WAL database whose ``-shm`` file does not exist yet cannot even be read normally
+(SQLite must size that file); when its ``-wal`` file is empty the main file alone is the
+whole database, and it is read as an immutable file.
 """
 
 from __future__ import annotations
@@ -10,8 +16,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -82,6 +90,8 @@ _MIGRATIONS: list[Migration] = [
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _BUSY_TIMEOUT_S = 30.0
+# Less free space than this where the database lives: a failed open or write means "full".
+_LOW_SPACE = 1 << 20
 # Below SQLite's default limit of 999 host parameters on old builds.
 _MAX_VARIABLES = 500
 
@@ -225,6 +235,39 @@ def _is_memory(path: str) -> bool:
     return path in ("", ":memory:")
 
 
+def _is_full(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or "disk is full" in str(exc)
+
+
+def _is_busy(exc: BaseException | None) -> bool:
+    name = getattr(exc, "sqlite_errorname", "")
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc)
+
+
+def _low_space(path: str) -> bool:
+    try:
+        return shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < _LOW_SPACE
+    except OSError:
+        return False
+
+
+def _file_uri(path: str) -> str:
+    """An SQLite ``file:`` URI for a path (with ``?``, ``#`` and ``%`` escaped)."""
+    full = Path(os.path.abspath(path)).as_posix()
+    if not full.startswith("/"):  # a Windows drive: file:/C:/…
+        full = "/" + full
+    return "file:" + urllib.parse.quote(full, safe="/:")
+
+
+def _wal_is_empty(path: str) -> bool:
+    try:
+        return os.path.getsize(path + "-wal") == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 class SQLiteStorageManager(SourceTrackingMixin):
     """Items, chunks, the index journal and small settings, in one SQLite database.
 
@@ -232,12 +275,49 @@ class SQLiteStorageManager(SourceTrackingMixin):
 
     Thread-safe: one connection, every public method serialised by a re-entrant lock.
     Use as a context manager or call ``close()``.
+
+    With ``read_only`` (or when the existing database cannot be opened for writing, see
+    the module docstring) every write raises ``StorageError``; ``read_only_reason`` says why.
     """
 
-    def __init__(self, db_path: str | os.PathLike[str] = ":memory:") -> None:
+    def __init__(
+        self, db_path: str | os.PathLike[str] = ":memory:", *, read_only: bool = False
+    ) -> None:
         self._db_path = os.fspath(db_path)
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
+        self._read_only_reason: str | None = None
+        if read_only:
+            if _is_memory(self._db_path):
+                raise StorageError("an in-memory database cannot be opened read-only")
+            self._conn = self._open_read_only()
+            self._read_only_reason = "it was opened read-only"
+            return
+        try:
+            self._conn = self._open_read_write()
+        except StorageError as exc:
+            cause = exc.__cause__
+            if _is_memory(self._db_path) or not os.path.isfile(self._db_path) or _is_busy(cause):
+                raise
+            failure = exc
+        else:
+            return
+        # Reading must keep working while writing cannot (a full disk, a read-only mount).
+        try:
+            self._conn = self._open_read_only()
+        except StorageError as exc:
+            logger.debug("opening %s read-only failed too: %s", self._db_path, exc)
+            raise failure from failure.__cause__
+        if _low_space(self._db_path):
+            self._read_only_reason = "the disk is full, so it was opened read-only"
+        else:
+            cause = failure.__cause__ or failure
+            self._read_only_reason = f"opening it for writing failed ({cause}), so it is read-only"
+        logger.warning("%s is open read-only: %s", self._db_path, self._read_only_reason)
+
+    # -- connection setup ---------------------------------------------------------------
+
+    def _open_read_write(self) -> sqlite3.Connection:
         try:
             if not _is_memory(self._db_path):
                 Path(self._db_path).parent.mkdir(parents=True, exist_ok=True)
@@ -256,9 +336,45 @@ class SQLiteStorageManager(SourceTrackingMixin):
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
+        return conn
 
-    # -- connection setup ---------------------------------------------------------------
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A connection that cannot write, to a database of the current schema version."""
+        uri = _file_uri(self._db_path)
+        attempts = [f"{uri}?mode=ro"]
+        if _wal_is_empty(self._db_path):
+            # Nothing in the write-ahead log: the main file is the whole database, and an
+            # immutable read needs no -shm file. (It would not see a writer that starts
+            # meanwhile; none can while the disk is full.)
+            attempts.append(f"{uri}?mode=ro&immutable=1")
+        failure: sqlite3.Error | None = None
+        for attempt in attempts:
+            conn: sqlite3.Connection | None = None
+            try:
+                conn = sqlite3.connect(
+                    attempt,
+                    uri=True,
+                    timeout=_BUSY_TIMEOUT_S,
+                    check_same_thread=False,
+                    isolation_level=None,
+                )
+                conn.row_factory = sqlite3.Row
+                conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+                conn.execute("PRAGMA query_only = ON")
+                version = conn.execute("PRAGMA user_version").fetchone()[0]  # the first read
+            except sqlite3.Error as exc:
+                if conn is not None:
+                    conn.close()
+                failure = exc
+                continue
+            if version != SCHEMA_VERSION:
+                conn.close()
+                raise StorageError(
+                    f"{self._db_path!r} has schema version {version}, not {SCHEMA_VERSION}: "
+                    "it needs writing to be migrated"
+                )
+            return conn
+        raise StorageError(f"open {self._db_path!r} read-only failed: {failure}") from failure
 
     def _configure(self, conn: sqlite3.Connection) -> None:
         try:
@@ -311,10 +427,18 @@ class SQLiteStorageManager(SourceTrackingMixin):
             try:
                 yield self._conn
             except sqlite3.Error as exc:
+                if _is_full(exc):
+                    raise StorageError(
+                        f"disk full while writing {self._db_path}: {exc} ({operation})"
+                    ) from exc
                 raise StorageError(f"{operation} failed: {exc}") from exc
 
     @contextmanager
     def _writing(self, operation: str) -> Iterator[sqlite3.Connection]:
+        if self._read_only_reason is not None:
+            raise StorageError(
+                f"cannot write {self._db_path} ({operation}): {self._read_only_reason}"
+            )
         with self._reading(operation) as conn:
             # IMMEDIATE takes the write lock up front, so a busy database waits in BEGIN
             # (honouring busy_timeout) instead of failing half-way through.
@@ -422,6 +546,16 @@ class SQLiteStorageManager(SourceTrackingMixin):
     def db_path(self) -> str:
         """The database path as given (``":memory:"`` for an in-memory store)."""
         return self._db_path
+
+    @property
+    def read_only(self) -> bool:
+        """Whether writes are refused (asked for, or the database could not be written)."""
+        return self._read_only_reason is not None
+
+    @property
+    def read_only_reason(self) -> str | None:
+        """Why the database is read-only, or None."""
+        return self._read_only_reason
 
     def close(self) -> None:
         """Close the connection; safe to call twice."""
