@@ -294,6 +294,9 @@ class KnowledgeAgentCore:
         """Opening: take the write lock only if it is free, to check and repair; a busy
         lock or a failure leaves the snapshot on disk to answer."""
         assert self._folder_lock is not None
+        if self.storage.read_only:
+            logger.info("%s is read-only: answering from the indexes as they are", self.data_dir)
+            return
         if not self._folder_lock.try_acquire():
             logger.info("another process is writing to %s; reading its last commit", self.data_dir)
             return
@@ -340,7 +343,7 @@ class KnowledgeAgentCore:
         if self._folder_lock is None or self._write_depth:
             return
         self._refresh_indexes()
-        if not self._behind() or not self._folder_lock.try_acquire():
+        if self.storage.read_only or not self._behind() or not self._folder_lock.try_acquire():
             return
         try:
             self._write_depth += 1
@@ -632,16 +635,20 @@ class KnowledgeAgentCore:
         """
         with self._writing():
             self._batch_depth += 1
-            interrupted = False
             try:
                 yield self
             except KeyboardInterrupt:
-                interrupted = True
-                raise
-            finally:
                 self._batch_depth -= 1
-                if not interrupted:
+                raise
+            except BaseException:
+                self._batch_depth -= 1
+                try:
                     self._index_changes()
+                except KnowledgeAgentError as exc:  # the block's own error is the one to see
+                    logger.warning("the search indexes could not catch up: %s", exc)
+                raise
+            self._batch_depth -= 1
+            self._index_changes()
 
     def _index_changes(self) -> None:
         if self._batch_depth == 0:

@@ -232,9 +232,7 @@ class SearchIndexManager:
                 if recreate and idx.path.exists():
                     shutil.rmtree(idx.path)
                 if not (create or recreate) and not has_toc(idx.path):
-                    idx.storage = PrivateRamStorage()
-                    idx.ix = idx.storage.create_index(idx.schema)
-                    idx.absent = True
+                    self._stand_in(idx)
                     return
                 idx.path.mkdir(parents=True, exist_ok=True)
                 idx.storage = SafeFileStorage(str(idx.path))
@@ -246,6 +244,8 @@ class SearchIndexManager:
                 logger.debug("created the %s index in %s", idx.name, idx.location)
                 return
         except Exception as exc:  # OSError, or whoosh's assorted errors on odd storage
+            if idx.path is not None:
+                self._stand_in(idx)  # answers as empty; the next write tries again
             raise SearchIndexError(
                 f"cannot create the {idx.name} index in {idx.location}: {exc}"
             ) from exc
@@ -265,6 +265,16 @@ class SearchIndexManager:
         # instead of being unpickled afresh from the TOC for each one.
         idx.ix = open_file_index(storage, idx.schema)
         self._searcher(idx)  # reads every segment now: a broken one fails here, not later
+
+    @staticmethod
+    def _stand_in(idx: _Index) -> None:
+        """An empty in-memory index in place of one not (or no longer) on disk."""
+        idx.close_searcher()
+        if isinstance(idx.storage, PrivateRamStorage):
+            idx.storage.remove_tempdir()
+        idx.storage = PrivateRamStorage()
+        idx.ix = idx.storage.create_index(idx.schema)
+        idx.absent = True
 
     def refresh(self) -> bool:
         """Pick up what a writer in another process committed since the last look: an index

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 
@@ -17,11 +18,22 @@ logger = logging.getLogger(__name__)
 
 
 def cancel(writer: SegmentWriter) -> None:
-    """Abandon ``writer``'s uncommitted documents and release Whoosh's lock; never raises."""
+    """Abandon ``writer``'s uncommitted documents and release Whoosh's lock; never raises.
+
+    A writer that cannot close its segment (a full disk) still releases the lock, or the
+    next writer of this process would wait for it in vain.
+    """
     try:
         writer.cancel()
-    except Exception:
-        logger.exception("could not cancel a Whoosh writer")
+    except Exception as exc:
+        logger.warning("could not cancel a Whoosh writer cleanly: %s", exc)
+        lock = getattr(writer, "writelock", None)
+        if lock is not None:
+            with contextlib.suppress(Exception):
+                lock.release()
+        with contextlib.suppress(Exception):
+            writer._tempstorage.destroy()
+        writer.is_closed = True
 
 
 class BatchWriter:
