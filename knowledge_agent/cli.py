@@ -105,6 +105,11 @@ COMMITTED_STATUSES = frozenset({"processed", "removed"})
 # the application object and the error mapping
 
 
+def _say_waiting(message: str) -> None:
+    """Once per write that has to wait for another process's: stderr, never stdout."""
+    click.echo(f"{message} …", err=True)
+
+
 @dataclass
 class App:
     """Per-invocation state: the global options, and the settings and core made from them."""
@@ -130,6 +135,7 @@ class App:
             chunk_config=settings.config.chunk_config,
             search_config=settings.config.search_config,
             doc_type_rules=settings.config.doc_type_rules,
+            on_lock_wait=_say_waiting,
         )
 
     @contextmanager

@@ -95,7 +95,7 @@ def test_a_second_writer_waits_for_the_first(base: Path) -> None:
         started = time.monotonic()
         core.add_text("written after waiting tokwait", title="waited")
         assert time.monotonic() - started >= 0.4
-        assert waits and "waiting for another process" in waits[0]
+        assert waits == [f"waiting for process {os.getpid()}, which is writing to {base}"]
         assert top(core, "tokwait", "hybrid") == "waited"
     released.join()
 
@@ -277,3 +277,35 @@ def test_searches_answer_while_a_write_in_the_same_process_waits(base: Path) -> 
             writer.join(10)
         assert not writer.is_alive()
         assert top(core, "tokqueued", "keyword") is not None
+
+
+def test_the_cli_says_once_that_it_waits_then_finishes(base: Path, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nwaited for the lock tokcli\n", encoding="utf-8")
+    holder = FolderLock(base)
+    holder.acquire()
+    try:
+        add = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "knowledge_agent.cli",
+                "--data-dir",
+                str(base),
+                "add",
+                str(docs),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(3)
+        assert add.poll() is None  # still waiting, not aborted
+    finally:
+        holder.release()
+    _, err = add.communicate(timeout=60)
+    assert add.returncode == 0, err
+    assert err.count("waiting for process") == 1 and "which is writing to" in err
+    with KnowledgeAgentCore(base) as core:
+        assert top(core, "tokcli", "keyword") == "A"

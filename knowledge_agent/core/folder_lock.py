@@ -100,7 +100,7 @@ class FolderLock:
             if deadline is not None and time.monotonic() >= deadline:
                 raise LockTimeoutError(
                     f"timed out after {timeout:g} s waiting for the write lock {self.path} "
-                    f"({self._holder_text()})"
+                    f"(held by {self._holder()})"
                 )
             time.sleep(pause if deadline is None else min(pause, deadline - time.monotonic()))
             pause = min(pause * 2, _POLL_MAX_S)
@@ -155,15 +155,15 @@ class FolderLock:
             os.lseek(fd, 0, os.SEEK_SET)
             os.write(fd, str(os.getpid()).encode("ascii"))
 
-    def _holder_text(self) -> str:
+    def _holder(self) -> str:
         try:
             pid = self.path.read_text(encoding="ascii").strip()
         except (OSError, UnicodeDecodeError):
             pid = ""
-        return f"held by process {pid}" if pid.isdigit() else "held by another process"
+        return f"process {pid}" if pid.isdigit() else "another process"
 
     def _wait_message(self) -> str:
-        return f"waiting for another process writing to {self.path.parent} ({self._holder_text()})"
+        return f"waiting for {self._holder()}, which is writing to {self.path.parent}"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.path.parent)!r}, held={self.held})"
