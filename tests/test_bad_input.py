@@ -255,6 +255,28 @@ def test_unmarked_utf16_and_utf32_beside_good_files(
         assert result.item.metadata["encoding"] == codec
 
 
+def test_text_in_an_unrecognised_8bit_encoding_is_reported_not_garbled(
+    core: KnowledgeAgentCore, tmp_path: Path
+) -> None:
+    root = good_folder(tmp_path / "docs")
+    (root / "mainframe.txt").write_bytes(("ebcdic words tokebcdic " * 40).encode("cp500"))
+    legacy = {
+        "french.txt": ("Le café déjà très bon, tokfrench. " * 20, "cp1252"),
+        "russian.txt": ("Привет мир, это текст tokrussian. " * 20, "cp1251"),
+        "chinese.txt": ("如何重置密码？请点击设置 tokchinese。" * 20, "gbk"),
+    }
+    for name, (text, codec) in legacy.items():
+        (root / name).write_bytes(text.encode(codec))
+    report = core.collect_knowledge(root)
+    [issue] = report.skipped
+    assert issue.path.endswith("mainframe.txt")
+    assert issue.reason.startswith("unrecognised text encoding: 8-bit bytes")
+    assert report.processed == 13 and report.failed == []
+    assert_good_files_found(core)
+    for token in ("tokfrench", "tokrussian", "tokchinese"):
+        assert core.search(token)[0].item.title.endswith(token.removeprefix("tok"))
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     data=st.binary(max_size=600)

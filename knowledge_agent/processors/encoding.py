@@ -10,6 +10,7 @@ numbers mean the same thing for every file.
 from __future__ import annotations
 
 import codecs
+import re
 
 __all__ = [
     "binary_problem",
@@ -52,6 +53,10 @@ _MAX_CONTROL_RATIO = 0.05
 # How much of a file the UTF-16/32 guess looks at, and how clean its decoding must be.
 _UTF_SAMPLE = 4096
 _UTF_CANDIDATES = ("utf-32-le", "utf-32-be", "utf-16-le", "utf-16-be")
+# A sample with fewer non-ASCII bytes than this is Western text with accents, never garbled.
+_MIN_HIGH_RATIO = 0.2
+# An HTML or XML charset, a Python coding line: the file says what it is.
+_DECLARED = re.compile(rb"(?i)charset|coding")
 
 
 def bom_encoding(data: bytes) -> str | None:
@@ -86,7 +91,32 @@ def binary_problem(head: bytes) -> str | None:
     controls = sum(1 for byte in head if byte < 0x20 and byte not in _TEXT_CONTROLS)
     if controls > _MAX_CONTROL_RATIO * len(head):
         return "too many control characters"
+    if _unrecognised_8bit(head):
+        return "8-bit bytes that no recognised encoding turns into letters"
     return None
+
+
+def _unrecognised_8bit(head: bytes) -> bool:
+    """Whether mostly non-ASCII bytes, neither UTF-8 nor declared, guess to symbols rather
+    than letters (EBCDIC, or a legacy encoding we cannot tell): text we would store garbled.
+
+    Western 8-bit text has a few accented letters among ASCII ones, and Chinese is
+    recognised by :func:`_guess`, so both pass.
+    """
+    high = sum(1 for byte in head if byte >= 0x80)
+    if high < _MIN_HIGH_RATIO * len(head) or _DECLARED.search(head):
+        return False
+    try:
+        head.decode("utf-8")
+        return False
+    except UnicodeDecodeError as exc:
+        if exc.start >= len(head) - 3:  # a character cut by the end of the sample
+            return False
+    text, encoding = _guess(head)
+    if encoding == "gb18030":
+        return False
+    wide = [char for char in text if ord(char) >= 0x80]
+    return sum(char.isalpha() for char in wide) < 0.5 * len(wide)
 
 
 def unmarked_utf_encoding(data: bytes) -> str | None:
