@@ -113,6 +113,18 @@ def _committing() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def _timed(report: CollectReport) -> Iterator[None]:
+    """Set ``report.duration_s``; Ctrl-C becomes ``CollectInterrupted`` carrying the report."""
+    started = time.perf_counter()
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        report.duration_s = time.perf_counter() - started
+        raise CollectInterrupted(report) from exc
+    report.duration_s = time.perf_counter() - started
+
+
 def _check_interrupt() -> None:
     """Stop a run at a file boundary once Ctrl-C was pressed (for runs off the main thread)."""
     if _interrupt_requested.is_set():
@@ -242,18 +254,13 @@ class Collector:
 
         A missing root raises ``IngestError``. With ``full``, every file is re-extracted.
         """
-        started = time.perf_counter()
         report = CollectReport(kb=kb)
-        try:
+        with _timed(report):
             found = list(walk(root, options))
             known = self.storage.get_sources(kb, root)
             present = {str(file.path) for file in found}
             vanished = [path for path in known if path not in present]
             self._run(kb, root, found, known, vanished, options, full, report, progress)
-        except KeyboardInterrupt as exc:
-            report.duration_s = time.perf_counter() - started
-            raise CollectInterrupted(report) from exc
-        report.duration_s = time.perf_counter() - started
         return report
 
     def apply_changes(
@@ -266,14 +273,9 @@ class Collector:
         progress: ProgressCallback | None = None,
     ) -> CollectReport:
         """Index these changed files and remove these deleted ones (the watcher's path)."""
-        started = time.perf_counter()
         report = CollectReport(kb=kb)
-        try:
+        with _timed(report):
             self._apply(kb, root, options, changed, deleted, report, progress)
-        except KeyboardInterrupt as exc:
-            report.duration_s = time.perf_counter() - started
-            raise CollectInterrupted(report) from exc
-        report.duration_s = time.perf_counter() - started
         return report
 
     def _apply(
