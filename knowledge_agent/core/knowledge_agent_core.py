@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import re
-import shutil
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -19,7 +16,7 @@ from typing import Any, TypeVar
 
 from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer, detect_language
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
-from knowledge_agent.core.folder_lock import FolderLock
+from knowledge_agent.core.shared_indexes import SharedIndexes
 from knowledge_agent.core.status import ChunkContext, IndexStatus
 from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
 from knowledge_agent.errors import (
@@ -28,7 +25,6 @@ from knowledge_agent.errors import (
     KnowledgeAgentError,
     NotFoundError,
     QueryError,
-    SearchIndexError,
 )
 from knowledge_agent.ingest.collector import Collector, ProgressCallback
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
@@ -48,7 +44,6 @@ __all__ = ["KnowledgeAgentCore"]
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-_INDEX_FINGERPRINT_KEY = "index_fingerprint"
 _KB_NAME = re.compile(r"\w[\w.-]{0,63}")
 # A string source longer than this, or with a line break, is text rather than a path.
 _MAX_PATH_TEXT = 1024
@@ -115,18 +110,14 @@ class KnowledgeAgentCore:
     ``runbooks/`` → runbook, …); ``workers`` caps the processes that extract files when
     collecting a folder (default: up to 4).
 
-    **Sharing a data folder.** Any number of processes may open one data folder. Every
-    write (adding, collecting, deleting, rebuilding) holds the folder's write lock
-    (:class:`~knowledge_agent.core.folder_lock.FolderLock`) from its first change to the
-    index commit that makes it searchable; a second writer waits for it — up to
-    ``lock_timeout`` seconds (None: as long as it takes), calling ``on_lock_wait`` once with
-    a message — and then first loads what the other writer committed. Reading never writes
-    and never waits: a search answers from the index generation on disk (never with an item
-    that has since been deleted), picking up newer generations as writers commit; when the
-    indexes are behind the database and nobody holds the lock, the reader takes it without
-    waiting and replays the journal itself. Opening is a read, and, when the lock is free,
-    also a check that repairs: an unreadable index is rebuilt from SQLite, and an index
-    whose item count disagrees with the database has the difference replayed.
+    **Sharing a data folder.** Any number of processes may open one data folder
+    (:mod:`~knowledge_agent.core.shared_indexes` has the protocol). Every write holds the
+    folder's write lock until the indexes have committed it; another writer waits for it —
+    up to ``lock_timeout`` seconds (None: as long as it takes), calling ``on_lock_wait`` once
+    with a message. Searches never wait and never write: they answer from the last index
+    generation on disk (never with an item since deleted) and pick up newer ones as writers
+    commit. Opening, when the lock is free, also repairs: an unreadable index is rebuilt from
+    SQLite and an index that lost items has them replayed.
     """
 
     def __init__(
@@ -147,212 +138,56 @@ class KnowledgeAgentCore:
         self.data_dir: Path | None = None if in_memory else Path(os.fspath(data_dir))  # type: ignore[arg-type]
         self.analyzer = TextAnalyzer(_config(analyzer_config, AnalyzerConfig, "analyzer_config"))
         self.chunker = ContentChunker(_config(chunk_config, ChunkConfig, "chunk_config"))
-        self._keyword_options = dict(keyword_options or {})
-        self._semantic_options = dict(semantic_options or {})
-        self._batch_depth = 0
-        # One writer or reader at a time: the watcher calls in from its own thread.
-        self._lock = threading.RLock()
         if lock_timeout is not None and not lock_timeout >= 0:
             raise ConfigError(f"lock_timeout must be None or >= 0, got {lock_timeout!r}")
-        self.lock_timeout = lock_timeout
-        self._on_lock_wait = on_lock_wait
-        self._folder_lock = None if self.data_dir is None else FolderLock(self.data_dir)
-        self._write_depth = 0  # > 0 while this object holds the write lock
-        self._write_gate = threading.Lock()  # this object's writing threads, one at a time
-        self._writer: int | None = None  # the thread inside _writing()
-        self._unreadable: set[str] = set()  # indexes answered by an empty stand-in
+        config = _config(search_config, SearchConfig, "search_config")
+        self._batch_depth = 0
         self._watchers: list[FolderWatcher] = []
         db_path = ":memory:" if self.data_dir is None else self.data_dir / "knowledge.sqlite3"
         self.storage = SQLiteStorageManager(db_path)
         try:
-            self.keyword_index: SearchIndexManager = self._open_index(
-                "whoosh", self._new_keyword_index, lambda: SearchIndexManager(None, self.analyzer)
-            )
-            self.semantic_searcher: SemanticSearcher = self._open_index(
-                "tfidf", self._new_semantic_searcher, lambda: SemanticSearcher(None, self.analyzer)
-            )
-            self.engine = SearchEngineImpl(
+            self._indexes = SharedIndexes(
+                self.data_dir,
                 self.storage,
-                self.keyword_index,
-                self.semantic_searcher,
                 self.analyzer,
-                _config(search_config, SearchConfig, "search_config"),
+                config,
+                keyword_options=keyword_options or {},
+                semantic_options=semantic_options or {},
+                lock_timeout=lock_timeout,
+                on_lock_wait=on_lock_wait,
             )
+            # One reader or writer at a time: the watcher calls in from its own thread.
+            self._lock = self._indexes.lock
             self.collector = Collector(
                 self.storage,
                 self.chunker.config,
                 doc_type_rules=doc_type_rules,
                 workers=workers,
             )
-            if self._folder_lock is None:
-                self._catch_up(opening=True)
-            else:
-                self._catch_up_if_free()
+            self._indexes.open()
         except BaseException:
             self.close()
             raise
 
-    # -- opening -------------------------------------------------------------------------
+    @property
+    def engine(self) -> SearchEngineImpl:
+        """The two-stage search over both indexes."""
+        return self._indexes.engine
 
-    def _index_dir(self, name: str) -> Path | None:
-        return None if self.data_dir is None else self.data_dir / "index" / name
+    @property
+    def keyword_index(self) -> SearchIndexManager:
+        """The Whoosh BM25F index over chunks and items."""
+        return self._indexes.keyword_index
 
-    def _new_keyword_index(self) -> SearchIndexManager:
-        return SearchIndexManager(self._index_dir("whoosh"), self.analyzer, **self._keyword_options)
+    @property
+    def semantic_searcher(self) -> SemanticSearcher:
+        """The TF-IDF index over chunks and items."""
+        return self._indexes.semantic_searcher
 
-    def _new_semantic_searcher(self) -> SemanticSearcher:
-        return SemanticSearcher(self._index_dir("tfidf"), self.analyzer, **self._semantic_options)
-
-    def _open_index(self, name: str, factory: Callable[[], _T], stand_in: Callable[[], _T]) -> _T:
-        """Open an index as it is on disk. An unreadable one is answered by an empty
-        in-memory stand-in until a writer deletes it and rebuilds it from SQLite."""
-        try:
-            return factory()
-        except SearchIndexError as exc:
-            if self._index_dir(name) is None:
-                raise
-            logger.warning("%s; it will be rebuilt from the database", exc)
-            self._unreadable.add(name)
-            return stand_in()
-
-    def _replace_unreadable_indexes(self) -> None:
-        """Under the write lock: delete each unreadable index and open an empty one."""
-        for name in sorted(self._unreadable):
-            folder = self._index_dir(name)
-            assert folder is not None
-            logger.warning("rebuilding the %s index in %s from the database", name, folder)
-            shutil.rmtree(folder, ignore_errors=True)
-            if name == "whoosh":
-                self.keyword_index.close()
-                self.keyword_index = self.engine.keyword_index = self._new_keyword_index()
-            else:
-                self.semantic_searcher.close()
-                self.semantic_searcher = self._new_semantic_searcher()
-                self.engine.semantic_searcher = self.semantic_searcher
-            self._unreadable.discard(name)
-            self.storage.set_meta(_INDEX_FINGERPRINT_KEY, "")
-
-    def _fingerprint(self) -> str:
-        # Indexed terms depend on the analyzer and the semantic options: a change means rebuild.
-        return json.dumps(
-            {"analyzer": self.analyzer.config.to_dict(), "semantic": self._semantic_options},
-            sort_keys=True,
-            default=str,
-        )
-
-    def _refresh_indexes(self) -> bool:
-        """Load the index generations other processes committed; True if any changed.
-
-        A generation that cannot be read marks its index unreadable (a writer rebuilds it);
-        the current state keeps answering.
-        """
-        changed = False
-        for name, index in (("whoosh", self.keyword_index), ("tfidf", self.semantic_searcher)):
-            if name in self._unreadable:
-                continue
-            try:
-                changed = index.refresh() or changed
-            except SearchIndexError as exc:
-                logger.warning("%s; it will be rebuilt from the database", exc)
-                self._unreadable.add(name)
-        return changed
-
-    def _catch_up(self, *, opening: bool) -> None:
-        """Under the write lock: make both indexes reflect everything SQLite holds.
-
-        Other processes' commits are loaded, unreadable indexes recreated and the journal
-        replayed. On ``opening`` (and after recreating an index) a changed analyzer
-        configuration or a missing index rebuilds, and each index's item count is compared
-        with SQLite's and any difference replayed.
-        """
-        self._refresh_indexes()
-        recreated = bool(self._unreadable)
-        self._replace_unreadable_indexes()
-        if opening or recreated:
-            fingerprint = self._fingerprint()
-            stale = self.storage.get_meta(_INDEX_FINGERPRINT_KEY) != fingerprint
-            missing = self.storage.count_chunks() > 0 and not self.engine.has_chunk_index()
-            if stale or missing:
-                indexed = self.keyword_index.item_count() or self.semantic_searcher.item_count()
-                if self.storage.count_items() or indexed:
-                    logger.info("building the search indexes from the database")
-                    self.engine.rebuild()
-                self.storage.set_meta(_INDEX_FINGERPRINT_KEY, fingerprint)
-                return
-        self.engine.sync()
-        if opening:
-            self.engine.reconcile()
-
-    def _behind(self) -> bool:
-        """Whether the indexes miss something SQLite holds (cheap: one SQLite query)."""
-        if self._unreadable:
-            return True
-        applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
-        return applied != self.storage.last_journal_seq()
-
-    def _catch_up_if_free(self) -> None:
-        """Opening: take the write lock only if it is free, to check and repair; a busy
-        lock or a failure leaves the snapshot on disk to answer."""
-        assert self._folder_lock is not None
-        if self.storage.read_only:
-            logger.info("%s is read-only: answering from the indexes as they are", self.data_dir)
-            return
-        if not self._folder_lock.try_acquire():
-            logger.info("another process is writing to %s; reading its last commit", self.data_dir)
-            return
-        try:
-            self._write_depth += 1
-            self._catch_up(opening=True)
-        except KnowledgeAgentError as exc:
-            logger.warning("cannot bring the search indexes up to date now: %s", exc)
-        finally:
-            self._write_depth -= 1
-            self._folder_lock.release()
-
-    @contextmanager
-    def _writing(self) -> Iterator[None]:
-        """Hold the data folder's write lock with the indexes caught up.
-
-        The wait for another process happens outside the lock this object's readers take,
-        so searches in this process keep answering meanwhile.
-        """
-        if self._writer == threading.get_ident():  # nested in this thread's own write
-            yield
-            return
-        with self._write_gate:
-            if self._folder_lock is not None:
-                self._folder_lock.acquire(self.lock_timeout, self._on_lock_wait)
-            try:
-                with self._lock:
-                    self._writer = threading.get_ident()
-                    self._write_depth += 1
-                    try:
-                        if self._folder_lock is not None:
-                            self._catch_up(opening=False)
-                        yield
-                    finally:
-                        self._write_depth -= 1
-                        self._writer = None
-            finally:
-                if self._folder_lock is not None:
-                    self._folder_lock.release()
-
-    def _reading(self) -> None:
-        """Before a query: pick up other processes' commits; replay the journal only if
-        the indexes are behind and the write lock is free (a reader never waits)."""
-        if self._folder_lock is None or self._write_depth:
-            return
-        self._refresh_indexes()
-        if self.storage.read_only or not self._behind() or not self._folder_lock.try_acquire():
-            return
-        try:
-            self._write_depth += 1
-            self._catch_up(opening=False)
-        except KnowledgeAgentError as exc:  # a full disk must not fail the query
-            logger.warning("cannot bring the search indexes up to date now: %s", exc)
-        finally:
-            self._write_depth -= 1
-            self._folder_lock.release()
+    @property
+    def lock_timeout(self) -> float | None:
+        """Seconds a write waits for another process's (None: as long as it takes)."""
+        return self._indexes.lock_timeout
 
     # -- writing -------------------------------------------------------------------------
 
@@ -391,7 +226,7 @@ class KnowledgeAgentCore:
             "kb": kb,
         }
         chunks = self.chunker.chunk(content, title=title)
-        with self._writing():
+        with self._indexes.writing():
             existing = self.storage.get_item(item_id) if item_id else None
             now = utc_now()
             fields["created_at"] = existing.created_at if existing else now
@@ -405,7 +240,7 @@ class KnowledgeAgentCore:
 
     def delete_knowledge_item(self, item_id: str) -> bool:
         """Delete an item from SQLite and both indexes (R4.4); True if it existed."""
-        with self._writing():
+        with self._indexes.writing():
             existed = self.storage.delete_item(item_id)
             self._index_changes()
         return existed
@@ -575,7 +410,7 @@ class KnowledgeAgentCore:
         tracked there.
         """
         full = os.path.abspath(os.path.expanduser(os.fspath(path)))
-        with self._writing():
+        with self._indexes.writing():
             removed: list[str] = []
             roots = [r for r in self.storage.get_roots(kb) if r.root == full]
             for root in roots:
@@ -593,7 +428,7 @@ class KnowledgeAgentCore:
 
     def create_kb(self, name: str, description: str = "") -> KnowledgeBaseInfo:
         """Create an empty knowledge base; ``ConfigError`` if the name is taken."""
-        with self._writing():
+        with self._indexes.writing():
             if not self.storage.ensure_kb(_kb_name(name), description):
                 raise ConfigError(f"knowledge base {name!r} already exists")
             return self.get_kb(name)
@@ -611,14 +446,14 @@ class KnowledgeAgentCore:
 
     def describe_kb(self, name: str, description: str) -> KnowledgeBaseInfo:
         """Set a knowledge base's description (its intro for agents)."""
-        with self._writing():
+        with self._indexes.writing():
             self.get_kb(name)
             self.storage.ensure_kb(name, description)
             return self.get_kb(name)
 
     def remove_kb(self, name: str) -> int:
         """Delete a knowledge base with its items and tracked sources; returns items deleted."""
-        with self._writing():
+        with self._indexes.writing():
             self.get_kb(name)
             removed = self.storage.delete_kb(name)
             self._index_changes()
@@ -633,7 +468,7 @@ class KnowledgeAgentCore:
         up when the outermost block exits, even on error — except Ctrl-C, which leaves them
         to the next write or open (the journal keeps every change), so it stops at once.
         """
-        with self._writing():
+        with self._indexes.writing():
             self._batch_depth += 1
             try:
                 yield self
@@ -656,10 +491,8 @@ class KnowledgeAgentCore:
 
     def rebuild_index(self) -> int:
         """Rebuild both indexes from SQLite (R4.5); returns the number of chunks indexed."""
-        with self._writing():
-            count = self.engine.rebuild()
-            self.storage.set_meta(_INDEX_FINGERPRINT_KEY, self._fingerprint())
-        return count
+        with self._indexes.writing():
+            return self._indexes.rebuild()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -768,7 +601,7 @@ class KnowledgeAgentCore:
             updated_before=updated_before,
         )
         with self._lock:
-            self._reading()
+            self._indexes.reading()
             return self.engine.search(
                 query,
                 limit=limit,
@@ -782,7 +615,7 @@ class KnowledgeAgentCore:
     def status(self) -> IndexStatus:
         """Counts, sizes on disk, and whether both indexes agree with SQLite."""
         with self._lock:
-            self._reading()
+            self._indexes.reading()
             kbs = self.list_kbs()
             applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
             latest = max(
@@ -850,7 +683,7 @@ class KnowledgeAgentCore:
         """Stop the watchers, release the indexes and the database; safe to call twice."""
         for watcher in getattr(self, "_watchers", ()):
             watcher.stop()
-        for name in ("keyword_index", "semantic_searcher", "storage"):
+        for name in ("_indexes", "storage"):
             resource = getattr(self, name, None)
             if resource is not None:
                 resource.close()

@@ -1,0 +1,259 @@
+"""SharedIndexes: a data folder's two search indexes, kept in step with SQLite by whichever
+process may write — the sharing protocol of a data folder.
+
+* **One writer at a time.** :meth:`SharedIndexes.writing` holds the folder's write lock
+  (:class:`~knowledge_agent.core.folder_lock.FolderLock`) from a write's first change to the
+  index commit that makes it searchable. Another writer waits for it (``lock_timeout``,
+  ``on_lock_wait``) outside :attr:`SharedIndexes.lock`, so this process's readers keep
+  answering meanwhile, and first loads what the other writer committed.
+* **Readers never wait and never write.** :meth:`SharedIndexes.reading` loads the index
+  generations other processes committed (cheap: a stat per index); only when the indexes
+  are behind the journal *and* the write lock is free does it take the lock, without
+  waiting, and replay the journal.
+* **Opening checks and repairs when it can.** With the lock free: an unreadable index is
+  deleted and rebuilt from SQLite, a changed analyzer configuration rebuilds, the journal is
+  replayed, and each index's item count is compared with SQLite's and any difference
+  replayed. With the lock busy or the database read-only, the indexes answer as they are on
+  disk (an unreadable one by an empty stand-in).
+
+Indexes in memory (no data folder) have no lock and nothing to share.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.core.folder_lock import FolderLock
+from knowledge_agent.errors import KnowledgeAgentError, SearchIndexError
+from knowledge_agent.search.search_engine_impl import SearchConfig, SearchEngineImpl
+from knowledge_agent.search.search_index_manager import SearchIndexManager
+from knowledge_agent.search.semantic_searcher import SemanticSearcher
+from knowledge_agent.storage import SQLiteStorageManager
+
+__all__ = ["SharedIndexes"]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_FINGERPRINT_KEY = "index_fingerprint"
+
+
+class SharedIndexes:
+    """The keyword and semantic indexes of one knowledge base, and the engine over them."""
+
+    def __init__(
+        self,
+        data_dir: Path | None,
+        storage: SQLiteStorageManager,
+        analyzer: TextAnalyzer,
+        search_config: SearchConfig,
+        *,
+        keyword_options: Mapping[str, Any],
+        semantic_options: Mapping[str, Any],
+        lock_timeout: float | None,
+        on_lock_wait: Callable[[str], None] | None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.storage = storage
+        self.analyzer = analyzer
+        self.lock_timeout = lock_timeout
+        # One reader or writer of this object at a time: a watcher calls in from its thread.
+        self.lock = threading.RLock()
+        self._keyword_options = dict(keyword_options)
+        self._semantic_options = dict(semantic_options)
+        self._on_lock_wait = on_lock_wait
+        self._folder_lock = None if data_dir is None else FolderLock(data_dir)
+        self._write_depth = 0  # > 0 while this object holds the write lock
+        self._write_gate = threading.Lock()  # this object's writing threads, one at a time
+        self._writer: int | None = None  # the thread inside writing()
+        self._unreadable: set[str] = set()  # indexes answered by an empty stand-in
+        self.keyword_index: SearchIndexManager = self._open_index(
+            "whoosh", self._new_keyword_index, lambda: SearchIndexManager(None, analyzer)
+        )
+        try:
+            self.semantic_searcher: SemanticSearcher = self._open_index(
+                "tfidf", self._new_semantic_searcher, lambda: SemanticSearcher(None, analyzer)
+            )
+        except BaseException:
+            self.keyword_index.close()
+            raise
+        self.engine = SearchEngineImpl(
+            storage, self.keyword_index, self.semantic_searcher, analyzer, search_config
+        )
+
+    # -- opening -------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Check and repair what can be, as opening does (see the module docstring)."""
+        if self._folder_lock is None:
+            self._catch_up(opening=True)
+        elif self.storage.read_only:
+            logger.info("%s is read-only: answering from the indexes as they are", self.data_dir)
+        elif self._folder_lock.try_acquire():
+            self._caught_up_under_lock(opening=True)
+        else:
+            logger.info("another process is writing to %s; reading its last commit", self.data_dir)
+
+    def _index_dir(self, name: str) -> Path | None:
+        return None if self.data_dir is None else self.data_dir / "index" / name
+
+    def _new_keyword_index(self) -> SearchIndexManager:
+        return SearchIndexManager(self._index_dir("whoosh"), self.analyzer, **self._keyword_options)
+
+    def _new_semantic_searcher(self) -> SemanticSearcher:
+        return SemanticSearcher(self._index_dir("tfidf"), self.analyzer, **self._semantic_options)
+
+    def _open_index(self, name: str, factory: Callable[[], _T], stand_in: Callable[[], _T]) -> _T:
+        """Open an index as it is on disk. An unreadable one is answered by an empty
+        in-memory stand-in until a writer deletes it and rebuilds it from SQLite."""
+        try:
+            return factory()
+        except SearchIndexError as exc:
+            if self._index_dir(name) is None:
+                raise
+            logger.warning("%s; it will be rebuilt from the database", exc)
+            self._unreadable.add(name)
+            return stand_in()
+
+    def _replace_unreadable_indexes(self) -> None:
+        """Under the write lock: delete each unreadable index and open an empty one."""
+        for name in sorted(self._unreadable):
+            folder = self._index_dir(name)
+            assert folder is not None
+            logger.warning("rebuilding the %s index in %s from the database", name, folder)
+            shutil.rmtree(folder, ignore_errors=True)
+            if name == "whoosh":
+                self.keyword_index.close()
+                self.keyword_index = self.engine.keyword_index = self._new_keyword_index()
+            else:
+                self.semantic_searcher.close()
+                self.semantic_searcher = self._new_semantic_searcher()
+                self.engine.semantic_searcher = self.semantic_searcher
+            self._unreadable.discard(name)
+            self.storage.set_meta(_FINGERPRINT_KEY, "")
+
+    def fingerprint(self) -> str:
+        """What the indexed terms depend on: a change of it means a rebuild."""
+        return json.dumps(
+            {"analyzer": self.analyzer.config.to_dict(), "semantic": self._semantic_options},
+            sort_keys=True,
+            default=str,
+        )
+
+    # -- keeping up ------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        """Load the index generations other processes committed. One that cannot be read
+        marks its index unreadable (a writer rebuilds it); the current state keeps answering.
+        """
+        for name, index in (("whoosh", self.keyword_index), ("tfidf", self.semantic_searcher)):
+            if name in self._unreadable:
+                continue
+            try:
+                index.refresh()
+            except SearchIndexError as exc:
+                logger.warning("%s; it will be rebuilt from the database", exc)
+                self._unreadable.add(name)
+
+    def _catch_up(self, *, opening: bool) -> None:
+        """Under the write lock: make both indexes reflect everything SQLite holds.
+
+        Other processes' commits are loaded, unreadable indexes recreated and the journal
+        replayed. On ``opening`` (and after recreating an index) a changed analyzer
+        configuration or a missing index rebuilds, and each index's item count is compared
+        with SQLite's and any difference replayed.
+        """
+        self._refresh()
+        recreated = bool(self._unreadable)
+        self._replace_unreadable_indexes()
+        if opening or recreated:
+            fingerprint = self.fingerprint()
+            stale = self.storage.get_meta(_FINGERPRINT_KEY) != fingerprint
+            missing = self.storage.count_chunks() > 0 and not self.engine.has_chunk_index()
+            if stale or missing:
+                indexed = self.keyword_index.item_count() or self.semantic_searcher.item_count()
+                if self.storage.count_items() or indexed:
+                    logger.info("building the search indexes from the database")
+                    self.engine.rebuild()
+                self.storage.set_meta(_FINGERPRINT_KEY, fingerprint)
+                return
+        self.engine.sync()
+        if opening:
+            self.engine.reconcile()
+
+    def _caught_up_under_lock(self, *, opening: bool) -> None:
+        """Catch up with the write lock just taken without waiting, then release it; a
+        failure (a full disk) is logged, and the snapshot on disk keeps answering."""
+        assert self._folder_lock is not None
+        try:
+            self._write_depth += 1
+            self._catch_up(opening=opening)
+        except KnowledgeAgentError as exc:
+            logger.warning("cannot bring the search indexes up to date now: %s", exc)
+        finally:
+            self._write_depth -= 1
+            self._folder_lock.release()
+
+    def _behind(self) -> bool:
+        """Whether the indexes miss something SQLite holds (cheap: one SQLite query)."""
+        if self._unreadable:
+            return True
+        applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
+        return applied != self.storage.last_journal_seq()
+
+    def reading(self) -> None:
+        """Before a query, under :attr:`lock`: pick up other processes' commits; replay the
+        journal only if the indexes are behind and the write lock is free."""
+        if self._folder_lock is None or self._write_depth:
+            return
+        self._refresh()
+        if self.storage.read_only or not self._behind() or not self._folder_lock.try_acquire():
+            return
+        self._caught_up_under_lock(opening=False)
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the data folder's write lock and :attr:`lock`, with the indexes caught up.
+
+        The wait for another process happens outside :attr:`lock`, so searches in this
+        process keep answering meanwhile. Nested calls in the writing thread are free.
+        """
+        if self._writer == threading.get_ident():
+            yield
+            return
+        with self._write_gate:
+            if self._folder_lock is not None:
+                self._folder_lock.acquire(self.lock_timeout, self._on_lock_wait)
+            try:
+                with self.lock:
+                    self._writer = threading.get_ident()
+                    self._write_depth += 1
+                    try:
+                        if self._folder_lock is not None:
+                            self._catch_up(opening=False)
+                        yield
+                    finally:
+                        self._write_depth -= 1
+                        self._writer = None
+            finally:
+                if self._folder_lock is not None:
+                    self._folder_lock.release()
+
+    def rebuild(self) -> int:
+        """Rebuild both indexes from SQLite (inside :meth:`writing`); returns the chunks."""
+        count = self.engine.rebuild()
+        self.storage.set_meta(_FINGERPRINT_KEY, self.fingerprint())
+        return count
+
+    def close(self) -> None:
+        """Release both indexes; safe to call twice."""
+        self.keyword_index.close()
+        self.semantic_searcher.close()
