@@ -309,3 +309,13 @@ def test_the_cli_says_once_that_it_waits_then_finishes(base: Path, tmp_path: Pat
     assert err.count("waiting for process") == 1 and "which is writing to" in err
     with KnowledgeAgentCore(base) as core:
         assert top(core, "tokcli", "keyword") == "A"
+
+
+def test_opening_a_sound_base_writes_nothing(base: Path) -> None:
+    (base / "write.lock").unlink()
+    before = files_under(base / "index")
+    with KnowledgeAgentCore(base) as core:
+        assert top(core, "tok1", "hybrid") == "note 1"
+        assert core.status().consistent
+    assert files_under(base / "index") == before
+    assert not (base / "write.lock").exists()  # the lock was never even wanted

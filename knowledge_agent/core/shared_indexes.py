@@ -92,15 +92,30 @@ class SharedIndexes:
     # -- opening -------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Check and repair what can be, as opening does (see the module docstring)."""
+        """Check, and repair what needs it when the write lock is free (see the module
+        docstring); an open that finds nothing to repair writes nothing."""
         if self._folder_lock is None:
             self._catch_up(opening=True)
+        elif not self._needs_repair():
+            return
         elif self.storage.read_only:
             logger.info("%s is read-only: answering from the indexes as they are", self.data_dir)
         elif self._folder_lock.try_acquire():
             self._caught_up_under_lock(opening=True)
         else:
             logger.info("another process is writing to %s; reading its last commit", self.data_dir)
+
+    def _needs_repair(self) -> bool:
+        """What opening checks, read-only: an unreadable or missing index, a changed
+        analyzer configuration, pending journal entries, item counts unlike SQLite's."""
+        if self._behind() or self.storage.get_meta(_FINGERPRINT_KEY) != self.fingerprint():
+            return True
+        items = self.storage.count_items()
+        if items and not self.engine.has_chunk_index() and self.storage.count_chunks():
+            return True
+        return items != self.keyword_index.item_count() or (
+            items != self.semantic_searcher.item_count()
+        )
 
     def _index_dir(self, name: str) -> Path | None:
         return None if self.data_dir is None else self.data_dir / "index" / name
