@@ -14,9 +14,26 @@ from collections.abc import Iterable
 from bs4 import BeautifulSoup, NavigableString, Tag
 from bs4.element import CData, Comment, Declaration, Doctype, ProcessingInstruction
 
-__all__ = ["main_content", "strip_page_chrome", "to_markdown"]
+__all__ = [
+    "BLOCK_TAGS",
+    "CHROME",
+    "CHROME_TEXT_SHARE",
+    "DROP_ROLES",
+    "DROP_TAGS",
+    "HEADINGS",
+    "LANGUAGE_CLASS",
+    "SPACES",
+    "append_block",
+    "fenced_block",
+    "indent_block",
+    "main_content",
+    "paragraph",
+    "strip_page_chrome",
+    "table_row",
+    "to_markdown",
+]
 
-_DROP_TAGS = (
+DROP_TAGS = (
     "script",
     "style",
     "noscript",
@@ -36,17 +53,17 @@ _DROP_TAGS = (
     "link",
     "meta",
 )
-_DROP_ROLES = frozenset(
+DROP_ROLES = frozenset(
     {"navigation", "banner", "contentinfo", "search", "complementary", "menu", "menubar"}
 )
 # Class / id tokens of sidebars, menus, tables of contents and similar chrome.
-_CHROME = re.compile(
+CHROME = re.compile(
     r"^(?:nav|navbar|navigation|menu|menu-bar|menubar|toc|table-of-contents|breadcrumbs?"
     r"|skip-?link|site-header|site-footer|pagination|pager|headerlink|cookie-?(?:banner|consent)"
     r"|share|social)$|(?:^|[-_])(?:sidebar|sidenav|side-bar)(?:$|[-_])",
     re.IGNORECASE,
 )
-_BLOCK_TAGS = frozenset(
+BLOCK_TAGS = frozenset(
     {
         "address",
         "article",
@@ -95,14 +112,14 @@ _BLOCK_TAGS = frozenset(
         "ul",
     }
 )
-_BLOCK_NAMES = sorted(_BLOCK_TAGS)  # bs4 searches take a list of names
-_HEADINGS = {f"h{level}": level for level in range(1, 7)}
+_BLOCK_NAMES = sorted(BLOCK_TAGS)  # bs4 searches take a list of names
+HEADINGS = {f"h{level}": level for level in range(1, 7)}
 _SKIPPED_STRINGS = (Comment, Doctype, Declaration, ProcessingInstruction, CData)
-_SPACES = re.compile(r"[ \t\n\r\f\v]+")
+SPACES = re.compile(r"[ \t\n\r\f\v]+")
 _HEADING_LIKE = re.compile(r"[ ]{0,3}(?:#{1,6}(?:[ \t]|$)|```|~~~)")
-_LANGUAGE_CLASS = re.compile(r"^(?:language|lang)-([\w+#.-]+)$")
+LANGUAGE_CLASS = re.compile(r"^(?:language|lang)-([\w+#.-]+)$")
 _FENCE_RUN = re.compile(r"^[ \t]*(`{3,}|~{3,})", re.MULTILINE)
-_CHROME_TEXT_SHARE = 0.5  # never drop a class-matched element holding half the page text
+CHROME_TEXT_SHARE = 0.5  # never drop a class-matched element holding half the page text
 
 
 def main_content(soup: BeautifulSoup) -> Tag | BeautifulSoup:
@@ -127,7 +144,7 @@ def strip_page_chrome(root: Tag | BeautifulSoup) -> None:
     id-matched element holding most of the text is kept too, so a wrapper whose class
     happens to say "menu" cannot take the content with it.
     """
-    for tag in root.find_all(list(_DROP_TAGS)):
+    for tag in root.find_all(list(DROP_TAGS)):
         tag.decompose()
     total = len(root.get_text())
     for tag in root.find_all(True):
@@ -136,13 +153,13 @@ def strip_page_chrome(root: Tag | BeautifulSoup) -> None:
         if vars(tag).get("_decomposed", False):
             continue
         if tag.name in ("header", "footer"):
-            if tag.name == "footer" or not tag.find(list(_HEADINGS)):
+            if tag.name == "footer" or not tag.find(list(HEADINGS)):
                 tag.decompose()
             continue
-        if tag.has_attr("hidden") or str(tag.get("role", "")).lower() in _DROP_ROLES:
+        if tag.has_attr("hidden") or str(tag.get("role", "")).lower() in DROP_ROLES:
             tag.decompose()
             continue
-        if _is_chrome(tag) and len(tag.get_text()) <= _CHROME_TEXT_SHARE * total:
+        if _is_chrome(tag) and len(tag.get_text()) <= CHROME_TEXT_SHARE * total:
             tag.decompose()
 
 
@@ -151,7 +168,7 @@ def _is_chrome(tag: Tag) -> bool:
     tag_id = tag.get("id")
     if isinstance(tag_id, str):
         tokens.append(tag_id)
-    return any(_CHROME.search(token) for token in tokens)
+    return any(CHROME.search(token) for token in tokens)
 
 
 def to_markdown(root: Tag | BeautifulSoup) -> str:
@@ -168,27 +185,27 @@ class _Renderer:
         for child in node.children:
             if isinstance(child, NavigableString):
                 if not isinstance(child, _SKIPPED_STRINGS):
-                    inline.append(_SPACES.sub(" ", str(child)))
+                    inline.append(SPACES.sub(" ", str(child)))
                 continue
             if not isinstance(child, Tag):
                 continue
-            if child.name in _BLOCK_TAGS or child.find(_BLOCK_NAMES) is not None:
-                _append(out, _paragraph(inline))
+            if child.name in BLOCK_TAGS or child.find(_BLOCK_NAMES) is not None:
+                append_block(out, paragraph(inline))
                 inline = []
                 out.extend(self.block(child))
             else:
                 inline.append(self.inline(child))
-        _append(out, _paragraph(inline))
+        append_block(out, paragraph(inline))
         return out
 
     def block(self, tag: Tag) -> list[str]:
         name = tag.name
-        if name in _HEADINGS:
-            text = _SPACES.sub(" ", self.inline(tag)).strip()
-            return [f"{'#' * _HEADINGS[name]} {text}"] if text else []
+        if name in HEADINGS:
+            text = SPACES.sub(" ", self.inline(tag)).strip()
+            return [f"{'#' * HEADINGS[name]} {text}"] if text else []
         if name == "p":
-            paragraph = _paragraph([self.inline(tag)])
-            return [paragraph] if paragraph else []
+            text = paragraph([self.inline(tag)])
+            return [text] if text else []
         if name == "pre":
             return _fenced(tag)
         if name in ("ul", "ol", "menu"):
@@ -203,7 +220,7 @@ class _Renderer:
             return []
         if name == "dd":
             inner = "\n".join(self.blocks(tag))
-            return [_indent(inner, "  ", "  ")] if inner else []
+            return [indent_block(inner, "  ", "  ")] if inner else []
         return self.blocks(tag)
 
     def inline(self, tag: Tag) -> str:
@@ -214,7 +231,7 @@ class _Renderer:
             alt = tag.get("alt")
             return f" {alt} " if isinstance(alt, str) and alt.strip() else ""
         if name in ("code", "kbd", "samp", "tt"):
-            text = _SPACES.sub(" ", tag.get_text()).strip()
+            text = SPACES.sub(" ", tag.get_text()).strip()
             if not text:
                 return ""
             tick = "``" if "`" in text else "`"
@@ -223,9 +240,9 @@ class _Renderer:
         for child in tag.children:
             if isinstance(child, NavigableString):
                 if not isinstance(child, _SKIPPED_STRINGS):
-                    parts.append(_SPACES.sub(" ", str(child)))
+                    parts.append(SPACES.sub(" ", str(child)))
             elif isinstance(child, Tag):
-                parts.append(self.inline(child) if child.name not in _BLOCK_TAGS else " ")
+                parts.append(self.inline(child) if child.name not in BLOCK_TAGS else " ")
         return "".join(parts)
 
     def listing(self, tag: Tag, *, ordered: bool) -> str:
@@ -238,20 +255,20 @@ class _Renderer:
                 continue
             marker = f"{number}. " if ordered else "- "
             number += 1
-            items.append(_indent(body, marker, " " * len(marker)))
+            items.append(indent_block(body, marker, " " * len(marker)))
         return "\n".join(items)
 
     def table(self, tag: Tag) -> list[str]:
         out: list[str] = []
         caption = tag.find("caption")
         if isinstance(caption, Tag):
-            _append(out, _paragraph([self.inline(caption)]))
+            append_block(out, paragraph([self.inline(caption)]))
         rows: list[list[str]] = []
         for row in tag.find_all("tr"):
             if row.find_parent("table") is not tag:
                 continue  # a row of a nested table
             cells = [
-                _SPACES.sub(" ", self.inline(cell)).strip().replace("|", "\\|")
+                SPACES.sub(" ", self.inline(cell)).strip().replace("|", "\\|")
                 for cell in row.find_all(("th", "td"), recursive=False)
             ]
             if any(cells):
@@ -260,20 +277,20 @@ class _Renderer:
             return out
         width = max(len(row) for row in rows)
         rows = [row + [""] * (width - len(row)) for row in rows]
-        lines = [_table_row(rows[0]), _table_row(["---"] * width)]
-        lines.extend(_table_row(row) for row in rows[1:])
+        lines = [table_row(rows[0]), table_row(["---"] * width)]
+        lines.extend(table_row(row) for row in rows[1:])
         out.append("\n".join(lines))
         return out
 
 
-def _append(out: list[str], block: str | None) -> None:
+def append_block(out: list[str], block: str | None) -> None:
     if block:
         out.append(block)
 
 
-def _paragraph(parts: Iterable[str]) -> str | None:
+def paragraph(parts: Iterable[str]) -> str | None:
     """Inline text as one paragraph: spaces collapsed, ``<br>`` line breaks kept."""
-    lines = [_SPACES.sub(" ", line).strip() for line in "".join(parts).split("\n")]
+    lines = [SPACES.sub(" ", line).strip() for line in "".join(parts).split("\n")]
     text = "\n".join(line for line in lines if line)
     if not text:
         return None
@@ -305,13 +322,13 @@ def _code_language(pre: Tag) -> str:
     for tag in (pre, code):
         if isinstance(tag, Tag):
             for token in tag.get("class") or []:
-                match = _LANGUAGE_CLASS.match(token)
+                match = LANGUAGE_CLASS.match(token)
                 if match:
                     return match.group(1)
     return ""
 
 
-def _indent(text: str, first: str, rest: str) -> str:
+def indent_block(text: str, first: str, rest: str) -> str:
     """Prefix the first line with ``first`` and later ones with ``rest``.
 
     Fenced code blocks are left at column 0 so their lines stay verbatim; a block that
@@ -336,5 +353,5 @@ def _indent(text: str, first: str, rest: str) -> str:
     return "\n".join(out)
 
 
-def _table_row(cells: list[str]) -> str:
+def table_row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"

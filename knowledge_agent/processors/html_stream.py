@@ -22,43 +22,19 @@ from html.parser import HTMLParser
 
 # One set of rules for both ways of converting a page.
 from knowledge_agent.processors.html_markdown import (
-    _BLOCK_TAGS as BLOCK_TAGS,
-)
-from knowledge_agent.processors.html_markdown import (
-    _CHROME as CHROME,
-)
-from knowledge_agent.processors.html_markdown import (
-    _CHROME_TEXT_SHARE as CHROME_TEXT_SHARE,
-)
-from knowledge_agent.processors.html_markdown import (
-    _DROP_ROLES as DROP_ROLES,
-)
-from knowledge_agent.processors.html_markdown import (
-    _DROP_TAGS as DROP_TAGS,
-)
-from knowledge_agent.processors.html_markdown import (
-    _HEADINGS as HEADINGS,
-)
-from knowledge_agent.processors.html_markdown import (
-    _LANGUAGE_CLASS as LANGUAGE_CLASS,
-)
-from knowledge_agent.processors.html_markdown import (
-    _SPACES as SPACES,
-)
-from knowledge_agent.processors.html_markdown import (
-    _append as append_block,
-)
-from knowledge_agent.processors.html_markdown import (
-    _indent as indent_block,
-)
-from knowledge_agent.processors.html_markdown import (
-    _paragraph as paragraph,
-)
-from knowledge_agent.processors.html_markdown import (
-    _table_row as table_row,
-)
-from knowledge_agent.processors.html_markdown import (
+    BLOCK_TAGS,
+    CHROME,
+    CHROME_TEXT_SHARE,
+    DROP_ROLES,
+    DROP_TAGS,
+    HEADINGS,
+    LANGUAGE_CLASS,
+    SPACES,
+    append_block,
     fenced_block,
+    indent_block,
+    paragraph,
+    table_row,
 )
 
 __all__ = ["MAX_NESTING", "StreamedPage", "stream_markdown"]
