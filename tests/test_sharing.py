@@ -9,11 +9,12 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent import KnowledgeAgentCore, KnowledgeChunk, KnowledgeItem
 from knowledge_agent.core.folder_lock import FolderLock
 from knowledge_agent.errors import LockTimeoutError
 
@@ -319,3 +320,35 @@ def test_opening_a_sound_base_writes_nothing(base: Path) -> None:
         assert core.status().consistent
     assert files_under(base / "index") == before
     assert not (base / "write.lock").exists()  # the lock was never even wanted
+
+
+def test_a_rebuild_cut_short_is_done_again_on_open(base: Path) -> None:
+    with KnowledgeAgentCore(base) as core:
+        core.keyword_index.rebuild_commit_every = 2  # commits part-way, as a big rebuild does
+        pairs = core.engine._stored_pairs
+
+        def dying() -> Iterator[tuple[KnowledgeItem, list[KnowledgeChunk]]]:
+            for n, pair in enumerate(pairs()):
+                if n == 3:
+                    raise KeyboardInterrupt  # the process dies here
+                yield pair
+
+        core.engine._stored_pairs = dying  # type: ignore[method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            core.rebuild_index()
+        assert core.keyword_index.chunk_count() < 5  # left half rebuilt
+    with KnowledgeAgentCore(base) as core:
+        assert core.status().consistent
+        assert top(core, "tok4", "keyword") == "note 4"
+
+
+def test_opening_replays_chunks_one_index_lost(base: Path) -> None:
+    with KnowledgeAgentCore(base) as core:
+        lost = core.list_items()[3]
+        writer = core.keyword_index._writer(core.keyword_index._chunks)
+        writer.delete_by_term("item_id", lost.id)  # its chunks only, not its item document
+        writer.commit()
+        assert core.keyword_index.chunk_count() == 4 and core.keyword_index.item_count() == 5
+    with KnowledgeAgentCore(base) as core:
+        assert core.status().consistent
+        assert top(core, "tok3", "keyword") == lost.title

@@ -441,3 +441,19 @@ def test_core_rebuilds_an_index_with_a_planted_toc_without_running_it(
         assert not planted.exists()  # deleted with the index, which was rebuilt
         assert core.search("ultrasonic probe", mode="keyword")[0].item.id == item.id
     assert not marker.exists()
+
+
+def test_a_toc_replaced_while_it_is_opened_gives_the_newer_one(chunks: Path) -> None:
+    storage = SafeFileStorage(str(chunks))
+    latest = read_toc(storage).generation
+    plain_open = storage.open_file
+    vanished: list[str] = []
+
+    def writer_replaced_it(name: str, **kwargs: Any) -> Any:
+        if name.endswith(".toc") and not vanished:  # deleted by another process's commit
+            vanished.append(name)
+            raise FileNotFoundError(name)
+        return plain_open(name, **kwargs)
+
+    storage.open_file = writer_replaced_it  # type: ignore[method-assign]
+    assert read_toc(storage).generation == latest and vanished

@@ -106,15 +106,14 @@ class SharedIndexes:
             logger.info("another process is writing to %s; reading its last commit", self.data_dir)
 
     def _needs_repair(self) -> bool:
-        """What opening checks, read-only: an unreadable or missing index, a changed
-        analyzer configuration, pending journal entries, item counts unlike SQLite's."""
+        """What opening checks, read-only: an unreadable index, a changed analyzer
+        configuration, pending journal entries, item or chunk counts unlike SQLite's."""
         if self._behind() or self.storage.get_meta(_FINGERPRINT_KEY) != self.fingerprint():
             return True
-        items = self.storage.count_items()
-        if items and not self.engine.has_chunk_index() and self.storage.count_chunks():
-            return True
-        return items != self.keyword_index.item_count() or (
-            items != self.semantic_searcher.item_count()
+        counts = (self.storage.count_items(), self.storage.count_chunks())
+        return any(
+            (index.item_count(), index.chunk_count()) != counts
+            for index in (self.keyword_index, self.semantic_searcher)
         )
 
     def _index_dir(self, name: str) -> Path | None:
@@ -197,8 +196,9 @@ class SharedIndexes:
                 indexed = self.keyword_index.item_count() or self.semantic_searcher.item_count()
                 if self.storage.count_items() or indexed:
                     logger.info("building the search indexes from the database")
-                    self.engine.rebuild()
-                self.storage.set_meta(_FINGERPRINT_KEY, fingerprint)
+                    self.rebuild()
+                else:
+                    self.storage.set_meta(_FINGERPRINT_KEY, fingerprint)
                 return
         self.engine.sync()
         if opening:
@@ -263,7 +263,12 @@ class SharedIndexes:
                     self._folder_lock.release()
 
     def rebuild(self) -> int:
-        """Rebuild both indexes from SQLite (inside :meth:`writing`); returns the chunks."""
+        """Rebuild both indexes from SQLite (inside :meth:`writing`); returns the chunks.
+
+        The indexes are marked stale first, so a rebuild cut short by a crash (which
+        leaves an index partly rebuilt) is done again by the next open or write.
+        """
+        self.storage.set_meta(_FINGERPRINT_KEY, "")
         count = self.engine.rebuild()
         self.storage.set_meta(_FINGERPRINT_KEY, self.fingerprint())
         return count

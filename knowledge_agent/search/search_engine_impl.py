@@ -196,24 +196,31 @@ class SearchEngineImpl:
     rebuild_chunk_index = rebuild
 
     def reconcile(self) -> int:
-        """Make an index whose item count disagrees with SQLite hold exactly SQLite's items.
+        """Make an index whose item or chunk count disagrees with SQLite hold exactly what
+        SQLite holds.
 
-        A cheap check (counts) first; only a disagreeing index has its item ids compared,
-        and only the difference is indexed or removed. Returns how many items were fixed.
+        A cheap check (counts) first; only a disagreeing index has its item ids compared
+        (those of its item rows, or of its chunk rows), and only the difference is indexed
+        or removed. Returns how many items were fixed.
         """
-        count = self.storage.count_items()
-        stored: set[str] | None = None
+        items, chunks = self.storage.count_items(), self.storage.count_chunks()
         fixed = 0
         for name, index in (("keyword", self.keyword_index), ("semantic", self.semantic_searcher)):
-            if index.item_count() == count:
+            if (index.item_count(), index.chunk_count()) == (items, chunks):
                 continue
-            stored = self.storage.item_ids() if stored is None else stored
+            stored = self.storage.item_ids()
             held = index.indexed_item_ids()
-            missing, extra = sorted(stored - held), sorted(held - stored)
+            missing, extra = stored - held, held - stored
+            if index.chunk_count() != chunks:
+                with_chunks = self.storage.item_ids(with_chunks=True)
+                held_chunks = index.indexed_item_ids(chunks=True)
+                missing |= with_chunks - held_chunks
+                extra |= held_chunks - stored
             logger.warning(
-                "the %s index disagrees with the database: %d items missing, %d extra; fixing",
+                "the %s index disagrees with the database: %d items to index, %d to remove",
                 name, len(missing), len(extra),
             )  # fmt: skip
+            missing, extra = sorted(missing), sorted(extra)
             for start in range(0, len(missing), _SYNC_READ):
                 items = self.storage.get_items(missing[start : start + _SYNC_READ])
                 index.update(

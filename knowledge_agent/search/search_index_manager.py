@@ -251,19 +251,20 @@ class SearchIndexManager:
             ) from exc
         try:
             compatible = schema_signature(stored_schema(storage)) == schema_signature(idx.schema)
+            # Our own schema object: its analyzer (and its term cache) is shared by every
+            # writer instead of being unpickled afresh from the TOC for each one.
+            ix = open_file_index(storage, idx.schema) if compatible else None
         except Exception as exc:  # corrupt TOC, unpickling error, unreadable files, …
             raise SearchIndexError(
                 f"the {idx.name} index in {idx.location} cannot be opened "
                 f"({type(exc).__name__}: {exc}); delete it and rebuild"
             ) from exc
-        if not compatible:
+        if ix is None:
             raise SearchIndexError(
                 f"the {idx.name} index in {idx.location} was built with another schema or "
                 "analyzer configuration; delete it and rebuild"
             )
-        # Our own schema object: its analyzer (and its term cache) is shared by every writer
-        # instead of being unpickled afresh from the TOC for each one.
-        idx.ix = open_file_index(storage, idx.schema)
+        idx.ix = ix
         self._searcher(idx)  # reads every segment now: a broken one fails here, not later
 
     @staticmethod
@@ -606,15 +607,17 @@ class SearchIndexManager:
         with self._lock:
             return self._count(self._items)
 
-    def indexed_item_ids(self) -> set[str]:
-        """The id of every item in the item index (reads every stored key: for repairs)."""
+    def indexed_item_ids(self, *, chunks: bool = False) -> set[str]:
+        """The id of every item in the item index (``chunks``: of every item with chunks
+        in the chunk index). Reads every stored key: for repairs."""
+        idx = self._chunks if chunks else self._items
         with self._lock:
-            searcher = self._searcher(self._items)
+            searcher = self._searcher(idx)
             try:
                 return {str(fields_["item_id"]) for fields_ in searcher.all_stored_fields()}
             except Exception as exc:
                 raise SearchIndexError(
-                    f"cannot read the {self._items.name} index in {self._items.location}"
+                    f"cannot read the {idx.name} index in {idx.location}"
                 ) from exc
 
     def _count(self, idx: _Index) -> int:

@@ -375,11 +375,11 @@ class SemanticSearcher:
             self._check_open()
             return self._collections["items"].n_live
 
-    def indexed_item_ids(self) -> set[str]:
-        """The id of every item with a live item row."""
+    def indexed_item_ids(self, *, chunks: bool = False) -> set[str]:
+        """The id of every item with a live item row (``chunks``: with live chunk rows)."""
         with self._lock:
             self._check_open()
-            return self._collections["items"].item_ids()
+            return self._collections["chunks" if chunks else "items"].item_ids()
 
     @property
     def applied_seq(self) -> int:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import time
 from typing import IO, Any
 
 from whoosh.codec.whoosh3 import W3Codec, W3Segment
@@ -83,6 +84,7 @@ __all__ = [
 ]
 
 _INDEX_NAME = "MAIN"  # whoosh's default index name inside a storage
+_TOC_ATTEMPTS = 10  # tries to read the latest TOC while writers replace it
 
 # The globals each kind of pickle was seen to name, collected by logging every find_class
 # while indexes were built, updated (deletes, merges), reopened and searched through
@@ -322,11 +324,27 @@ def read_toc(
     schema: Schema | None = None,
 ) -> TOC:
     """``TOC.read`` with the restricted unpickler: generation ``gen`` (default: the latest)
-    of index ``indexname``. With ``schema``, the pickled schema is skipped, not read."""
-    if gen is None:
+    of index ``indexname``. With ``schema``, the pickled schema is skipped, not read.
+
+    The latest TOC can be deleted by a writer in another process between finding it and
+    opening it (its commit made a newer one): then the newer one is read.
+    """
+    if gen is not None:
+        return _read_toc(storage, indexname, gen, schema)
+    for attempt in range(_TOC_ATTEMPTS):
         gen = TOC._latest_generation(storage, indexname)
         if gen < 0:
             raise EmptyIndexError(f"Index {indexname!r} does not exist in {storage!r}")
+        try:
+            return _read_toc(storage, indexname, gen, schema)
+        except FileNotFoundError:
+            if attempt == _TOC_ATTEMPTS - 1:
+                raise
+            time.sleep(0.01 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _read_toc(storage: Storage, indexname: str, gen: int, schema: Schema | None) -> TOC:
     stream = storage.open_file(TOC._filename(indexname, gen))
     try:
         for what, size in (("int", _INT_SIZE), ("long", _LONG_SIZE), ("float", _FLOAT_SIZE)):

@@ -653,10 +653,15 @@ class SQLiteStorageManager(SourceTrackingMixin):
         )
         return (_row_to_item(row) for row in rows)
 
-    def item_ids(self) -> set[str]:
-        """The id of every item."""
+    def item_ids(self, *, with_chunks: bool = False) -> set[str]:
+        """The id of every item (``with_chunks``: of every item that has chunks)."""
+        sql = (
+            "SELECT DISTINCT item_id FROM knowledge_chunks"
+            if with_chunks
+            else "SELECT id FROM knowledge_items"
+        )
         with self._reading("item_ids") as conn:
-            return {row[0] for row in conn.execute("SELECT id FROM knowledge_items")}
+            return {row[0] for row in conn.execute(sql)}
 
     def count_items(self, *, kb: str | None = None) -> int:
         """How many items (in one kb, if given)."""
