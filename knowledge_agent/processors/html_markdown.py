@@ -29,6 +29,7 @@ __all__ = [
     "main_content",
     "paragraph",
     "strip_page_chrome",
+    "table_block",
     "table_row",
     "to_markdown",
 ]
@@ -273,13 +274,9 @@ class _Renderer:
             ]
             if any(cells):
                 rows.append(cells)
-        if not rows:
-            return out
-        width = max(len(row) for row in rows)
-        rows = [row + [""] * (width - len(row)) for row in rows]
-        lines = [table_row(rows[0]), table_row(["---"] * width)]
-        lines.extend(table_row(row) for row in rows[1:])
-        out.append("\n".join(lines))
+        block = table_block(rows)
+        if block:
+            out.append(block)
         return out
 
 
@@ -351,6 +348,17 @@ def indent_block(text: str, first: str, rest: str) -> str:
         prefix = first if index == 0 else rest
         out.append(prefix + line if line else line)
     return "\n".join(out)
+
+
+def table_block(rows: list[list[str]]) -> str | None:
+    """Rows of cell texts as a Markdown table, the first row its header (None: no rows)."""
+    if not rows:
+        return None
+    width = max(len(row) for row in rows)
+    rows = [row + [""] * (width - len(row)) for row in rows]
+    lines = [table_row(rows[0]), table_row(["---"] * width)]
+    lines.extend(table_row(row) for row in rows[1:])
+    return "\n".join(lines)
 
 
 def table_row(cells: list[str]) -> str:

@@ -34,7 +34,7 @@ from knowledge_agent.processors.html_markdown import (
     fenced_block,
     indent_block,
     paragraph,
-    table_row,
+    table_block,
 )
 
 __all__ = ["MAX_NESTING", "StreamedPage", "stream_markdown"]
@@ -489,14 +489,9 @@ def _table_blocks(table: _Frame) -> list[str]:
     out: list[str] = []
     if table.caption:
         append_block(out, paragraph(table.caption))
-    rows = table.rows
-    if not rows:
-        return out
-    width = max(len(row) for row in rows)
-    rows = [row + [""] * (width - len(row)) for row in rows]
-    lines = [table_row(rows[0]), table_row(["---"] * width)]
-    lines.extend(table_row(row) for row in rows[1:])
-    out.append("\n".join(lines))
+    block = table_block(table.rows)
+    if block:
+        out.append(block)
     return out
 
 
