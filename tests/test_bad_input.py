@@ -94,13 +94,13 @@ def test_undecodable_name_of_a_skipped_file_is_reported_readably(
     core: KnowledgeAgentCore, tmp_path: Path
 ) -> None:
     root = good_folder(tmp_path / "docs")
-    odd = os.path.join(os.fsencode(root), b"image\xff.png")
+    odd = os.path.join(os.fsencode(root), b"image\xff.dat")
     with open(odd, "wb") as handle:
         handle.write(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
     report = core.collect_knowledge(root)
     assert report.processed == 10
     [issue] = report.skipped
-    assert issue.path.endswith("image\ufffdFF.png") and issue.reason == "binary file"
+    assert issue.path.endswith("image\ufffdFF.dat") and issue.reason == "binary file"
     issue.path.encode("utf-8")
     assert core.collect_knowledge(root).unchanged == 11, "the skipped file is known again"
 

@@ -124,7 +124,8 @@ def test_full_rerun_reprocesses_everything(core, tree):
 
 
 def test_bad_files_are_reported_and_the_rest_is_indexed(core, tree):
-    write(tree / "logo.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    write(tree / "logo.dat", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    write(tree / "photo.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)  # never walked
     write(tree / "empty.md", b"")
     write(tree / "latin1.txt", "Caf\xe9 cr\xe8me recipe with espresso".encode("latin-1"))
     write(tree / "broken.pdf", b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog")
@@ -134,8 +135,8 @@ def test_bad_files_are_reported_and_the_rest_is_indexed(core, tree):
 
     assert report.processed == 5  # the four good files and the latin-1 text
     skipped = {Path(issue.path).name: issue.reason for issue in report.skipped}
-    assert set(skipped) == {"logo.png", "empty.md", "huge.log"}
-    assert "binary" in skipped["logo.png"]
+    assert set(skipped) == {"logo.dat", "empty.md", "huge.log"}
+    assert "binary" in skipped["logo.dat"]
     assert "empty" in skipped["empty.md"]
     assert skipped["huge.log"] == "2.9 KB is over the 2.0 KB limit"
     assert [Path(issue.path).name for issue in report.failed] == ["broken.pdf"]

@@ -81,6 +81,26 @@ def test_default_excludes_are_gitignore_patterns() -> None:
     assert all(isinstance(pattern, str) for pattern in DEFAULT_EXCLUDES)
 
 
+def test_what_is_not_text_is_skipped_unless_an_include_names_it(tmp_path: Path) -> None:
+    files = {
+        "docs/guide.md": "x",
+        "docs/img/diagram.svg": "<svg/>",
+        "docs/img/logo.png": b"\x89PNG",
+        "assets/font.woff2": b"\0",
+        "release.tar.gz": b"\0",
+        "package-lock.json": "{}",
+        "package.json": "{}",
+    }
+    make_tree(tmp_path, files)
+    assert rels(tmp_path) == ["docs/guide.md", "package.json"]
+    assert is_included(tmp_path, tmp_path / "docs/guide.md", WalkOptions())
+    assert not is_included(tmp_path, tmp_path / "docs/img/diagram.svg", WalkOptions())
+    svg = WalkOptions(include=("*.svg", "*.md"))
+    assert rels(tmp_path, svg) == ["docs/guide.md", "docs/img/diagram.svg"]
+    everything = sorted(files)
+    assert rels(tmp_path, WalkOptions(use_default_excludes=False)) == everything
+
+
 def test_defaults_can_be_turned_off(tmp_path: Path) -> None:
     make_tree(tmp_path, {"node_modules/a.js": "x", "env/pyvenv.cfg": "", "a.md": "x"})
     options = WalkOptions(use_default_excludes=False)

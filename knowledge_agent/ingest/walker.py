@@ -11,7 +11,10 @@ path (the watcher uses it for single changed files). Both share one rule engine,
    list relative to the root, so a caller's ``!dist/`` can re-include a default;
 3. ``.gitignore`` files in the root and every subfolder, each applying to its own folder, the
    deepest deciding, plus ``.git/info/exclude`` of the root as the weakest level;
-4. for files only: when ``include`` patterns are given, the file must match one of them.
+4. for files only: when ``include`` patterns are given, the file must match one of them;
+   files that are not text to search (images, fonts, media, archives, lock files:
+   ``NON_TEXT_EXCLUDES``) are skipped with the default excludes unless an ``include``
+   pattern names them.
 
 Excluded folders are pruned, never descended into, so a gitignore negation cannot re-include a
 file inside an excluded folder (as in git). Pattern matching is ``pathspec``'s GitIgnoreSpec.
@@ -35,7 +38,14 @@ from pathspec import GitIgnoreSpec
 
 from knowledge_agent.errors import ConfigError, IngestError
 
-__all__ = ["DEFAULT_EXCLUDES", "FoundFile", "WalkOptions", "is_included", "walk"]
+__all__ = [
+    "DEFAULT_EXCLUDES",
+    "NON_TEXT_EXCLUDES",
+    "FoundFile",
+    "WalkOptions",
+    "is_included",
+    "walk",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +87,25 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     "Thumbs.db",
 )
 """Gitignore-style patterns skipped by default (``WalkOptions.use_default_excludes``)."""
+
+NON_TEXT_EXCLUDES: tuple[str, ...] = (
+    # images (SVG is text, but drawing instructions, not documentation)
+    "*.svg", "*.png", "*.jpg", "*.jpeg", "*.gif", "*.ico", "*.webp", "*.bmp", "*.tif", "*.tiff",
+    "*.avif", "*.heic", "*.psd",
+    # fonts
+    "*.woff", "*.woff2", "*.ttf", "*.otf", "*.eot",
+    # audio and video
+    "*.mp3", "*.wav", "*.ogg", "*.flac", "*.m4a", "*.aac", "*.mp4", "*.m4v", "*.mov", "*.avi",
+    "*.mkv", "*.webm",
+    # archives and packages
+    "*.zip", "*.tar", "*.gz", "*.tgz", "*.bz2", "*.xz", "*.zst", "*.7z", "*.rar", "*.whl",
+    "*.jar", "*.deb", "*.rpm", "*.dmg", "*.iso",
+    # lock files: generated, long, and full of hashes
+    "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "poetry.lock",
+    "Pipfile.lock", "uv.lock", "Cargo.lock", "composer.lock", "Gemfile.lock", "go.sum",
+)  # fmt: skip
+"""Files that are not text to search, skipped by default like ``DEFAULT_EXCLUDES`` — but a file
+an ``include`` pattern names is collected all the same (``include=("*.svg",)``)."""
 
 _GITIGNORE = ".gitignore"
 _VENV_MARKER = "pyvenv.cfg"
@@ -254,6 +283,9 @@ class _Rules:
         excludes = (DEFAULT_EXCLUDES if options.use_default_excludes else ()) + options.exclude
         self.exclude = _compile("exclude", excludes) if excludes else None
         self.include = _compile("include", options.include) if options.include else None
+        self.non_text = (
+            _compile("exclude", NON_TEXT_EXCLUDES) if options.use_default_excludes else None
+        )
 
     def root_levels(self, root_abs: str) -> tuple[_Level, ...]:
         """The ignore levels that apply at the root: info/exclude (weakest), then .gitignore."""
@@ -295,7 +327,10 @@ class _Rules:
                 break
         if is_dir:
             return False
-        return self.include is not None and not self.include.check_file(rel).include
+        included = self.include is None or self.include.check_file(rel).include
+        if self.non_text is not None and self.non_text.check_file(rel).include:
+            return self.include is None or not included  # only an include pattern lets it in
+        return not included
 
 
 # --------------------------------------------------------------------------------------------
