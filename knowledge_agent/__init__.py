@@ -1,9 +1,13 @@
 """knowledge_agent: an offline knowledge base and search engine for AI agents."""
 
+import typing as _typing
+
 from knowledge_agent import errors
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
-from knowledge_agent.core import KnowledgeAgentCore
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, SearchResult
+
+if _typing.TYPE_CHECKING:
+    from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
 
 __all__ = [
     "ChunkConfig",
@@ -15,3 +19,17 @@ __all__ = [
     "SearchResult",
     "errors",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    # The core loads scipy and Whoosh: only when it is first used, so the command line's
+    # --help and --version, and the lower layers, start fast.
+    if name == "KnowledgeAgentCore":
+        from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
+
+        return KnowledgeAgentCore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -61,7 +61,6 @@ import click
 from rich.console import Console
 
 from knowledge_agent import cli_render as render
-from knowledge_agent.core import KnowledgeAgentCore
 from knowledge_agent.core.status import ChunkContext
 from knowledge_agent.core.text_search import compile_pattern
 from knowledge_agent.errors import (
@@ -72,7 +71,6 @@ from knowledge_agent.errors import (
     NotFoundError,
     QueryError,
 )
-from knowledge_agent.ingest.collector import ProgressCallback, graceful_interrupts
 from knowledge_agent.ingest.report import CollectProgress, CollectReport
 from knowledge_agent.settings import (
     LOCAL_DATA_DIR,
@@ -83,6 +81,9 @@ from knowledge_agent.settings import (
 from knowledge_agent.storage.sources import KnowledgeBaseInfo
 
 if TYPE_CHECKING:
+    from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
+    from knowledge_agent.ingest.collector import ProgressCallback
+
     if sys.version_info >= (3, 11):
         from importlib.resources.abc import Traversable
     else:  # pragma: no cover - Python 3.10
@@ -128,6 +129,10 @@ class App:
 
     def new_core(self) -> KnowledgeAgentCore:
         """Open the knowledge base with the project settings; the caller closes it."""
+        # Imported here: the engines take most of a command's start-up, and --help,
+        # --version and the commands that fail early never need them.
+        from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
+
         settings = self.settings
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         return KnowledgeAgentCore(
@@ -155,6 +160,8 @@ class App:
         Under the collector's Ctrl-C handling a signal never falls between a file's
         commit and its count (only here: ``serve`` keeps asyncio's own handling).
         """
+        from knowledge_agent.ingest.collector import graceful_interrupts
+
         self.collecting = True
         with graceful_interrupts():
             yield
@@ -1257,6 +1264,8 @@ def demo() -> None:
     with tempfile.TemporaryDirectory(prefix="knowledge-agent-demo-") as folder:
         samples = Path(folder) / "samples"
         _copy_tree(resources.files("knowledge_agent") / "samples", samples)
+        from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
+
         with KnowledgeAgentCore(Path(folder) / "data") as core:
             report = core.collect_knowledge(samples, kb="demo")
             console.print(

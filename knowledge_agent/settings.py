@@ -31,7 +31,7 @@ import platformdirs
 from knowledge_agent.chunking import ChunkConfig
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.ingest.doc_types import DEFAULT_DOC_TYPE_RULES
-from knowledge_agent.search.search_engine_impl import SearchConfig
+from knowledge_agent.search.config import SearchConfig
 
 if sys.version_info >= (3, 11):
     import tomllib

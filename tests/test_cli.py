@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -670,3 +672,24 @@ def test_serve_hands_a_core_opener_and_roots_to_the_server(
     assert result.stdout == ""  # stdout belongs to the protocol
     assert seen == {"data_dir": data_dir, "roots": [tmp_path.resolve()]}
     assert invoke(data_dir, "serve", "--root", str(tmp_path / "missing")).exit_code == 2
+
+
+def test_the_command_and_the_package_start_without_the_engines() -> None:
+    code = (
+        "import sys\n"
+        "import knowledge_agent, knowledge_agent.cli\n"
+        "from knowledge_agent import ChunkConfig, ContentChunker, KnowledgeItem, errors\n"
+        "heavy = ('scipy', 'sklearn', 'whoosh', 'numpy')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
+        "from knowledge_agent import KnowledgeAgentCore\n"
+        "print(KnowledgeAgentCore.__name__, 'whoosh' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["[]", "KnowledgeAgentCore True"]
+    version = subprocess.run(
+        [sys.executable, "-m", "knowledge_agent.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "version" in version.stdout

@@ -201,7 +201,8 @@ def test_search_result_keeps_item_level_fields_r6_3_r6_4() -> None:
 def test_public_api_is_exactly_all() -> None:
     public = {
         name
-        for name, value in vars(knowledge_agent).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        for name in dir(knowledge_agent)
+        if not name.startswith("_")
+        and not isinstance(getattr(knowledge_agent, name), types.ModuleType)
     }
     assert public | {"errors"} == set(knowledge_agent.__all__)

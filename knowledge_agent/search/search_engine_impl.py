@@ -12,12 +12,12 @@ journal, and :meth:`SearchEngineImpl.sync` replays what the indexes have not app
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from knowledge_agent.analysis import TextAnalyzer, highlight
-from knowledge_agent.errors import ConfigError, NotFoundError, QueryError, SearchIndexError
+from knowledge_agent.errors import NotFoundError, QueryError, SearchIndexError
 from knowledge_agent.models import (
     KnowledgeChunk,
     KnowledgeItem,
@@ -25,9 +25,10 @@ from knowledge_agent.models import (
     ScoreExplanation,
     SearchResult,
 )
+from knowledge_agent.search.config import SearchConfig
 from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
-from knowledge_agent.search.fusion import FUSION_METHODS, fuse
+from knowledge_agent.search.fusion import fuse
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
@@ -44,38 +45,6 @@ _TRIMMED_KEY = "journal_trimmed_upto"
 _SYNC_BATCH = 2000  # items per index update while replaying the journal …
 _SYNC_CHARS = 32_000_000  # … or fewer, once their text reaches this many characters
 _SYNC_READ = 200  # items read from SQLite at a time
-
-
-@dataclass(frozen=True, kw_only=True)
-class SearchConfig:
-    """How the chunk stage ranks and fuses; the defaults come from benchmarks/quality.py."""
-
-    fusion: str = "rrf"
-    keyword_weight: float = 2.0
-    semantic_weight: float = 1.0
-    rrf_k: int = 60
-    candidates: int = 100
-    max_chunks_per_item: int = 3
-    max_query_terms: int = 512
-    doc_type_weights: Mapping[str, float] = field(default_factory=dict, hash=False)
-    """Multiplies the score of items of a doc type (e.g. ``{"adr": 1.2, "draft": 0.5}``)."""
-
-    def __post_init__(self) -> None:
-        if self.fusion not in FUSION_METHODS:
-            raise ConfigError(f"fusion must be one of {FUSION_METHODS}, got {self.fusion!r}")
-        for name in ("keyword_weight", "semantic_weight"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
-        for name in ("rrf_k", "candidates", "max_chunks_per_item", "max_query_terms"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-        if not isinstance(self.doc_type_weights, Mapping):
-            raise ConfigError(f"doc_type_weights must be a mapping, got {self.doc_type_weights!r}")
-        for doc_type, weight in self.doc_type_weights.items():
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-                raise ConfigError(f"doc_type_weights[{doc_type!r}] must be a number >= 0")
 
 
 @dataclass

@@ -1,0 +1,44 @@
+"""SearchConfig: how the chunk stage ranks and fuses (a module of its own, so settings and the
+command line can read it without importing the engines)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from knowledge_agent.errors import ConfigError
+from knowledge_agent.search.fusion import FUSION_METHODS
+
+__all__ = ["SearchConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchConfig:
+    """How the chunk stage ranks and fuses; the defaults come from benchmarks/quality.py."""
+
+    fusion: str = "rrf"
+    keyword_weight: float = 2.0
+    semantic_weight: float = 1.0
+    rrf_k: int = 60
+    candidates: int = 100
+    max_chunks_per_item: int = 3
+    max_query_terms: int = 512
+    doc_type_weights: Mapping[str, float] = field(default_factory=dict, hash=False)
+    """Multiplies the score of items of a doc type (e.g. ``{"adr": 1.2, "draft": 0.5}``)."""
+
+    def __post_init__(self) -> None:
+        if self.fusion not in FUSION_METHODS:
+            raise ConfigError(f"fusion must be one of {FUSION_METHODS}, got {self.fusion!r}")
+        for name in ("keyword_weight", "semantic_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
+        for name in ("rrf_k", "candidates", "max_chunks_per_item", "max_query_terms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.doc_type_weights, Mapping):
+            raise ConfigError(f"doc_type_weights must be a mapping, got {self.doc_type_weights!r}")
+        for doc_type, weight in self.doc_type_weights.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+                raise ConfigError(f"doc_type_weights[{doc_type!r}] must be a number >= 0")
