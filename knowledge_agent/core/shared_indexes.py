@@ -12,9 +12,9 @@ process may write — the sharing protocol of a data folder.
   waiting, and replay the journal.
 * **Opening checks and repairs when it can.** With the lock free: an unreadable index is
   deleted and rebuilt from SQLite, a changed analyzer configuration rebuilds, the journal is
-  replayed, and each index's item count is compared with SQLite's and any difference
-  replayed. With the lock busy or the database read-only, the indexes answer as they are on
-  disk (an unreadable one by an empty stand-in).
+  replayed, and each index's item and chunk counts are compared with SQLite's and any
+  difference replayed. With the lock busy or the database read-only, the indexes answer as
+  they are on disk (an unreadable one by an empty stand-in).
 
 Indexes in memory (no data folder) have no lock and nothing to share.
 """
@@ -75,19 +75,27 @@ class SharedIndexes:
         self._write_gate = threading.Lock()  # this object's writing threads, one at a time
         self._writer: int | None = None  # the thread inside writing()
         self._unreadable: set[str] = set()  # indexes answered by an empty stand-in
-        self.keyword_index: SearchIndexManager = self._open_index(
+        keyword_index = self._open_index(
             "whoosh", self._new_keyword_index, lambda: SearchIndexManager(None, analyzer)
         )
         try:
-            self.semantic_searcher: SemanticSearcher = self._open_index(
+            semantic_searcher = self._open_index(
                 "tfidf", self._new_semantic_searcher, lambda: SemanticSearcher(None, analyzer)
             )
         except BaseException:
-            self.keyword_index.close()
+            keyword_index.close()
             raise
         self.engine = SearchEngineImpl(
-            storage, self.keyword_index, self.semantic_searcher, analyzer, search_config
+            storage, keyword_index, semantic_searcher, analyzer, search_config
         )
+
+    @property
+    def keyword_index(self) -> SearchIndexManager:
+        return self.engine.keyword_index
+
+    @property
+    def semantic_searcher(self) -> SemanticSearcher:
+        return self.engine.semantic_searcher
 
     # -- opening -------------------------------------------------------------------------
 
@@ -146,11 +154,10 @@ class SharedIndexes:
             shutil.rmtree(folder, ignore_errors=True)
             if name == "whoosh":
                 self.keyword_index.close()
-                self.keyword_index = self.engine.keyword_index = self._new_keyword_index()
+                self.engine.keyword_index = self._new_keyword_index()
             else:
                 self.semantic_searcher.close()
-                self.semantic_searcher = self._new_semantic_searcher()
-                self.engine.semantic_searcher = self.semantic_searcher
+                self.engine.semantic_searcher = self._new_semantic_searcher()
             self._unreadable.discard(name)
             self.storage.set_meta(_FINGERPRINT_KEY, "")
 

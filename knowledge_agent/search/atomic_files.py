@@ -16,9 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["TEMP_SUFFIX", "file_version", "fsync_directory", "is_temporary", "write_atomically"]
+__all__ = ["file_version", "fsync_directory", "is_temporary", "write_atomically"]
 
-TEMP_SUFFIX = ".tmp"
 _TEMP_NAME = re.compile(r"\.[0-9a-f]{32}\.tmp$")
 
 FileVersion = tuple[int, int, int]
@@ -26,7 +25,7 @@ FileVersion = tuple[int, int, int]
 
 def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """``write(fh)`` into a unique temporary file beside ``path``, fsync, rename over it."""
-    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "wb") as fh:
             write(fh)
