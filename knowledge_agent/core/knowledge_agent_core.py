@@ -110,14 +110,19 @@ class KnowledgeAgentCore:
     ``runbooks/`` → runbook, …); ``workers`` caps the processes that extract files when
     collecting a folder (default: up to 4).
 
+    **Writes are indexed behind.** ``add_text`` and deletes commit to SQLite at once; the
+    indexes apply them in one batch at this process's next search (which always sees them),
+    once a thousand are pending, at the end of :meth:`batch` or at :meth:`close`.
+
     **Sharing a data folder.** Any number of processes may open one data folder
     (:mod:`~knowledge_agent.core.shared_indexes` has the protocol). Every write holds the
-    folder's write lock until the indexes have committed it; another writer waits for it —
-    up to ``lock_timeout`` seconds (None: as long as it takes), calling ``on_lock_wait`` once
-    with a message. Searches never wait and never write: they answer from the last index
-    generation on disk (never with an item since deleted) and pick up newer ones as writers
-    commit. Opening, when the lock is free, also repairs: an unreadable index is rebuilt from
-    SQLite and an index that lost items has them replayed.
+    folder's write lock; another writer waits for it — up to ``lock_timeout`` seconds (None:
+    as long as it takes), calling ``on_lock_wait`` once with a message. Searches do not
+    write and wait only to index their own process's writes: they answer from the last
+    index generation (never with an item since deleted), and replay the journal when the
+    indexes are behind it and the lock is free. Opening, when the lock is free, also
+    repairs: an unreadable index is rebuilt from SQLite and an index that lost items has
+    them replayed.
     """
 
     def __init__(
@@ -141,7 +146,6 @@ class KnowledgeAgentCore:
         if lock_timeout is not None and not lock_timeout >= 0:
             raise ConfigError(f"lock_timeout must be None or >= 0, got {lock_timeout!r}")
         config = _config(search_config, SearchConfig, "search_config")
-        self._batch_depth = 0
         self._watchers: list[FolderWatcher] = []
         db_path = ":memory:" if self.data_dir is None else self.data_dir / "knowledge.sqlite3"
         self.storage = SQLiteStorageManager(db_path)
@@ -235,14 +239,15 @@ class KnowledgeAgentCore:
                 KnowledgeItem(**fields) if item_id is None else KnowledgeItem(id=item_id, **fields)
             )
             self.storage.save_item_with_chunks(item, chunks)
-            self._index_changes()
+            self._indexes.defer(len(content))
         return item
 
     def delete_knowledge_item(self, item_id: str) -> bool:
         """Delete an item from SQLite and both indexes (R4.4); True if it existed."""
         with self._indexes.writing():
             existed = self.storage.delete_item(item_id)
-            self._index_changes()
+            if existed:
+                self._indexes.defer()
         return existed
 
     # -- collecting ------------------------------------------------------------------------
@@ -286,13 +291,12 @@ class KnowledgeAgentCore:
 
     def _index_with_progress(self, progress: ProgressCallback | None) -> None:
         """Bring the indexes up to date now, reporting ``indexing`` events (items done)."""
-        if progress is None:
-            return
 
         def indexed(done: int, total: int) -> None:
-            progress(CollectProgress("", "indexing", done, total, 0, 0))
+            if progress is not None:
+                progress(CollectProgress("", "indexing", done, total, 0, 0))
 
-        self.engine.sync(progress=indexed)
+        self._indexes.flush(indexed)
 
     def _collect_root(
         self,
@@ -421,7 +425,7 @@ class KnowledgeAgentCore:
                     removed.extend([item_id] if item_id else [])
             if not roots and not removed:
                 raise NotFoundError(f"nothing collected at {full}")
-            self._index_changes()
+            self._indexes.defer()
         return len(removed)
 
     # -- knowledge bases ---------------------------------------------------------------------
@@ -456,38 +460,30 @@ class KnowledgeAgentCore:
         with self._indexes.writing():
             self.get_kb(name)
             removed = self.storage.delete_kb(name)
-            self._index_changes()
+            self._indexes.defer()
         return len(removed)
 
     @contextmanager
     def batch(self) -> Iterator[KnowledgeAgentCore]:
-        """Defer index updates to the end of the block: bulk ingestion commits once.
+        """Hold the data folder's write lock for a block of writes; index them at its end.
 
-        Items are in SQLite as soon as each call returns; searches inside the block may
-        not see them yet. The block holds the data folder's write lock. The indexes catch
-        up when the outermost block exits, even on error — except Ctrl-C, which leaves them
-        to the next write or open (the journal keeps every change), so it stops at once.
+        Writes are indexed behind anyway (at the next search, or once enough are pending);
+        a batch also keeps other processes' writers out until its end, when the indexes
+        catch up — even on error, except Ctrl-C, which leaves them to the next search,
+        write or open (the journal keeps every change), so it stops at once.
         """
         with self._indexes.writing():
-            self._batch_depth += 1
             try:
                 yield self
             except KeyboardInterrupt:
-                self._batch_depth -= 1
                 raise
             except BaseException:
-                self._batch_depth -= 1
                 try:
-                    self._index_changes()
+                    self._indexes.flush()
                 except KnowledgeAgentError as exc:  # the block's own error is the one to see
                     logger.warning("the search indexes could not catch up: %s", exc)
                 raise
-            self._batch_depth -= 1
-            self._index_changes()
-
-    def _index_changes(self) -> None:
-        if self._batch_depth == 0:
-            self.engine.sync()
+            self._indexes.flush()
 
     def rebuild_index(self) -> int:
         """Rebuild both indexes from SQLite (R4.5); returns the number of chunks indexed."""
@@ -600,6 +596,7 @@ class KnowledgeAgentCore:
             updated_after=updated_after,
             updated_before=updated_before,
         )
+        self._indexes.before_reading()
         with self._lock:
             self._indexes.reading()
             return self.engine.search(
@@ -614,6 +611,7 @@ class KnowledgeAgentCore:
 
     def status(self) -> IndexStatus:
         """Counts, sizes on disk, and whether both indexes agree with SQLite."""
+        self._indexes.before_reading()
         with self._lock:
             self._indexes.reading()
             kbs = self.list_kbs()

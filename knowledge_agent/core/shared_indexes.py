@@ -6,10 +6,18 @@ process may write — the sharing protocol of a data folder.
   index commit that makes it searchable. Another writer waits for it (``lock_timeout``,
   ``on_lock_wait``) outside :attr:`SharedIndexes.lock`, so this process's readers keep
   answering meanwhile, and first loads what the other writer committed.
-* **Readers never wait and never write.** :meth:`SharedIndexes.reading` loads the index
-  generations other processes committed (cheap: a stat per index); only when the indexes
-  are behind the journal *and* the write lock is free does it take the lock, without
-  waiting, and replay the journal.
+* **Writes are indexed behind.** A write commits to SQLite and its journal at once
+  (:meth:`SharedIndexes.defer`); the indexes apply the journal later, in one batch: at this
+  process's next search, when :data:`FLUSH_ITEMS` changes or :data:`FLUSH_CHARS` characters
+  are pending, at the end of a batch, or at :meth:`SharedIndexes.close`. So a search always
+  sees every write of its own process that returned before it, and a loop of single adds
+  costs about one batch. Other processes see the writes once an index commit holds them —
+  theirs: a reader that finds the indexes behind the journal replays it itself.
+* **Readers never write, and wait only for their own writes.** :meth:`SharedIndexes.reading`
+  loads the index generations other processes committed (cheap: a stat per index); when
+  the indexes are behind the journal and the write lock is free, it takes the lock, without
+  waiting, and replays the journal. Only a process with writes of its own still unindexed
+  waits for the lock (another writer holds it), as its search must see them.
 * **Opening checks and repairs when it can.** With the lock free: an unreadable index is
   deleted and rebuilt from SQLite, a changed analyzer configuration rebuilds, the journal is
   replayed, and each index's item and chunk counts are compared with SQLite's and any
@@ -45,6 +53,11 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _FINGERPRINT_KEY = "index_fingerprint"
 
+FLUSH_ITEMS = 1000
+"""Deferred writes (items added or deleted) that are indexed at once, without a search."""
+FLUSH_CHARS = 16_000_000
+"""… or deferred characters of text: what an index update holds in memory stays bounded."""
+
 
 class SharedIndexes:
     """The keyword and semantic indexes of one knowledge base, and the engine over them."""
@@ -75,6 +88,8 @@ class SharedIndexes:
         self._write_gate = threading.Lock()  # this object's writing threads, one at a time
         self._writer: int | None = None  # the thread inside writing()
         self._unreadable: set[str] = set()  # indexes answered by an empty stand-in
+        self._deferred = 0  # this process's writes in the journal, not yet indexed
+        self._deferred_chars = 0
         keyword_index = self._open_index(
             "whoosh", self._new_keyword_index, lambda: SearchIndexManager(None, analyzer)
         )
@@ -184,13 +199,13 @@ class SharedIndexes:
                 logger.warning("%s; it will be rebuilt from the database", exc)
                 self._unreadable.add(name)
 
-    def _catch_up(self, *, opening: bool) -> None:
+    def _catch_up(self, *, opening: bool, replay: bool = True) -> None:
         """Under the write lock: make both indexes reflect everything SQLite holds.
 
-        Other processes' commits are loaded, unreadable indexes recreated and the journal
-        replayed. On ``opening`` (and after recreating an index) a changed analyzer
-        configuration or a missing index rebuilds, and each index's item count is compared
-        with SQLite's and any difference replayed.
+        Other processes' commits are loaded, unreadable indexes recreated and (with
+        ``replay``) the journal replayed. On ``opening`` (and after recreating an index) a
+        changed analyzer configuration or a missing index rebuilds, and each index's item
+        count is compared with SQLite's and any difference replayed.
         """
         self._refresh()
         recreated = bool(self._unreadable)
@@ -206,10 +221,17 @@ class SharedIndexes:
                     self.rebuild()
                 else:
                     self.storage.set_meta(_FINGERPRINT_KEY, fingerprint)
+                self._deferred = self._deferred_chars = 0
                 return
-        self.engine.sync()
+        if replay:
+            self._apply()
         if opening:
             self.engine.reconcile()
+
+    def _apply(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """Under the write lock: replay the journal into both indexes."""
+        self.engine.sync(progress)
+        self._deferred = self._deferred_chars = 0
 
     def _caught_up_under_lock(self, *, opening: bool) -> None:
         """Catch up with the write lock just taken without waiting, then release it; a
@@ -231,15 +253,40 @@ class SharedIndexes:
         applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
         return applied != self.storage.last_journal_seq()
 
+    def before_reading(self) -> None:
+        """Before a query, outside :attr:`lock`: index this process's deferred writes,
+        waiting for the write lock if another process holds it (the query must see them)."""
+        if self._deferred:
+            self.flush()
+
     def reading(self) -> None:
-        """Before a query, under :attr:`lock`: pick up other processes' commits; replay the
-        journal only if the indexes are behind and the write lock is free."""
-        if self._folder_lock is None or self._write_depth:
+        """Before a query, under :attr:`lock`: pick up other processes' commits; replay
+        the journal if the indexes are behind and the write lock is free."""
+        if self._write_depth:  # this thread holds the write lock: a search inside a batch
+            if self._behind():
+                self._apply()
+            return
+        if self._folder_lock is None:
+            if self._deferred:
+                self._apply()
             return
         self._refresh()
         if self.storage.read_only or not self._behind() or not self._folder_lock.try_acquire():
             return
         self._caught_up_under_lock(opening=False)
+
+    def defer(self, chars: int = 0) -> None:
+        """Inside :meth:`writing`: a change is in SQLite and its journal, to be indexed by
+        the next search, batch end or close — or now, once enough is pending."""
+        self._deferred += 1
+        self._deferred_chars += chars
+        if self._deferred >= FLUSH_ITEMS or self._deferred_chars >= FLUSH_CHARS:
+            self._apply()
+
+    def flush(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """Index everything the journal holds now (inside :meth:`writing`, or taking it)."""
+        with self.writing():
+            self._apply(progress)
 
     @contextmanager
     def writing(self) -> Iterator[None]:
@@ -260,7 +307,7 @@ class SharedIndexes:
                     self._write_depth += 1
                     try:
                         if self._folder_lock is not None:
-                            self._catch_up(opening=False)
+                            self._catch_up(opening=False, replay=False)
                         yield
                     finally:
                         self._write_depth -= 1
@@ -268,6 +315,25 @@ class SharedIndexes:
             finally:
                 if self._folder_lock is not None:
                     self._folder_lock.release()
+
+    def _apply_deferred_on_close(self) -> None:
+        if self._folder_lock is not None and not self._folder_lock.try_acquire():
+            logger.info("%d changes are left for the writing process to index", self._deferred)
+            return
+        try:
+            with self.lock:
+                self._write_depth += 1
+                try:
+                    if self._folder_lock is not None:
+                        self._catch_up(opening=False, replay=False)
+                    self._apply()
+                finally:
+                    self._write_depth -= 1
+        except KnowledgeAgentError as exc:
+            logger.warning("could not index the last changes (the next open will): %s", exc)
+        finally:
+            if self._folder_lock is not None:
+                self._folder_lock.release()
 
     def rebuild(self) -> int:
         """Rebuild both indexes from SQLite (inside :meth:`writing`); returns the chunks.
@@ -281,6 +347,10 @@ class SharedIndexes:
         return count
 
     def close(self) -> None:
-        """Release both indexes; safe to call twice."""
+        """Index this process's deferred writes, then release both indexes; safe to call
+        twice. With another process writing, the deferred writes are left to it: its
+        commit replays the whole journal."""
+        if self._deferred:
+            self._apply_deferred_on_close()
         self.keyword_index.close()
         self.semantic_searcher.close()
