@@ -5,6 +5,7 @@
     python benchmarks/speed.py --size 100k --keep /tmp/kb100k  # build once, keep it
     python benchmarks/speed.py --reuse /tmp/kb100k             # measure again, no ingest
     python benchmarks/speed.py --size 10k --profile 50         # + cProfile of hybrid queries
+    python benchmarks/speed.py --only writes                   # the small figures alone, < 1 min
 
 Real text (the tldr pages, squad-long and Cranfield from ../shared/datasets or --datasets DIR,
 and this interpreter's standard library) is written as files into a folder, replicated under
@@ -14,7 +15,15 @@ size: query latency (hybrid two-stage, keyword-only, semantic-only; warm), one c
 re-indexed (the watcher's path, ``collect_knowledge(file)`` and a re-run over the collected
 folder) against a full TF-IDF refit, open + first query in a new process, peak RSS and the
 size on disk. SQLite FTS5 and bm25s index the package's own chunks (read back from its SQLite
-store) and answer the same queries. One table goes to stdout, progress to stderr.
+store) and answer the same queries.
+
+A section of its own, the same at any size and with ``--reuse`` (alone with ``--only
+writes``), measures small figures in a new process (benchmarks/speed_writes.py): 1,000
+``add_text`` one by one into a fresh on-disk base then one search and close, ms per add and
+each add's p50/p95/max, beside single committed FTS5 inserts; an in-memory open + 20 adds +
+search + close, median of 30 runs, beside FTS5 in ``:memory:``; and ``knowledge-agent
+--version`` / ``import knowledge_agent`` wall time. A table per section goes to stdout,
+progress to stderr.
 
 Times on a shared machine are noise; the ratios to the references carry across machines.
 ``--keep DIR`` leaves the files and the knowledge base in DIR; ``--reuse DIR`` measures such
@@ -70,7 +79,8 @@ from benchmarks.speed_references import (
     read_chunk_texts,
     stored_pairs,
 )
-from benchmarks.speed_report import Row, render, size_label, targets_for
+from benchmarks.speed_report import WRITE_TARGETS, Row, render, size_label, targets_for
+from benchmarks.speed_writes import measure_writes, write_rows
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.errors import NotFoundError
 from knowledge_agent.ingest import CollectProgress, CollectReport, WalkOptions
@@ -205,11 +215,11 @@ def measure_package_queries(
     """Warm latency of each search mode (limit 10, context_window 1)."""
     figures = {}
     for mode in MODES:
-        figures[mode] = time_queries(
-            lambda query, mode=mode: core.search(query, limit=10, context_window=1, mode=mode),
-            queries,
-            warmup,
-        )
+
+        def search(query: str, mode: str = mode) -> object:
+            return core.search(query, limit=10, context_window=1, mode=mode)
+
+        figures[mode] = time_queries(search, queries, warmup)
         log(f"  {mode:<8} p50 {figures[mode][0].p50:7.1f} ms  p95 {figures[mode][0].p95:7.1f} ms")
     return figures
 
@@ -366,6 +376,21 @@ def measure_references(
     return figures
 
 
+# -- the small figures -------------------------------------------------------------------------
+
+
+def measure_writes_apart(args: argparse.Namespace) -> dict[str, Any]:
+    """The write and start-up figures (benchmarks/speed_writes.py) in a new process: the same
+    whether or not this one holds a large base, and its memory stays out of this one's peak."""
+    log("writes and start-up, independent of the size, in a new process")
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+        datasets = args.datasets or default_datasets_dir()
+        writes: dict[str, Any] = pool.submit(measure_writes, datasets, seed=args.seed).result()
+    log(f"  {writes['seconds']:.0f} s")
+    return writes
+
+
 # -- the run -----------------------------------------------------------------------------------
 
 
@@ -472,6 +497,8 @@ def _ingest_rows(result: dict[str, Any]) -> list[Row]:
         Row("ingest_s", "ingest, s", ingest["seconds"], 2, fts5, bm25, note),
         Row("ingest_mb_s", "ingest, MB/s", ingest["mb_per_s"], 3,
             megabytes / fts5, megabytes / bm25, note),
+        Row("ingest_vs_fts5", "ingest MB/s ÷ FTS5's", ingest["mb_per_s"] / (megabytes / fts5),
+            3, note="FTS5: one transaction of the chunk texts"),
         Row("ingest_chunks_s", "ingest, chunks/s", ingest["chunks_per_s"], 0,
             chunks / fts5, chunks / bm25, note),
     ]  # fmt: skip
@@ -547,27 +574,17 @@ def table_rows(result: dict[str, Any]) -> list[Row]:
     ]
 
 
-def report(result: dict[str, Any], env: dict[str, Any], args: argparse.Namespace) -> dict:
-    """Print the table; returns the machine-readable figures."""
+def report_sized(result: dict[str, Any], args: argparse.Namespace) -> tuple[list[Row], dict]:
+    """Print the table of the figures at the run's size; returns its rows and their JSON."""
     rows = table_rows(result)
-    targets = targets_for(result["size"])
     chunks = result["chunks"]
-    print(
-        f"environment: {env['cores']} cores, {env['implementation']} {env['python']}, "
-        f"{env['platform']}, sqlite {env['sqlite']}, bm25s {env['bm25s']}, "
-        f"knowledge_agent {env['knowledge_agent']}; load average "
-        f"{env['load_average_at_start']} at start, {env['load_average_at_end']} at end"
-    )
     print(
         f"== {size_label(result['size'])} requested: {chunks:,} chunks, {result['items']:,} "
         f"items; {result['queries']} queries (tldr en/zh, squad-long, Cranfield), "
         f"{result['warmup']} warm-up; one-file figures are medians of {args.edits} edits"
     )
-    print(render(rows, targets, result["size"]))
-    figures = {row.key: None if row.value is None else round(row.value, 4) for row in rows}
-    return {
-        "command": shlex.join(["python", "benchmarks/speed.py", *sys.argv[1:]]),
-        "environment": env,
+    print(render(rows, targets_for(result["size"]), result["size"]))
+    return rows, {
         "size": result["size"],
         "chunks": chunks,
         "items": result["items"],
@@ -588,12 +605,54 @@ def report(result: dict[str, Any], env: dict[str, Any], args: argparse.Namespace
         "peak_rss_with_references_mb": round(result["peak_rss_with_references_mb"], 1),
         "disk_bytes": result["disk_bytes"],
         "references": result["references"],
+    }
+
+
+def report_writes(writes: dict[str, Any]) -> list[Row]:
+    """Print the table of the write and start-up figures; returns its rows."""
+    texts = writes["texts"]
+    print(
+        f"== writes and start-up, at any size: {texts['count']:,} real texts (tldr pages, "
+        f"squad-long paragraphs; median {texts['median_bytes']:,.0f} B)"
+    )
+    rows = write_rows(writes)
+    print(render(rows, WRITE_TARGETS, None))
+    return rows
+
+
+def report(
+    result: dict[str, Any] | None,
+    writes: dict[str, Any],
+    env: dict[str, Any],
+    args: argparse.Namespace,
+) -> dict:
+    """Print the tables (the sized one only when ``result`` is given); returns the
+    machine-readable figures."""
+    print(
+        f"environment: {env['cores']} cores, {env['implementation']} {env['python']}, "
+        f"{env['platform']}, sqlite {env['sqlite']}, bm25s {env['bm25s']}, "
+        f"knowledge_agent {env['knowledge_agent']}; load average "
+        f"{env['load_average_at_start']} at start, {env['load_average_at_end']} at end"
+    )
+    rows: list[Row] = []
+    sized: dict[str, Any] = {}
+    if result is not None:
+        rows, sized = report_sized(result, args)
+        print()
+    rows += report_writes(writes)
+    targets = dict(WRITE_TARGETS) if result is None else targets_for(result["size"])
+    figures = {row.key: None if row.value is None else round(row.value, 4) for row in rows}
+    return {
+        "command": shlex.join(["python", "benchmarks/speed.py", *sys.argv[1:]]),
+        "environment": env,
+        **sized,
+        "writes": writes,
         "figures": figures,
         "targets": {
             key: {
                 **target.to_dict(),
-                "value": figures.get(key),
-                "met": None if figures.get(key) is None else target.met(figures[key]),
+                "value": (value := figures.get(key)),
+                "met": None if value is None else target.met(value),
             }
             for key, target in targets.items()
         },
@@ -678,6 +737,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="DIR",
         help="measure the base kept in DIR again (no ingest)",
     )
+    parser.add_argument(
+        "--only",
+        choices=("writes",),
+        default=None,
+        help="writes: only the write and start-up figures (no corpus, no base; under a minute)",
+    )
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="write the figures here")  # fmt: skip
     args = parser.parse_args(argv)
@@ -690,10 +755,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     env = machine()
-    with workspace(args.keep, args.reuse) as ws:
-        result = run(ws, args)
+    result = None
+    if args.only != "writes":
+        with workspace(args.keep, args.reuse) as ws:
+            result = run(ws, args)
+    writes = measure_writes_apart(args)
     env["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    figures = report(result, env, args)
+    figures = report(result, writes, env, args)
     log(f"done in {figures['total_seconds']:.0f} s")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2, ensure_ascii=False) + "\n")

@@ -1,5 +1,6 @@
 """Measuring helpers of the speed harness: latency percentiles, peak RSS, a cold open in a
-new process, and the machine the figures come from."""
+new process, a timed write cycle, start-up times of new processes, and the machine the
+figures come from."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import json
 import os
 import platform
 import resource
+import shlex
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -148,6 +150,75 @@ def median_cold_open(runs: Sequence[ColdOpen]) -> ColdOpen:
     """The run with the median in-child total time."""
     ordered = sorted(runs, key=lambda run: run.total_s)
     return ordered[(len(ordered) - 1) // 2]
+
+
+@dataclass(frozen=True)
+class WriteCycle:
+    """Open, single writes one by one, one search, close: milliseconds of each step, and
+    whether the search found the last write."""
+
+    open_ms: float
+    add_ms: tuple[float, ...]
+    search_ms: float
+    close_ms: float
+    found_last: bool
+
+    @property
+    def adds_ms(self) -> float:
+        return sum(self.add_ms)
+
+    @property
+    def work_ms(self) -> float:
+        """The writes, the search and the close: indexing deferred by a write-behind design
+        still lands in one of them."""
+        return self.adds_ms + self.search_ms + self.close_ms
+
+    @property
+    def total_ms(self) -> float:
+        return self.open_ms + self.work_ms
+
+    def add_latency(self) -> dict[str, float]:
+        """The distribution of one write's time, in milliseconds."""
+        values = np.asarray(self.add_ms, dtype=float)
+        p50, p95, p99 = (float(x) for x in np.percentile(values, [50, 95, 99]))
+        stats = {"p50": p50, "p95": p95, "p99": p99, "mean": values.mean(), "max": values.max()}
+        return {key: round(float(value), 4) for key, value in stats.items()}
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "adds": len(self.add_ms),
+            "open_ms": round(self.open_ms, 3),
+            "adds_ms": round(self.adds_ms, 3),
+            "add_ms": self.add_latency(),
+            "search_ms": round(self.search_ms, 3),
+            "close_ms": round(self.close_ms, 3),
+            "work_ms": round(self.work_ms, 3),
+            "per_add_ms": round(self.work_ms / len(self.add_ms), 4),
+            "total_ms": round(self.total_ms, 3),
+            "found_last": self.found_last,
+        }
+
+
+def elapsed_ms(started_ns: int) -> float:
+    """Milliseconds since ``time.perf_counter_ns()`` returned ``started_ns``."""
+    return (time.perf_counter_ns() - started_ns) / 1e6
+
+
+def startup_times(commands: Mapping[str, Sequence[str]], runs: int) -> dict[str, list[float]]:
+    """Wall seconds of each command in a new process, ``runs`` times each, after one untimed
+    round (so the first run does not pay for a cold page cache). The commands take turns, so
+    a burst of load on a shared machine falls on all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for round_number in range(runs + 1):
+        for name, command in commands.items():
+            started = time.perf_counter()
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            wall = time.perf_counter() - started
+            if done.returncode != 0:
+                raise RuntimeError(f"{shlex.join(command)} failed:\n{done.stderr}")
+            if round_number:
+                times[name].append(wall)
+    return times
 
 
 def machine() -> dict[str, object]:

@@ -6,19 +6,23 @@ exact text the package's Whoosh index holds for it
 identical text. FTS5 is an on-disk database beside the knowledge base (``porter unicode61``,
 CJK runs pre-split into bigrams as in :mod:`benchmarks.reference_systems`), queried with the
 OR of the query's terms and ranked by ``bm25()``; bm25s is the quality harness's Lucene BM25.
+
+The write figures have FTS5 as their reference too (:func:`fts5_write_cycle`): single-row
+inserts, each its own committed transaction, then one query.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.datasets import Document
 from benchmarks.reference_systems import Bm25DocSystem, Fts5System
 from benchmarks.reference_tokenizer import bigram_cjk_text
+from benchmarks.speed_measure import WriteCycle, elapsed_ms
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.search.documents import chunk_search_text
 from knowledge_agent.storage import SQLiteStorageManager
@@ -118,3 +122,43 @@ class Bm25sReference:
 
     def close(self) -> None:
         self._system.close()
+
+
+def fts5_write_cycle(database: str, texts: Sequence[tuple[str, str]], query: str) -> WriteCycle:
+    """Open ``database`` (a file or ``":memory:"``) and create an FTS5 table; insert each
+    ``(title, text)`` as a transaction of its own, committed; one query, top 10 by ``bm25()``;
+    close. A file gets WAL and ``synchronous=NORMAL``, the package's own store's settings, so
+    both pay the same for a commit."""
+    started = time.perf_counter_ns()
+    db = sqlite3.connect(database)
+    if database != ":memory:":
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
+    db.execute("CREATE VIRTUAL TABLE texts USING fts5(body, tokenize='porter unicode61')")
+    db.commit()
+    open_ms = elapsed_ms(started)
+    try:
+        add_ms: list[float] = []
+        last = 0
+        for title, text in texts:
+            started = time.perf_counter_ns()
+            with db:  # commits
+                cursor = db.execute(
+                    "INSERT INTO texts (body) VALUES (?)", (bigram_cjk_text(f"{title}\n\n{text}"),)
+                )
+            add_ms.append(elapsed_ms(started))
+            last = cursor.lastrowid or 0
+        started = time.perf_counter_ns()
+        rows = db.execute(
+            "SELECT rowid FROM texts WHERE texts MATCH ? ORDER BY bm25(texts) LIMIT 10",
+            (Fts5System.match_expression(query),),
+        ).fetchall()
+        search_ms = elapsed_ms(started)
+    except BaseException:
+        db.close()
+        raise
+    started = time.perf_counter_ns()
+    db.close()
+    close_ms = elapsed_ms(started)
+    found = any(rowid == last for (rowid,) in rows)
+    return WriteCycle(open_ms, tuple(add_ms), search_ms, close_ms, found)
