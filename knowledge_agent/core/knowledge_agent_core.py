@@ -290,7 +290,7 @@ class KnowledgeAgentCore:
         return report
 
     def _index_with_progress(self, progress: ProgressCallback | None) -> None:
-        """Bring the indexes up to date now, reporting ``indexing`` events (items done)."""
+        """Bring the indexes up to date now, reporting ``indexing`` events (chunks done)."""
 
         def indexed(done: int, total: int) -> None:
             if progress is not None:

@@ -112,7 +112,7 @@ class SearchEngineImpl:
 
         Rebuilds instead when the journal no longer reaches back to what an index applied
         (it was trimmed, or the database was replaced). ``progress(done, total)`` is called
-        after each batch of items.
+        after each index update, in chunks.
         """
         applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
         newest = max(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
@@ -129,9 +129,11 @@ class SearchEngineImpl:
             latest.pop(item_id, None)  # keep the order of each item's last change
             latest[item_id] = op
         item_ids = list(latest)
+        total = self.storage.count_chunks_since(applied) if progress is not None else 0
         upserts: list[tuple[KnowledgeItem, list[KnowledgeChunk]]] = []
         deletes: list[str] = []
         loaded = 0  # characters of item text held for the next index update
+        chunks_done = 0
         for start in range(0, len(item_ids), _SYNC_READ):
             batch = item_ids[start : start + _SYNC_READ]
             upsert_ids = [item_id for item_id in batch if latest[item_id] == "upsert"]
@@ -140,6 +142,7 @@ class SearchEngineImpl:
                 if item_id in items:
                     upserts.append((items[item_id], self.storage.get_chunks_for_item(item_id)))
                     loaded += len(items[item_id].content)
+                    chunks_done += len(upserts[-1][1])
             deletes.extend(item_id for item_id in batch if item_id not in items)
             done = start + len(batch)
             # Few large index updates: each one is a whoosh commit and a segment to merge
@@ -149,7 +152,7 @@ class SearchEngineImpl:
                 self._update(upserts, deletes)
                 upserts, deletes, loaded = [], [], 0
                 if progress is not None:
-                    progress(done, len(item_ids))
+                    progress(chunks_done, max(total, chunks_done))
         self._mark_applied(entries[-1][0])
         return len(item_ids)
 

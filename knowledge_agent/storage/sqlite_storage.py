@@ -774,6 +774,16 @@ class SQLiteStorageManager(SourceTrackingMixin):
             ).fetchall()
         return [(int(row[0]), str(row[1]), str(row[2])) for row in rows]
 
+    def count_chunks_since(self, seq: int) -> int:
+        """Chunks of the items with journal entries above ``seq``: what a replay indexes."""
+        with self._reading("count_chunks_since") as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM knowledge_chunks WHERE item_id IN "
+                "(SELECT item_id FROM index_journal WHERE seq > ?)",
+                (seq,),
+            ).fetchone()
+        return int(row[0])
+
     def trim_journal(self, upto_seq: int) -> None:
         """Delete journal entries with a sequence number up to ``upto_seq``."""
         with self._writing("trim_journal") as conn:
