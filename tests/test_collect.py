@@ -10,7 +10,9 @@ from files import bump_mtime, write
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.errors import ConfigError, IngestError, NotFoundError
-from knowledge_agent.ingest import CollectProgress, WalkOptions
+from knowledge_agent.ingest import CollectProgress, CollectReport, FileIssue, WalkOptions
+from knowledge_agent.ingest import report as report_module
+from knowledge_agent.ingest.report import skip_kind
 
 DEPLOY = """# Deploy guide
 
@@ -147,6 +149,82 @@ def test_bad_files_are_reported_and_the_rest_is_indexed(core, tree):
     again = core.collect_knowledge(tree, walk_options=options)
     assert again.processed == 0
     assert [Path(issue.path).name for issue in again.failed] == ["broken.pdf"]
+
+
+def test_skipped_files_are_summarised_by_kind_and_reason(core, tree):
+    for index in range(3):
+        write(tree / "img" / f"shot{index}.png", b"\x89PNG\r\n\x1a\n")
+    write(tree / "img" / "logo.svg", "<svg/>")
+    write(tree / "fonts" / "inter.woff2", b"wOF2")
+    write(tree / "blob.dat", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    write(tree / "empty.md", b"")
+    write(tree / "huge.log", "x" * 3000)
+    write(tree / "bigger.log", "x" * 4000)
+    report = core.collect_knowledge(tree, walk_options=WalkOptions(max_file_size=2000))
+
+    assert report.processed == 4
+    assert len(report.skipped) == 4 and report.not_text.count == 5
+    assert report.skipped_count == 9
+    assert sorted(Path(path).name for path, _ in report.not_text.paths) == [
+        "inter.woff2", "logo.svg", "shot0.png", "shot1.png", "shot2.png"
+    ]  # fmt: skip
+    summary = {(g.kind, g.reason): (g.count, dict(g.extensions)) for g in report.skip_summary()}
+    assert summary == {
+        ("image", "not text"): (4, {"png": 3, "svg": 1}),
+        ("font", "not text"): (1, {"woff2": 1}),
+        ("too large", "over the 2.0 KB limit"): (2, {"log": 2}),
+        ("binary", "binary file"): (1, {"dat": 1}),
+        ("empty", "empty file"): (1, {"md": 1}),
+    }
+    groups = report.skip_summary()
+    assert [group.kind for group in groups][:2] == ["image", "too large"]  # biggest first
+    assert {Path(path).name for path in groups[1].paths} == {"huge.log", "bigger.log"}
+
+    data = report.to_dict()
+    assert data["skipped_summary"]["total"] == 9
+    assert data["skipped_summary"]["groups"][0] == {
+        "kind": "image",
+        "reason": "not text",
+        "count": 4,
+        "extensions": {"png": 3, "svg": 1},
+    }
+    assert len(data["skipped"]) == 4  # the files the collector read, one by one
+
+    # Not-text and oversized files are reported on every run; the files read are unchanged.
+    again = core.collect_knowledge(tree, walk_options=WalkOptions(max_file_size=2000))
+    assert (again.unchanged, len(again.skipped), again.not_text.count) == (6, 2, 5)
+    assert core.collect_knowledge(tree, include=["*.md"]).not_text.count == 0
+
+
+def test_not_text_counts_stay_complete_while_their_paths_are_bounded(monkeypatch):
+    monkeypatch.setattr(report_module, "MAX_KEPT_PATHS", 3)
+    monkeypatch.setattr(report_module, "MAX_EXTENSIONS", 2)
+    first, second = CollectReport(kb="a"), CollectReport(kb="a")
+    for index in range(4):
+        first.not_text.add(f"/r/img/{index}.png", "image")
+    first.not_text.add("/r/img/x.gif", "image")
+    first.not_text.add("/r/img/y.tif", "image")  # a third extension: counted under ""
+    second.not_text.add("/s/font.ttf", "font")
+    second.skipped.append(FileIssue("/s/blob.bin", "binary file"))
+    first.merge(second)
+
+    assert first.not_text.count == 7 and len(first.not_text.paths) == 3
+    assert first.not_text.dropped == 4 and first.skipped_count == 8
+    groups = {group.kind: group for group in first.skip_summary()}
+    assert dict(groups["image"].extensions) == {"png": 4, "gif": 1, "": 1}
+    assert groups["image"].count == 6 and groups["font"].count == 1
+    assert groups["image"].paths == ()  # not all kept: no partial list poses as complete
+    assert groups["binary"].paths == ("/s/blob.bin",)
+
+
+def test_skip_kinds_come_from_the_reasons():
+    assert skip_kind("binary file") == "binary"
+    assert skip_kind("empty file") == "empty"
+    assert skip_kind("unrecognised text encoding: NUL bytes") == "encoding"
+    assert skip_kind("no extractable text (scanned PDF?)") == "no text"
+    assert skip_kind("2.9 KB is over the 2.0 KB limit") == "too large"
+    assert skip_kind("something new") == "other"
+    assert FileIssue("/a", "whatever", "too large").kind == "too large"
 
 
 def test_a_file_that_becomes_binary_loses_its_item(core, tree):

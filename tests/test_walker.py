@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from knowledge_agent.errors import ConfigError, IngestError
 from knowledge_agent.ingest.walker import (
     DEFAULT_EXCLUDES,
+    NON_TEXT_EXCLUDES,
+    NON_TEXT_KINDS,
     FoundFile,
     WalkOptions,
     is_included,
@@ -77,8 +79,12 @@ def test_defaults_skip_junk_hidden_and_virtualenvs(tmp_path: Path) -> None:
 def test_default_excludes_are_gitignore_patterns() -> None:
     assert ".git/" in DEFAULT_EXCLUDES
     assert "node_modules/" in DEFAULT_EXCLUDES
-    assert "*.min.js" in DEFAULT_EXCLUDES
+    assert "*.pyc" in DEFAULT_EXCLUDES
     assert all(isinstance(pattern, str) for pattern in DEFAULT_EXCLUDES)
+    # Minified bundles and source maps are left out as not text, so an include brings them in.
+    assert not {"*.min.js", "*.min.css", "*.map"} & set(DEFAULT_EXCLUDES)
+    assert {"*.min.js", "*.min.css", "*.map"} <= set(NON_TEXT_EXCLUDES)
+    assert tuple(p for ps in NON_TEXT_KINDS.values() for p in ps) == NON_TEXT_EXCLUDES
 
 
 def test_what_is_not_text_is_skipped_unless_an_include_names_it(tmp_path: Path) -> None:
@@ -99,6 +105,65 @@ def test_what_is_not_text_is_skipped_unless_an_include_names_it(tmp_path: Path) 
     assert rels(tmp_path, svg) == ["docs/guide.md", "docs/img/diagram.svg"]
     everything = sorted(files)
     assert rels(tmp_path, WalkOptions(use_default_excludes=False)) == everything
+
+
+def test_minified_bundles_and_source_maps_come_back_with_an_include(tmp_path: Path) -> None:
+    make_tree(
+        tmp_path,
+        {
+            "web/app.js": "x",
+            "web/vendor.min.js": "x",
+            "web/site.min.css": "x",
+            "web/app.js.map": "{}",
+        },
+    )
+    assert rels(tmp_path) == ["web/app.js"]
+    assert rels(tmp_path, WalkOptions(include=("*.min.js", "*.map"))) == [
+        "web/app.js.map",
+        "web/vendor.min.js",
+    ]
+
+
+def test_files_left_out_as_not_text_are_reported_with_their_kind(tmp_path: Path) -> None:
+    make_tree(
+        tmp_path,
+        {
+            "docs/guide.md": "x",
+            "docs/img/logo.png": b"\x89PNG",
+            "docs/img/diagram.svg": "<svg/>",
+            "fonts/a.woff2": b"\0",
+            "clip.mp4": b"\0",
+            "release.tar.gz": b"\0",
+            "yarn.lock": "x",
+            "web/app.js.map": "{}",
+            "web/vendor.min.js": "x",
+            "node_modules/x/icon.png": b"\0",  # in a pruned folder: never seen
+            "ignored/photo.jpg": b"\0",  # .gitignored: left out for that reason
+            ".gitignore": "ignored/\n",
+        },
+    )
+    seen: list[tuple[str, str]] = []
+    found = [f.relative for f in walk(tmp_path, on_excluded=lambda *pair: seen.append(pair))]
+    assert found == ["docs/guide.md"]
+    assert seen == [
+        ("clip.mp4", "media"),
+        ("docs/img/diagram.svg", "image"),
+        ("docs/img/logo.png", "image"),
+        ("fonts/a.woff2", "font"),
+        ("release.tar.gz", "archive"),
+        ("web/app.js.map", "source map"),
+        ("web/vendor.min.js", "minified"),
+        ("yarn.lock", "lock file"),
+    ]
+    # With include patterns, what they do not name is out of scope, not "not text".
+    seen.clear()
+    svg = WalkOptions(include=("*.md", "*.svg"))
+    found = [f.relative for f in walk(tmp_path, svg, on_excluded=lambda *p: seen.append(p))]
+    assert found == ["docs/guide.md", "docs/img/diagram.svg"] and seen == []
+    seen.clear()
+    off = WalkOptions(use_default_excludes=False)
+    list(walk(tmp_path, off, on_excluded=lambda *pair: seen.append(pair)))
+    assert seen == []
 
 
 def test_defaults_can_be_turned_off(tmp_path: Path) -> None:

@@ -255,8 +255,12 @@ class Collector:
         A missing root raises ``IngestError``. With ``full``, every file is re-extracted.
         """
         report = CollectReport(kb=kb)
+
+        def not_text(relative: str, kind: str) -> None:
+            report.not_text.add(os.path.join(root, *relative.split("/")), kind)
+
         with _timed(report):
-            found = list(walk(root, options))
+            found = list(walk(root, options, on_excluded=not_text))
             known = self.storage.get_sources(kb, root)
             present = {str(file.path) for file in found}
             vanished = [path for path in known if path not in present]
@@ -363,7 +367,7 @@ class Collector:
                     f"{_size_text(file.size)} is over the {_size_text(options.max_file_size)} limit"
                 )
                 with _committing():
-                    self._skip(kb, root, file, record, reason, report)
+                    self._skip(kb, root, file, record, reason, report, kind="too large")
                     step(str(file.path), "skipped", file.size)
             elif not full and record is not None and _same_stat(record, file):
                 report.unchanged += 1
@@ -522,6 +526,8 @@ class Collector:
         record: SourceRecord | None,
         reason: str,
         report: CollectReport,
+        *,
+        kind: str = "",
     ) -> None:
         path = str(file.path)
         if record is not None and record.item_id:
@@ -529,7 +535,7 @@ class Collector:
         self.storage.save_source(
             SourceRecord(kb, path, root, file.size, file.mtime_ns, "skipped", error=reason)
         )
-        report.skipped.append(FileIssue(path, reason))
+        report.skipped.append(FileIssue(path, reason, kind))
 
     def _remove(self, kb: str, path: str, report: CollectReport) -> None:
         record = self.storage.get_source(kb, path)

@@ -6,15 +6,16 @@ path (the watcher uses it for single changed files). Both share one rule engine,
 
 1. dot-files and dot-folders are skipped unless ``include_hidden`` (``.gitignore`` never
    yielded);
-2. the default excludes (build output, caches, VCS folders, minified assets, virtualenvs — any
+2. the default excludes (build output, caches, VCS folders, virtualenvs — any
    folder holding a ``pyvenv.cfg``) plus the caller's ``exclude`` patterns, one gitignore-style
    list relative to the root, so a caller's ``!dist/`` can re-include a default;
 3. ``.gitignore`` files in the root and every subfolder, each applying to its own folder, the
    deepest deciding, plus ``.git/info/exclude`` of the root as the weakest level;
 4. for files only: when ``include`` patterns are given, the file must match one of them;
-   files that are not text to search (images, fonts, media, archives, lock files:
-   ``NON_TEXT_EXCLUDES``) are skipped with the default excludes unless an ``include``
-   pattern names them.
+   files that are not text to search (images, fonts, media, archives, lock files, source
+   maps, minified bundles: ``NON_TEXT_EXCLUDES``) are skipped with the default excludes
+   unless an ``include`` pattern names them. ``walk(..., on_excluded=...)`` hears of each
+   file left out this way, with its kind, so a run can report what it did not read.
 
 Excluded folders are pruned, never descended into, so a gitignore negation cannot re-include a
 file inside an excluded folder (as in git). Pattern matching is ``pathspec``'s GitIgnoreSpec.
@@ -30,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,8 @@ from knowledge_agent.errors import ConfigError, IngestError
 __all__ = [
     "DEFAULT_EXCLUDES",
     "NON_TEXT_EXCLUDES",
+    "NON_TEXT_KINDS",
+    "ExcludedCallback",
     "FoundFile",
     "WalkOptions",
     "is_included",
@@ -74,10 +77,7 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     ".ruff_cache/",
     ".idea/",
     ".vscode/",
-    # generated or junk files
-    "*.min.js",
-    "*.min.css",
-    "*.map",
+    # generated or junk files (minified bundles and source maps: NON_TEXT_KINDS)
     "*.pyc",
     "*.pyo",
     "*.swp",
@@ -88,24 +88,42 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
 )
 """Gitignore-style patterns skipped by default (``WalkOptions.use_default_excludes``)."""
 
-NON_TEXT_EXCLUDES: tuple[str, ...] = (
-    # images (SVG is text, but drawing instructions, not documentation)
-    "*.svg", "*.png", "*.jpg", "*.jpeg", "*.gif", "*.ico", "*.webp", "*.bmp", "*.tif", "*.tiff",
-    "*.avif", "*.heic", "*.psd",
-    # fonts
-    "*.woff", "*.woff2", "*.ttf", "*.otf", "*.eot",
-    # audio and video
-    "*.mp3", "*.wav", "*.ogg", "*.flac", "*.m4a", "*.aac", "*.mp4", "*.m4v", "*.mov", "*.avi",
-    "*.mkv", "*.webm",
-    # archives and packages
-    "*.zip", "*.tar", "*.gz", "*.tgz", "*.bz2", "*.xz", "*.zst", "*.7z", "*.rar", "*.whl",
-    "*.jar", "*.deb", "*.rpm", "*.dmg", "*.iso",
-    # lock files: generated, long, and full of hashes
-    "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "poetry.lock",
-    "Pipfile.lock", "uv.lock", "Cargo.lock", "composer.lock", "Gemfile.lock", "go.sum",
-)  # fmt: skip
-"""Files that are not text to search, skipped by default like ``DEFAULT_EXCLUDES`` — but a file
-an ``include`` pattern names is collected all the same (``include=("*.svg",)``)."""
+NON_TEXT_KINDS: dict[str, tuple[str, ...]] = {
+    # SVG is text, but drawing instructions, not documentation
+    "image": (
+        "*.svg", "*.png", "*.jpg", "*.jpeg", "*.gif", "*.ico", "*.webp", "*.bmp", "*.tif",
+        "*.tiff", "*.avif", "*.heic", "*.psd",
+    ),
+    "font": ("*.woff", "*.woff2", "*.ttf", "*.otf", "*.eot"),
+    "media": (
+        "*.mp3", "*.wav", "*.ogg", "*.flac", "*.m4a", "*.aac", "*.mp4", "*.m4v", "*.mov",
+        "*.avi", "*.mkv", "*.webm",
+    ),
+    "archive": (
+        "*.zip", "*.tar", "*.gz", "*.tgz", "*.bz2", "*.xz", "*.zst", "*.7z", "*.rar", "*.whl",
+        "*.jar", "*.deb", "*.rpm", "*.dmg", "*.iso",
+    ),
+    # generated, long, and full of hashes
+    "lock file": (
+        "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml",
+        "poetry.lock", "Pipfile.lock", "uv.lock", "Cargo.lock", "composer.lock", "Gemfile.lock",
+        "go.sum",
+    ),
+    # generated from sources that are collected themselves
+    "source map": ("*.map",),
+    "minified": ("*.min.js", "*.min.css"),
+}  # fmt: skip
+"""Files that are not text to search, by kind: skipped by default like ``DEFAULT_EXCLUDES`` —
+but a file an ``include`` pattern names is collected all the same (``include=("*.svg",)``)."""
+
+NON_TEXT_EXCLUDES: tuple[str, ...] = tuple(
+    pattern for patterns in NON_TEXT_KINDS.values() for pattern in patterns
+)
+"""Every pattern of ``NON_TEXT_KINDS``."""
+
+ExcludedCallback = Callable[[str, str], None]
+"""``on_excluded(relative_path, kind)``: a file ``walk`` left out as not text (a
+``NON_TEXT_KINDS`` key)."""
 
 _GITIGNORE = ".gitignore"
 _VENV_MARKER = "pyvenv.cfg"
@@ -161,12 +179,18 @@ class FoundFile:
     too_large: bool
 
 
-def walk(root: str | os.PathLike[str], options: WalkOptions | None = None) -> Iterator[FoundFile]:
+def walk(
+    root: str | os.PathLike[str],
+    options: WalkOptions | None = None,
+    *,
+    on_excluded: ExcludedCallback | None = None,
+) -> Iterator[FoundFile]:
     """Yield the files under ``root`` that a folder ingest should read, sorted by relative path.
 
     ``root`` may be a folder or a single file; an explicitly named file is yielded whatever the
     include/exclude rules say (only the size flag applies). A missing root raises
-    ``IngestError`` at once; unreadable subfolders are logged and skipped.
+    ``IngestError`` at once; unreadable subfolders are logged and skipped. ``on_excluded``
+    is called, in walk order, for each file left out as not text (see ``NON_TEXT_KINDS``).
     """
     options = _options(options)
     root_abs = os.path.abspath(os.fspath(root))
@@ -177,7 +201,7 @@ def walk(root: str | os.PathLike[str], options: WalkOptions | None = None) -> It
     except OSError as exc:
         raise IngestError(str(root), exc.strerror or str(exc)) from exc
     if stat.S_ISDIR(st.st_mode):
-        return _walk_root(root_abs, str(root), options)
+        return _walk_root(root_abs, str(root), options, on_excluded)
     if not stat.S_ISREG(st.st_mode):
         raise IngestError(str(root), "not a regular file or directory")
     found = FoundFile(
@@ -286,6 +310,8 @@ class _Rules:
         self.non_text = (
             _compile("exclude", NON_TEXT_EXCLUDES) if options.use_default_excludes else None
         )
+        # The kind of each NON_TEXT_EXCLUDES pattern, by its index (what check_file returns).
+        self.non_text_kinds = [kind for kind, patterns in NON_TEXT_KINDS.items() for _ in patterns]
 
     def root_levels(self, root_abs: str) -> tuple[_Level, ...]:
         """The ignore levels that apply at the root: info/exclude (weakest), then .gitignore."""
@@ -311,26 +337,34 @@ class _Rules:
 
     def skips(self, name: str, rel: str, is_dir: bool, levels: tuple[_Level, ...]) -> bool:
         """Whether an entry below the root is left out (folders: pruned with all they hold)."""
+        return self.verdict(name, rel, is_dir, levels) is not None
+
+    def verdict(self, name: str, rel: str, is_dir: bool, levels: tuple[_Level, ...]) -> str | None:
+        """Why an entry is left out: None when it is kept, a ``NON_TEXT_KINDS`` key for a
+        file left out only as not text, else ""."""
         if name.startswith(".") and not self.options.include_hidden:
-            return True
+            return ""
         if name == _GITIGNORE and not is_dir:
-            return True  # a rule file, never content, even with include_hidden
+            return ""  # a rule file, never content, even with include_hidden
         probe = rel + "/" if is_dir else rel  # a trailing slash lets "build/" match folders only
         if self.exclude is not None and self.exclude.check_file(probe).include:
-            return True
+            return ""
         # The deepest .gitignore with an opinion decides (git's precedence).
         for level in reversed(levels):
             verdict = level.spec.check_file(probe[len(level.prefix) :]).include
             if verdict is not None:
                 if verdict:
-                    return True
+                    return ""
                 break
         if is_dir:
-            return False
-        included = self.include is None or self.include.check_file(rel).include
-        if self.non_text is not None and self.non_text.check_file(rel).include:
-            return self.include is None or not included  # only an include pattern lets it in
-        return not included
+            return None
+        if self.include is not None and not self.include.check_file(rel).include:
+            return ""  # outside what was asked for: not worth reporting as not text
+        if self.non_text is not None and self.include is None:  # an include pattern lets it in
+            match = self.non_text.check_file(rel)
+            if match.include:
+                return "" if match.index is None else self.non_text_kinds[match.index]
+        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -356,7 +390,9 @@ class _Frame:
     entries: Iterator[tuple[os.DirEntry[str], bool]]
 
 
-def _walk_root(root_abs: str, shown: str, options: WalkOptions) -> Iterator[FoundFile]:
+def _walk_root(
+    root_abs: str, shown: str, options: WalkOptions, on_excluded: ExcludedCallback | None
+) -> Iterator[FoundFile]:
     """Walk a root folder (the generator behind ``walk``)."""
     rules = _Rules(options)
     visited: set[tuple[int, int]] = set()
@@ -367,7 +403,8 @@ def _walk_root(root_abs: str, shown: str, options: WalkOptions) -> Iterator[Foun
         entries = _scan(root_abs, options, at_root=True, strict=True)
     except OSError as exc:
         raise IngestError(shown, exc.strerror or str(exc)) from exc
-    yield from _walk_from(root_abs, "", rules.root_levels(root_abs), entries, rules, visited)
+    levels = rules.root_levels(root_abs)
+    yield from _walk_from(root_abs, "", levels, entries, rules, visited, on_excluded)
 
 
 def _walk_from(
@@ -377,6 +414,7 @@ def _walk_from(
     entries: list[tuple[os.DirEntry[str], bool]] | None,
     rules: _Rules,
     visited: set[tuple[int, int]],
+    on_excluded: ExcludedCallback | None = None,
 ) -> Iterator[FoundFile]:
     """Depth-first walk from one folder whose entries are already scanned.
 
@@ -395,7 +433,10 @@ def _walk_from(
             continue
         entry, is_dir = item
         rel = frame.prefix + entry.name
-        if rules.skips(entry.name, rel, is_dir, frame.levels):
+        verdict = rules.verdict(entry.name, rel, is_dir, frame.levels)
+        if verdict is not None:
+            if verdict and on_excluded is not None:
+                on_excluded(rel, verdict)
             continue
         if is_dir:
             ident = _identity(entry.path)
