@@ -196,7 +196,16 @@ class Collection:
         """Recompute idf, row norms and per-row arrays once after a change."""
         if self._view is not None:
             return self._view
-        idf = (np.log((1.0 + self.n_live) / (1.0 + self.df)) + 1.0).astype(np.float32)
+        # Only the columns some row holds need a log: the others share the df = 0 value.
+        idf = np.full(self.n_features, np.log(1.0 + self.n_live) + 1.0, np.float32)
+        nnz = sum(seg.counts.nnz for seg in self.segments)
+        if nnz * 8 < self.n_features:  # few postings: cheaper than a pass over the columns
+            indices = [seg.counts.indices for seg in self.segments]
+            present = np.unique(np.concatenate(indices)) if indices else np.empty(0, np.int64)
+            present = present[self.df[present] > 0]
+        else:
+            present = np.flatnonzero(self.df)
+        idf[present] = np.log((1.0 + self.n_live) / (1.0 + self.df[present])) + 1.0
         idf2 = idf * idf
         for seg in self.segments:
             if seg.postings is None:

@@ -33,6 +33,15 @@ class Postings:
 
     @classmethod
     def build(cls, counts: sp.csr_matrix, sublinear: bool) -> Postings:
+        if counts.nnz * 8 < counts.shape[1]:
+            # A small segment: sort its postings rather than pass over all n_features
+            # columns (a CSC index of 2**20 columns cost 6 ms for a 20-row segment).
+            order = np.argsort(counts.indices, kind="stable")  # rows stay ascending
+            row_of = np.repeat(np.arange(counts.shape[0], dtype=np.int32), np.diff(counts.indptr))
+            rows = row_of[order]
+            cols, starts = np.unique(counts.indices[order], return_index=True)
+            ptr = np.append(starts, counts.nnz).astype(np.int64)
+            return cls(cols, ptr, rows, tf_weights(counts.data[order], sublinear))
         csc = counts.tocsc()
         cols = np.flatnonzero(np.diff(csc.indptr))
         ptr = np.append(csc.indptr[cols], csc.nnz).astype(np.int64)
