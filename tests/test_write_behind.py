@@ -155,3 +155,23 @@ def test_deferred_writes_survive_a_crash(tmp_path: Path) -> None:
     with KnowledgeAgentCore(data) as core:
         assert len(core.search("tokcrash")) == 1
         assert core.status().consistent
+
+
+def test_a_collect_indexes_along_the_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from knowledge_agent.core import knowledge_agent_core
+
+    monkeypatch.setattr(knowledge_agent_core, "_INDEX_ALONG_BYTES", 200)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for n in range(6):
+        (docs / f"page{n}.md").write_text(f"# Page {n}\n\n" + "words to index here " * 10)
+    with KnowledgeAgentCore(tmp_path / "kb", workers=1) as core:
+        seen: list[tuple[str, int]] = []  # (status, items in the keyword index then)
+        core.collect_knowledge(
+            docs, progress=lambda e: seen.append((e.status, core.keyword_index.item_count()))
+        )
+        # Each file's event comes before the indexing it triggers.
+        indexed_at_each_file = [count for status, count in seen if status == "processed"]
+        assert indexed_at_each_file[0] == 0 and 0 < indexed_at_each_file[-1] < 6
+        assert core.keyword_index.item_count() == 6
+        assert core.status().consistent

@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 _KB_NAME = re.compile(r"\w[\w.-]{0,63}")
+# A collect indexes what it stored so far after every this many bytes of files.
+_INDEX_ALONG_BYTES = 8_000_000
 # A string source longer than this, or with a line break, is text rather than a path.
 _MAX_PATH_TEXT = 1024
 # Absolute, home-relative or ./-relative paths; or one word with a slash or a file extension.
@@ -298,6 +300,22 @@ class KnowledgeAgentCore:
 
         self._indexes.flush(indexed)
 
+    def _indexing_along(self, progress: ProgressCallback | None) -> ProgressCallback:
+        """A progress callback that also indexes what a collect has stored so far, every
+        :data:`_INDEX_ALONG_BYTES` of files read: the worker processes extract the next
+        files meanwhile, and the text an index update holds stays bounded."""
+        indexed_at = 0
+
+        def step(event: CollectProgress) -> None:
+            nonlocal indexed_at
+            if progress is not None:
+                progress(event)
+            if event.status == "processed" and event.bytes_done - indexed_at >= _INDEX_ALONG_BYTES:
+                indexed_at = event.bytes_done
+                self._index_with_progress(progress)
+
+        return step
+
     def _collect_root(
         self,
         kb: str,
@@ -310,7 +328,9 @@ class KnowledgeAgentCore:
         options = self._without_own_data(root, options)
         stored = SourceRoot(kb, root, options=dataclasses.asdict(options))
         self.storage.save_root(stored)
-        report = self.collector.collect(kb, root, options, full=full, progress=progress)
+        report = self.collector.collect(
+            kb, root, options, full=full, progress=self._indexing_along(progress)
+        )
         self.storage.save_root(dataclasses.replace(stored, synced_at=utc_now()))
         logger.info(
             "collected %s into %s: %d processed, %d unchanged, %d skipped, %d failed, %d removed",
