@@ -23,8 +23,9 @@ stats          {"status": IndexStatus.to_dict(), "knowledge_bases": [KnowledgeBa
 check          IndexStatus.to_dict(): {"data_dir", "items", "chunks", …, "consistent",
                "problems", "repaired"}
 add, sync      CollectReport.to_dict(): {"kb", "processed", "unchanged", "skipped": [{"path",
-               "reason"}], "failed": [...], "removed", "chunks_added", "chunks_removed",
-               "bytes_processed", "duration_s", "item_ids"}
+               "reason"}], "skipped_summary": {"total", "groups": [{"kind", "reason",
+               "count", "extensions"}]}, "failed": [...], "removed", "chunks_added",
+               "chunks_removed", "bytes_processed", "duration_s", "item_ids"}
 watch          one CollectReport.to_dict() per line, for the first pass and every update
 remove         {"target", "kind": "item" | "path", "removed"}
 rebuild        {"chunks_indexed"}
@@ -291,6 +292,15 @@ def kb_option(help_text: str, *, multiple: bool = False) -> Callable[..., Any]:
     return click.option("--kb", multiple=multiple, metavar="NAME", help=help_text)
 
 
+def verbose_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        help="List every skipped file with its reason, not only the counts by kind.",
+    )(func)
+
+
 def walk_options(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option(
         "--exclude",
@@ -311,6 +321,12 @@ def _stderr_console_if_tty(as_json: bool) -> Console | None:
     if as_json or not sys.stderr.isatty():
         return None
     return render.make_console(stderr=True)
+
+
+def _progress_console(as_json: bool) -> Console | None:
+    """Where a collection's progress goes: stderr, a live bar on a terminal and sparse
+    plain lines elsewhere (a log, CI); nowhere with --json, whose readers want data only."""
+    return None if as_json else render.make_console(stderr=True)
 
 
 def _check_kbs(core: KnowledgeAgentCore, names: Sequence[str] | str | None) -> None:
@@ -345,11 +361,11 @@ def _text_title(text: str) -> str:
     return "stdin"
 
 
-def _show_report(report: CollectReport, as_json: bool) -> None:
+def _show_report(report: CollectReport, as_json: bool, verbose: bool) -> None:
     if as_json:
         render.print_json(report.to_dict())
     else:
-        render.print_report(render.make_console(), report)
+        render.print_report(render.make_console(), report, verbose=verbose, base=os.getcwd())
 
 
 def _parse_date(value: str | None, option: str, *, end_of_day: bool) -> datetime | None:
@@ -460,11 +476,18 @@ def init(force: bool) -> None:
 Examples:
   knowledge-agent add docs/ --kb handbook --exclude 'drafts/'
   knowledge-agent add src/ --include '*.py' --include '*.md'
+  knowledge-agent add site/ --include '*.svg' --include '*.html'
   git log -1 --format=%B | knowledge-agent add - --title "Last commit"
 
 \b
+Skipped files are counted by kind (images, fonts, binary, over the size limit …);
+--verbose lists each. Images, fonts, media, archives, lock files, source maps and
+minified bundles are left out as not text unless an --include glob names them.
+
+\b
 --json prints CollectReport.to_dict(): {"kb", "processed", "unchanged",
-"skipped": [{"path", "reason"}], "failed": [{"path", "reason"}], "removed",
+"skipped": [{"path", "reason"}], "skipped_summary": {"total", "groups": [{"kind",
+"reason", "count", "extensions"}]}, "failed": [{"path", "reason"}], "removed",
 "chunks_added", "chunks_removed", "bytes_processed", "duration_s", "item_ids"}."""
 )
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
@@ -472,6 +495,7 @@ Examples:
 @walk_options
 @click.option("--full", is_flag=True, help="Re-extract every file, not only changed ones.")
 @click.option("--title", metavar="TEXT", help="Title of the text read from stdin (PATH '-').")
+@verbose_option
 @json_option
 @pass_app
 def add(
@@ -482,6 +506,7 @@ def add(
     exclude: tuple[str, ...],
     full: bool,
     title: str | None,
+    verbose: bool,
     as_json: bool,
 ) -> None:
     """Collect files and folders (or text from stdin: '-') into a knowledge base.
@@ -499,7 +524,7 @@ def add(
             raise IngestError("-", "no text on standard input")
         name = app.kb_or_default(kb)
         reports: list[CollectReport] = []
-        progress_console = _stderr_console_if_tty(as_json)
+        progress_console = _progress_console(as_json)
         with app.open_core() as core, render.collect_progress(progress_console) as bar:
             progress = app.counting(bar)
             for path in paths:
@@ -518,7 +543,7 @@ def add(
                         progress=progress,
                     )
                 )
-        _show_report(_merged(reports, name), as_json)
+        _show_report(_merged(reports, name), as_json, verbose)
 
 
 def _add_stdin(core: KnowledgeAgentCore, text: str, title: str | None, kb: str) -> CollectReport:
@@ -546,9 +571,10 @@ Example:
 )
 @kb_option("Only re-scan the paths of this knowledge base.")
 @click.option("--full", is_flag=True, help="Re-extract every file, not only changed ones.")
+@verbose_option
 @json_option
 @pass_app
-def sync(app: App, kb: str | None, full: bool, as_json: bool) -> None:
+def sync(app: App, kb: str | None, full: bool, verbose: bool, as_json: bool) -> None:
     """Re-scan every collected folder and file: index changes, drop deleted files.
 
     The project file's [[scan]] paths are collected too, the first time with their
@@ -562,7 +588,7 @@ def sync(app: App, kb: str | None, full: bool, as_json: bool) -> None:
                 core.get_kb(kb)  # raises "no knowledge base named …"
             tracked = {(info.name, root) for info in known.values() for root in info.roots}
             started = time.perf_counter()
-            with render.collect_progress(_stderr_console_if_tty(as_json)) as bar:
+            with render.collect_progress(_progress_console(as_json)) as bar:
                 progress = app.counting(bar)
                 if kb is None or kb in known:
                     report = core.sync(kb=kb, full=full, progress=progress)
@@ -583,7 +609,7 @@ def sync(app: App, kb: str | None, full: bool, as_json: bool) -> None:
                         )
                     )
             report.duration_s = time.perf_counter() - started
-        _show_report(report, as_json)
+        _show_report(report, as_json, verbose)
 
 
 def _wait_for_interrupt() -> None:
@@ -593,7 +619,11 @@ def _wait_for_interrupt() -> None:
 
 
 def _watch_printer(as_json: bool) -> Callable[[CollectReport], None]:
-    """What ``watch`` does with each update's report: a summary line, or a JSON line."""
+    """What ``watch`` does with each update's report: a summary line, or a JSON line.
+
+    Called from the command: ``--verbose`` is read from its click context.
+    """
+    verbose = bool(click.get_current_context().params.get("verbose"))
     console = render.make_console()
     lock = threading.Lock()  # updates arrive on the watcher's thread
 
@@ -605,6 +635,7 @@ def _watch_printer(as_json: bool) -> Callable[[CollectReport], None]:
             stamp = datetime.now().strftime("%H:%M:%S")
             console.print(f"{stamp}  {render.report_line(report)}")
             render.print_issues(console, "failed", report.failed, style="red")
+            render.print_skipped(console, report, verbose=verbose, base=os.getcwd())
 
     return show
 
@@ -628,6 +659,7 @@ With --json each report is one line of JSON (CollectReport.to_dict(), see `add -
     metavar="SECONDS",
     help="Quiet time before a burst of changes is indexed.",
 )
+@verbose_option
 @json_option
 @pass_app
 def watch(
@@ -637,6 +669,7 @@ def watch(
     include: tuple[str, ...],
     exclude: tuple[str, ...],
     debounce: float,
+    verbose: bool,
     as_json: bool,
 ) -> None:
     """Collect PATHs, then keep the knowledge base in sync with them until Ctrl-C.
@@ -650,7 +683,7 @@ def watch(
         show = _watch_printer(as_json)
         targets = [Path(os.path.expanduser(path)) for path in paths]
         with app.open_core() as core:
-            with render.collect_progress(_stderr_console_if_tty(as_json)) as bar:
+            with render.collect_progress(_progress_console(as_json)) as bar:
                 progress = app.counting(bar)
                 reports = [
                     core.collect_knowledge(

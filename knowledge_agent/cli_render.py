@@ -10,29 +10,32 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 import os
 import re
 import sys
+import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TextIO
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
 
 from knowledge_agent.core.status import ChunkContext, IndexStatus
 from knowledge_agent.core.text_search import TextMatch
-from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
+from knowledge_agent.ingest.report import (
+    MAX_KEPT_PATHS,
+    NOT_TEXT,
+    CollectProgress,
+    CollectReport,
+    FileIssue,
+    SkipGroup,
+)
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, SearchResult
 from knowledge_agent.storage.sources import KnowledgeBaseInfo
 
@@ -53,6 +56,7 @@ __all__ = [
     "print_matches",
     "print_report",
     "print_results",
+    "print_skipped",
     "print_status",
     "report_line",
     "spinner",
@@ -62,7 +66,9 @@ MATCH_STYLE = "bold yellow"
 DIM = "dim"
 SNIPPET_LINES = 8  # lines of a matched snippet shown per result
 CONTEXT_LINES = 2  # lines of each context chunk shown per result
-MAX_LISTED_ISSUES = 10  # skipped files listed before "… and N more"
+INLINE_PATHS = 3  # a group of skipped files this small is named, not described by extensions
+LISTED_EXTENSIONS = 4  # extensions shown per group of skipped files
+PLAIN_PROGRESS_INTERVAL = 5.0  # seconds between progress lines off a terminal
 _UNWRAPPED_WIDTH = 10_000  # "no wrapping" for output that is not a terminal
 
 
@@ -372,17 +378,22 @@ def report_line(report: CollectReport) -> str:
     """The one-line summary of a collection run."""
     return (
         f"processed {report.processed} · unchanged {report.unchanged} · "
-        f"skipped {len(report.skipped)} · failed {len(report.failed)} · "
+        f"skipped {report.skipped_count} · failed {len(report.failed)} · "
         f"removed {report.removed} · chunks +{report.chunks_added} -{report.chunks_removed} · "
         f"{report.duration_s:.2f} s"
     )
 
 
-def print_report(console: Console, report: CollectReport) -> None:
-    """The summary line, then each failed file (and the skipped ones) as ``path: reason``."""
+def print_report(
+    console: Console, report: CollectReport, *, verbose: bool = False, base: str | None = None
+) -> None:
+    """The summary line, each failed file as ``path: reason``, then the skipped files.
+
+    Skipped files are counted by kind (:func:`print_skipped`); ``verbose`` lists each too.
+    """
     console.print(Text(report_line(report), style="bold"))
     print_issues(console, "failed", report.failed, style="red")
-    print_issues(console, "skipped", report.skipped, style=DIM, limit=MAX_LISTED_ISSUES)
+    print_skipped(console, report, verbose=verbose, base=base)
 
 
 def print_issues(
@@ -404,47 +415,333 @@ def print_issues(
         console.print(Text(f"  … and {len(issues) - len(shown)} more", style=style))
 
 
+# What a group of skipped files is called, one and many; other kinds say "file(s)" + reason.
+_SKIP_NOUNS: dict[str, tuple[str, str]] = {
+    "image": ("image", "images"),
+    "font": ("font", "fonts"),
+    "media": ("audio or video file", "audio and video files"),
+    "archive": ("archive", "archives"),
+    "lock file": ("lock file", "lock files"),
+    "source map": ("source map", "source maps"),
+    "minified": ("minified bundle", "minified bundles"),
+    "binary": ("binary file", "binary files"),
+    "empty": ("empty file", "empty files"),
+    "encoding": (
+        "file in an unrecognised text encoding",
+        "files in an unrecognised text encoding",
+    ),
+    "no text": (
+        "file with no extractable text (scanned PDF?)",
+        "files with no extractable text (scanned PDFs?)",
+    ),
+}
+
+
+def skip_group_text(group: SkipGroup, *, base: str | None = None, width: int = 0) -> str:
+    """One group of skipped files: ``187 images (png, jpg, svg)``, ``1 file over the 20.0 MB
+    limit: data/dump.sql``; the count right-aligned to ``width``."""
+    one, many = _SKIP_NOUNS.get(group.kind) or (
+        ("file", "files") if group.kind == "too large" else ("file:", "files:")
+    )
+    noun = one if group.count == 1 else many
+    if group.kind not in _SKIP_NOUNS:
+        noun = f"{noun} {group.reason}"
+    text = f"{group.count:>{width},} {noun}"
+    if group.paths and group.count <= INLINE_PATHS:
+        names = ", ".join(display_path(path, base) for path in group.paths)
+        return f"{text}{' ' if text.endswith(':') else ': '}{names}"
+    extensions = [extension for extension, _ in group.extensions if extension]
+    if not extensions:
+        return text
+    more = ", …" if len(extensions) > LISTED_EXTENSIONS else ""
+    return f"{text} ({', '.join(extensions[:LISTED_EXTENSIONS])}{more})"
+
+
+def print_skipped(
+    console: Console, report: CollectReport, *, verbose: bool = False, base: str | None = None
+) -> None:
+    """The skipped files: one line per kind and reason, the biggest group first.
+
+    With ``verbose``, every skipped file as ``path: reason`` first (a run keeps the paths
+    of the first ``MAX_KEPT_PATHS`` files left out as not text; the rest are counted).
+    """
+    total = report.skipped_count
+    if not total:
+        return
+    if verbose:
+        listed = [(issue.path, issue.reason) for issue in report.skipped]
+        listed += [(path, f"{NOT_TEXT} ({kind})") for path, kind in report.not_text.paths]
+        console.print(Text("skipped:", style=DIM))
+        for path, reason in sorted(listed):
+            console.print(Text(f"  {path}: {reason}", style=DIM))
+        dropped = report.not_text.dropped
+        if dropped:
+            console.print(
+                Text(
+                    f"  … and {dropped:,} more not text, counted but not listed "
+                    f"(a run keeps {MAX_KEPT_PATHS:,} paths)",
+                    style=DIM,
+                )
+            )
+    groups = report.skip_summary()
+    hint = "" if verbose else " (--verbose lists them)"
+    console.print(Text(f"skipped {total:,}{hint}:", style=DIM))
+    width = len(f"{groups[0].count:,}")  # the biggest group comes first
+    for group in groups:
+        console.print(Text("  " + skip_group_text(group, base=base, width=width), style=DIM))
+
+
+# -- progress --------------------------------------------------------------------------------
+
+_RATE_WINDOW = 20.0  # seconds of events a rate is measured over: recent speed, not the average
+_MIN_RATE_SPAN = 1.0  # seconds of events needed before a rate (and an ETA) means anything
+_MB = 1e6
+_BIG_FILES = _MB  # average file size from which collecting is measured in MB/s
+
+
+def _clock_text(seconds: float) -> str:
+    """``H:MM:SS``, rounded up (an ETA of 0.2 s says 0:00:01)."""
+    whole = max(0, math.ceil(seconds))
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}:{rest // 60:02}:{rest % 60:02}"
+
+
+def _rate_text(rate: float, unit: str) -> str:
+    """``1,234 chunks/s``, ``35 files/s``, ``2.4 MB/s``: three figures at most."""
+    figures = f"{rate:,.0f}" if rate >= 10 else f"{rate:.1f}"
+    return f"{figures} {unit}/s"
+
+
+class _Phase:
+    """One phase of a run (collecting files, indexing chunks): counts, recent rate, ETA.
+
+    Counts add up over the runs of one command (several paths, or indexes written in
+    batches): an event whose ``done`` goes back down starts a new run after the last.
+    """
+
+    def __init__(self, unit: str, *, measures_bytes: bool) -> None:
+        self.unit = unit
+        self.measures_bytes = measures_bytes
+        self.done = self.total = self.bytes_done = self.bytes_total = 0
+        self._offset = (0, 0, 0, 0)  # done, total, bytes done, bytes total of earlier runs
+        self._last_done = 0  # the previous event's own count
+        self.started: float | None = None
+        self.updated = 0.0
+        self._samples: deque[tuple[float, int, int]] = deque()  # (time, done, bytes done)
+
+    def update(self, event: CollectProgress, now: float) -> None:
+        if event.done < self._last_done:  # a new run after the last: add up
+            self._offset = (self.done, self.total, self.bytes_done, self.bytes_total)
+        base_done, base_total, base_bytes, base_bytes_total = self._offset
+        self._last_done = event.done
+        self.done, self.total = base_done + event.done, base_total + event.total
+        self.bytes_done = base_bytes + event.bytes_done
+        self.bytes_total = base_bytes_total + event.bytes_total
+        if self.started is None:
+            self.started = now
+        self.updated = now
+        self._samples.append((now, self.done, self.bytes_done))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= _RATE_WINDOW:
+            self._samples.popleft()  # keep one sample at or beyond the window's start
+
+    @property
+    def finished(self) -> bool:
+        return self.total > 0 and self.done >= self.total
+
+    @property
+    def in_megabytes(self) -> bool:
+        """Big files are measured in MB/s: their count says little about the time left."""
+        if not self.measures_bytes or self.total <= 0:
+            return False
+        return self.bytes_total / self.total >= _BIG_FILES
+
+    def rate(self) -> float | None:
+        """Files (or MB, or chunks) per second over the last ``_RATE_WINDOW`` seconds."""
+        if len(self._samples) < 2:
+            return None
+        first, last = self._samples[0], self._samples[-1]
+        span = last[0] - first[0]
+        if span < _MIN_RATE_SPAN:
+            return None
+        amount = (last[2] - first[2]) / _MB if self.in_megabytes else last[1] - first[1]
+        return amount / span
+
+    def eta(self) -> float | None:
+        """Seconds left at the current rate, None when unknown."""
+        rate = self.rate()
+        if not rate or self.finished:
+            return None
+        if self.in_megabytes:
+            return (self.bytes_total - self.bytes_done) / _MB / rate
+        return (self.total - self.done) / rate
+
+    def counts(self) -> str:
+        text = f"{self.done:,}/{self.total:,} {self.unit}"
+        if self.measures_bytes:
+            text += f" · {self.bytes_done / _MB:.1f}/{self.bytes_total / _MB:.1f} MB"
+        return text
+
+    def stats(self, *, with_eta: bool = True) -> str:
+        """``418/1,204 files · 12.3/80.0 MB · 35 files/s · ETA 0:00:22`` (what is known)."""
+        parts = [self.counts()]
+        rate = self.rate()
+        if rate is not None:
+            parts.append(_rate_text(rate, "MB" if self.in_megabytes else self.unit))
+        eta = self.eta() if with_eta else None
+        if eta is not None:
+            parts.append(f"ETA {_clock_text(eta)}")
+        return " · ".join(parts)
+
+    def summary(self) -> str:
+        """The phase once over: ``1,204 files · 79.5 MB in 0:00:37 (33 files/s)``."""
+        elapsed = 0.0 if self.started is None else self.updated - self.started
+        if self.finished:
+            text = f"{self.done:,} {self.unit}"
+            if self.measures_bytes:
+                text += f" · {self.bytes_done / _MB:.1f} MB"
+        else:  # cut short
+            text = self.counts()
+        text += f" in {_clock_text(elapsed)}"
+        if elapsed >= _MIN_RATE_SPAN:
+            if self.in_megabytes:
+                text += f" ({_rate_text(self.bytes_done / _MB / elapsed, 'MB')})"
+            else:
+                text += f" ({_rate_text(self.done / elapsed, self.unit)})"
+        return text
+
+
+class _ProgressState:
+    """Both phases of a collection, fed by ``CollectProgress`` events in any order.
+
+    Indexing may run in batches while files are still being collected; its ETA is shown
+    only once collecting is over, since until then its total is still growing.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.collecting = _Phase("files", measures_bytes=True)
+        self.indexing = _Phase("chunks", measures_bytes=False)
+        self.current = ""  # the file of the latest collecting event
+
+    def update(self, event: CollectProgress) -> _Phase | None:
+        """Apply an event; the phase it moved, None when it carried nothing to show."""
+        now = self.clock()
+        if event.status == "indexing":
+            if event.total <= 0:
+                return None
+            self.indexing.update(event, now)
+            return self.indexing
+        self.collecting.update(event, now)
+        self.current = os.path.basename(event.path)
+        return self.collecting
+
+    def collecting_over(self) -> bool:
+        return self.collecting.started is None or self.collecting.finished
+
+    def indexing_stats(self) -> str:
+        return self.indexing.stats(with_eta=self.collecting_over())
+
+    def line(self) -> str:
+        """Off a terminal: the phases under way, ``collecting … · indexing …``."""
+        parts = []
+        if self.collecting.started is not None and (
+            not self.collecting.finished or self.indexing.started is None
+        ):
+            parts.append(f"collecting {self.collecting.stats()}")
+        if self.indexing.started is not None:
+            parts.append(f"indexing {self.indexing_stats()}")
+        return " | ".join(parts)
+
+    def final_line(self) -> str:
+        """Off a terminal, at the end: what each phase did and in how long."""
+        parts = []
+        if self.collecting.started is not None:
+            parts.append(f"collected {self.collecting.summary()}")
+        if self.indexing.started is not None:
+            parts.append(f"indexed {self.indexing.summary()}")
+        return " | ".join(parts)
+
+
 @contextmanager
 def collect_progress(
     console: Console | None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    interval: float | None = None,
 ) -> Iterator[Callable[[CollectProgress], None] | None]:
-    """A progress bar (files, MB, ETA) fed by ``CollectProgress`` events; None: no bar."""
+    """Progress of a collection fed by ``CollectProgress`` events; None: no display.
+
+    On a terminal, a live bar per phase: collecting (files, MB, rate, ETA, the current
+    file) and indexing (chunks, rate, ETA). Elsewhere (a log file, CI), plain lines of
+    the same figures, at most one per ``interval`` seconds (``PLAIN_PROGRESS_INTERVAL``)
+    — none for a run shorter than that, whose report says it all — and a last line with
+    what each phase did.
+    """
     if console is None:
         yield None
         return
+    every = PLAIN_PROGRESS_INTERVAL if interval is None else interval
+    state = _ProgressState(clock)
+    if console.is_terminal:
+        with _live_progress(console, state) as live:
+            yield live
+        return
+    last_line = clock()
+    printed = False
+
+    def update(event: CollectProgress) -> None:
+        nonlocal last_line, printed
+        if state.update(event) is None:
+            return
+        now = clock()
+        if now - last_line >= every:
+            console.print(Text(state.line()))
+            last_line, printed = now, True
+
+    try:
+        yield update
+    finally:
+        if printed:
+            console.print(Text(state.final_line()))
+
+
+@contextmanager
+def _live_progress(
+    console: Console, state: _ProgressState
+) -> Iterator[Callable[[CollectProgress], None]]:
+    """The terminal form of :func:`collect_progress`: one rich bar per phase."""
     columns = (
         SpinnerColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description:<10}"),
         BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[unit]}"),
-        TimeRemainingColumn(),
+        TextColumn("{task.fields[stats]}"),
         TextColumn("{task.fields[current]}", style=DIM),
     )
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("collecting", total=None, unit="files", current="")
+        collecting = progress.add_task("collecting", total=None, stats="", current="")
+        indexing: TaskID | None = None
 
         def update(event: CollectProgress) -> None:
-            if event.status == "indexing":  # after the files: the search indexes catch up
-                progress.update(
-                    task,
-                    description="indexing",
-                    total=event.total,
-                    completed=event.done,
-                    unit="items",
-                    current="",
-                )
+            nonlocal indexing
+            phase = state.update(event)
+            if phase is None:
                 return
-            megabytes = f"{event.bytes_done / 1e6:.1f}/{event.bytes_total / 1e6:.1f} MB"
-            name = os.path.basename(event.path)
-            progress.update(
-                task,
-                description="collecting",
-                total=event.total,
-                completed=event.done,
-                unit=f"files · {megabytes}",
-                current=name if len(name) <= 40 else name[:39] + "…",
-            )
+            if phase is state.indexing:
+                if indexing is None:  # a second bar, from the first indexing event on
+                    indexing = progress.add_task("indexing", total=None, stats="", current="")
+                progress.update(indexing, total=phase.total, completed=phase.done)
+            else:
+                name = state.current
+                progress.update(
+                    collecting,
+                    total=phase.total,
+                    completed=phase.done,
+                    current=name if len(name) <= 40 else name[:39] + "…",
+                )
+            # Both lines: a collecting event changes whether indexing may show an ETA.
+            progress.update(collecting, stats=state.collecting.stats())
+            if indexing is not None:
+                progress.update(indexing, stats=state.indexing_stats())
 
         yield update
 

@@ -16,8 +16,10 @@ from click.testing import CliRunner, Result
 from files import write
 
 from knowledge_agent import KnowledgeAgentCore
-from knowledge_agent.cli import cli
+from knowledge_agent import cli_render as render
+from knowledge_agent.cli import _watch_printer, cli, watch
 from knowledge_agent.core.folder_lock import FolderLock
+from knowledge_agent.ingest.report import CollectReport, FileIssue
 
 DEPLOY = """# Deploying the service
 
@@ -85,6 +87,7 @@ ADD_KEYS = {
     "processed",
     "unchanged",
     "skipped",
+    "skipped_summary",
     "failed",
     "removed",
     "chunks_added",
@@ -244,7 +247,96 @@ def test_add_reports_failed_files_but_exits_0(tmp_path: Path, data_dir: Path) ->
     assert result.exit_code == 0
     assert "failed 1" in result.stdout and "skipped 1" in result.stdout
     assert f"{docs / 'broken.pdf'}: corrupt or truncated PDF" in result.stdout
-    assert f"{docs / 'blob.bin'}: " in result.stdout
+    assert "  1 binary file: docs/blob.bin" in result.stdout.splitlines()
+
+
+def test_add_counts_skipped_files_by_kind_and_verbose_lists_each(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    docs = make_docs(tmp_path / "docs")
+    for number in range(5):
+        write(docs / "img" / f"screen{number}.png", b"\x89PNG\r\n\x1a\n")
+    write(docs / "img" / "diagram.svg", "<svg/>")
+    write(docs / "assets" / "inter.woff2", b"wOF2")
+    write(docs / "assets" / "inter.ttf", b"\0\1\0\0")
+    write(docs / "empty.md", "")
+    with open(docs / "dump.log", "wb") as handle:
+        handle.truncate(21 * 1024 * 1024)  # sparse: over the 20 MB limit, never read
+
+    result = invoke(data_dir, "add", str(docs))
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert "skipped 10 · failed 0" in lines[0]
+    start = lines.index("skipped 10 (--verbose lists them):")
+    assert lines[start + 1 :] == [
+        "  6 images (png, svg)",
+        "  2 fonts: docs/assets/inter.ttf, docs/assets/inter.woff2",
+        "  1 empty file: docs/empty.md",
+        "  1 file over the 20.0 MB limit: docs/dump.log",
+    ]
+    assert str(docs / "img") not in result.stdout  # counted, not listed
+
+    verbose = invoke(data_dir, "add", str(docs), "--verbose")
+    lines = verbose.stdout.splitlines()
+    assert "skipped 9 · failed 0" in lines[0]  # the empty file is unchanged now
+    listed = lines[lines.index("skipped:") + 1 : lines.index("skipped 9:")]
+    assert listed == [
+        f"  {docs / 'assets' / 'inter.ttf'}: not text (font)",
+        f"  {docs / 'assets' / 'inter.woff2'}: not text (font)",
+        f"  {docs / 'dump.log'}: 21.0 MB is over the 20.0 MB limit",
+        f"  {docs / 'img' / 'diagram.svg'}: not text (image)",
+        *(f"  {docs / 'img' / f'screen{n}.png'}: not text (image)" for n in range(5)),
+    ]
+
+    synced = invoke(data_dir, "sync", "--verbose").stdout
+    assert f"  {docs / 'img' / 'screen0.png'}: not text (image)" in synced
+    assert "  6 images (png, svg)" in synced
+
+    summary = as_json(invoke(data_dir, "add", str(docs), "--json"))["skipped_summary"]
+    assert summary["total"] == 9
+    assert summary["groups"][0] == {
+        "kind": "image",
+        "reason": "not text",
+        "count": 6,
+        "extensions": {"png": 5, "svg": 1},
+    }
+    assert [group["kind"] for group in summary["groups"]] == ["image", "font", "too large"]
+
+    svg = invoke(data_dir, "add", str(docs), "--include", "*.svg", "--include", "*.md")
+    lines = svg.stdout.splitlines()
+    assert "processed 1 · unchanged 4 · skipped 0 ·" in lines[0]  # the SVG, asked for
+    assert len(lines) == 1  # no skipped section
+
+
+def test_progress_off_a_terminal_is_plain_lines_on_stderr(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = make_docs(tmp_path / "docs")
+    monkeypatch.setattr(render, "PLAIN_PROGRESS_INTERVAL", 0.0)  # a line for every event
+    result = invoke(data_dir, "add", str(docs))
+    assert result.exit_code == 0
+    assert result.stdout.startswith("processed 4 ·")  # stdout has the report only
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("collecting 1/4 files · ")
+    assert any(line.startswith("indexing ") and " chunks" in line for line in lines)
+    assert lines[-1].startswith("collected 4 files · ")
+    assert " | indexed " in lines[-1] and " chunks in " in lines[-1]
+    assert as_json(invoke(data_dir, "add", str(docs), "--full", "--json"))["processed"] == 4
+
+
+def test_watch_updates_count_skipped_files_and_verbose_lists_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report = CollectReport(kb="default", processed=1)
+    report.skipped.append(FileIssue("/w/blob.bin", "binary file"))
+    for verbose in (False, True):
+        with click.Context(watch, info_name="watch") as ctx:
+            ctx.params["verbose"] = verbose
+            _watch_printer(False)(report)
+        lines = capsys.readouterr().out.splitlines()
+        assert "processed 1 · unchanged 0 · skipped 1 ·" in lines[0]
+        assert lines[-1] == "  1 binary file: /w/blob.bin"
+        assert ("  /w/blob.bin: binary file" in lines) is verbose
 
 
 def test_add_missing_path_exits_1_before_collecting_anything(

@@ -9,8 +9,9 @@ import pytest
 from rich.console import Console
 
 from knowledge_agent import cli_render as render
-from knowledge_agent.cli import _parse_date, _stderr_console_if_tty
+from knowledge_agent.cli import _parse_date, _progress_console, _stderr_console_if_tty
 from knowledge_agent.errors import QueryError
+from knowledge_agent.ingest import report as report_module
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 
 
@@ -44,17 +45,206 @@ def test_console_off_a_terminal_neither_colours_nor_wraps() -> None:
     assert stream.getvalue() == long_line + "\n"
 
 
-def test_report_output_lists_failures_as_path_reason() -> None:
-    report = CollectReport(kb="default", processed=2, unchanged=1, chunks_added=7)
-    report.failed.append(FileIssue("/docs/bad.pdf", "corrupt or truncated PDF"))
-    report.skipped.extend(FileIssue(f"/docs/{n}.bin", "binary file") for n in range(12))
+def report_text(report: CollectReport, *, verbose: bool = False, base: str | None = None) -> str:
     stream = io.StringIO()
-    render.print_report(render.make_console(stream), report)
-    lines = stream.getvalue().splitlines()
-    assert lines[0].startswith("processed 2 · unchanged 1 · skipped 12 · failed 1 · removed 0")
+    render.print_report(render.make_console(stream), report, verbose=verbose, base=base)
+    return stream.getvalue()
+
+
+def test_report_output_lists_failures_one_by_one_and_counts_skipped_files() -> None:
+    report = CollectReport(kb="default", processed=2, unchanged=1, chunks_added=7)
+    report.failed.extend(
+        FileIssue(f"/docs/bad{n}.pdf", "corrupt or truncated PDF") for n in range(12)
+    )
+    report.skipped.extend(FileIssue(f"/docs/{n}.bin", "binary file") for n in range(12))
+    lines = report_text(report).splitlines()
+    assert lines[0].startswith("processed 2 · unchanged 1 · skipped 12 · failed 12 · removed 0")
     assert "chunks +7 -0" in lines[0]
-    assert lines[1:3] == ["failed:", "  /docs/bad.pdf: corrupt or truncated PDF"]
-    assert lines[-1] == "  … and 2 more"
+    assert lines[1:3] == ["failed:", "  /docs/bad0.pdf: corrupt or truncated PDF"]
+    assert len([line for line in lines if line.endswith("corrupt or truncated PDF")]) == 12
+    assert lines[-2:] == ["skipped 12 (--verbose lists them):", "  12 binary files (bin)"]
+
+
+def mixed_report() -> CollectReport:
+    """A run over /docs that skipped files of every sort."""
+    report = CollectReport(kb="default", processed=5)
+    for n in range(120):
+        report.not_text.add(f"/docs/img/shot{n:03}.png", "image")
+    for n in range(67):
+        report.not_text.add(f"/docs/img/photo{n:02}.jpg", "image")
+    report.not_text.add("/docs/img/logo.svg", "image")
+    report.not_text.add("/docs/fonts/inter.woff2", "font")
+    report.not_text.add("/docs/fonts/mono.ttf", "font")
+    report.not_text.add("/docs/package-lock.json", "lock file")
+    report.skipped.append(
+        FileIssue("/docs/data/dump.sql", "25.3 MB is over the 20.0 MB limit", "too large")
+    )
+    report.skipped.append(FileIssue("/docs/empty.md", "empty file"))
+    report.skipped.append(FileIssue("/docs/old.txt", "unrecognised text encoding: NUL bytes"))
+    report.skipped.extend(
+        FileIssue(f"/docs/bin/tool{n}.{ext}", "binary file") for n, ext in enumerate("abcdef")
+    )
+    return report
+
+
+def test_skipped_files_are_one_line_per_kind_by_default() -> None:
+    lines = report_text(mixed_report(), base="/docs").splitlines()
+    assert lines[0].startswith("processed 5 · unchanged 0 · skipped 200 · failed 0")
+    assert lines[1:] == [
+        "skipped 200 (--verbose lists them):",
+        "  188 images (png, jpg, svg)",
+        "    6 binary files (a, b, c, d, …)",
+        "    2 fonts: fonts/inter.woff2, fonts/mono.ttf",
+        "    1 empty file: empty.md",
+        "    1 file in an unrecognised text encoding: old.txt",
+        "    1 lock file: package-lock.json",
+        "    1 file over the 20.0 MB limit: data/dump.sql",
+    ]
+    # Outside the base, paths are shown whole.
+    assert "  1 empty file: /docs/empty.md" in report_text(mixed_report(), base="/elsewhere")
+
+
+def test_verbose_lists_every_skipped_file_with_its_reason_then_the_counts() -> None:
+    lines = report_text(mixed_report(), verbose=True, base="/docs").splitlines()
+    assert lines[1] == "skipped:"
+    listed = lines[2 : lines.index("skipped 200:")]
+    assert len(listed) == 200 and listed == sorted(listed)
+    assert "  /docs/img/shot000.png: not text (image)" in listed
+    assert "  /docs/package-lock.json: not text (lock file)" in listed
+    assert "  /docs/data/dump.sql: 25.3 MB is over the 20.0 MB limit" in listed
+    assert "  /docs/old.txt: unrecognised text encoding: NUL bytes" in listed
+    assert lines[-7] == "  188 images (png, jpg, svg)"
+
+
+def test_verbose_says_how_many_not_text_paths_were_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(report_module, "MAX_KEPT_PATHS", 50)
+    monkeypatch.setattr(render, "MAX_KEPT_PATHS", 50)
+    lines = report_text(mixed_report(), verbose=True).splitlines()
+    assert "  … and 141 more not text, counted but not listed (a run keeps 50 paths)" in lines
+    assert "  2 fonts (woff2, ttf)" not in lines  # paths not all kept: extensions instead
+    assert "    2 fonts (ttf, woff2)" in lines
+
+
+def test_nothing_skipped_prints_no_skipped_section() -> None:
+    assert report_text(CollectReport(kb="default", processed=1)).count("\n") == 1
+
+
+# -- progress --------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """Time that moves only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def files(done: int, total: int, size: int = 50_000) -> CollectProgress:
+    return CollectProgress(f"/d/{done}.md", "processed", done, total, done * size, total * size)
+
+
+def indexing(done: int, total: int) -> CollectProgress:
+    return CollectProgress("", "indexing", done, total, 0, 0)
+
+
+def test_times_and_rates_read_well() -> None:
+    assert render._clock_text(0) == "0:00:00"
+    assert render._clock_text(0.2) == "0:00:01"  # never "0 s left" while work remains
+    assert render._clock_text(22) == "0:00:22"
+    assert render._clock_text(3725) == "1:02:05"
+    assert render._rate_text(1234.5, "chunks") == "1,234 chunks/s"
+    assert render._rate_text(35.4, "files") == "35 files/s"
+    assert render._rate_text(2.44, "MB") == "2.4 MB/s"
+    assert render._rate_text(0.04, "files") == "0.0 files/s"
+
+
+def test_plain_progress_is_a_line_every_few_seconds_and_a_last_one() -> None:
+    stream, clock = io.StringIO(), FakeClock()
+    with render.collect_progress(render.make_console(stream), clock=clock, interval=5) as update:
+        assert update is not None
+        for done in range(1, 201):  # 200 files at 20 files/s: 10 seconds
+            clock.now = done * 0.05
+            update(files(done, 200))
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "collecting 100/200 files · 5.0/10.0 MB · 20 files/s · ETA 0:00:05",
+        "collecting 200/200 files · 10.0/10.0 MB · 20 files/s",
+        "collected 200 files · 10.0 MB in 0:00:10 (20 files/s)",
+    ]
+
+
+def test_plain_progress_says_nothing_for_a_short_run() -> None:
+    stream, clock = io.StringIO(), FakeClock()
+    with render.collect_progress(render.make_console(stream), clock=clock) as update:
+        assert update is not None
+        for done in range(1, 101):
+            clock.now = done * 0.01
+            update(files(done, 100))
+        update(indexing(400, 400))
+    assert stream.getvalue() == ""
+
+
+def test_indexing_counts_chunks_with_a_rate_and_an_eta_once_collecting_is_over() -> None:
+    state = render._ProgressState(FakeClock())
+    clock = state.clock
+    assert isinstance(clock, FakeClock)
+    state.update(files(1, 10))
+    state.update(indexing(100, 150))  # written in a batch while files are still read
+    clock.now = 2.0
+    state.update(files(5, 10))
+    state.update(indexing(300, 400))
+    assert state.line() == (
+        "collecting 5/10 files · 0.2/0.5 MB · 2.0 files/s · ETA 0:00:03"
+        " | indexing 300/400 chunks · 100 chunks/s"  # no ETA: the total still grows
+    )
+    clock.now = 4.0
+    state.update(files(10, 10))
+    state.update(indexing(500, 1_000))
+    assert state.line() == "indexing 500/1,000 chunks · 100 chunks/s · ETA 0:00:05"
+    clock.now = 9.0
+    state.update(indexing(1_000, 1_000))
+    assert state.line() == "indexing 1,000/1,000 chunks · 100 chunks/s"
+    assert state.final_line() == (
+        "collected 10 files · 0.5 MB in 0:00:04 (2.5 files/s)"
+        " | indexed 1,000 chunks in 0:00:09 (111 chunks/s)"
+    )
+
+
+def test_big_files_are_measured_in_megabytes_per_second() -> None:
+    clock = FakeClock()
+    state = render._ProgressState(clock)
+    for done in range(1, 5):
+        clock.now = done * 2.0
+        state.update(files(done, 10, size=3_000_000))
+    assert state.line() == "collecting 4/10 files · 12.0/30.0 MB · 1.5 MB/s · ETA 0:00:12"
+
+
+def test_rates_follow_the_recent_pace_not_the_whole_run() -> None:
+    clock = FakeClock()
+    state = render._ProgressState(clock)
+    for done in range(1, 101):  # 10 files/s for 10 s, then 1 file/s for 30 s
+        clock.now = done * 0.1
+        state.update(files(done, 200))
+    for done in range(101, 131):
+        clock.now += 1.0
+        state.update(files(done, 200))
+    assert "· 1.0 files/s · ETA 0:01:10" in state.line()
+
+
+def test_counts_add_up_over_several_paths_of_one_command() -> None:
+    clock = FakeClock()
+    state = render._ProgressState(clock)
+    for done in range(1, 11):
+        state.update(files(done, 10))
+    state.update(files(1, 5))  # the second PATH starts counting from 1 again
+    assert state.collecting.counts() == "11/15 files · 0.6/0.8 MB"
+    state.update(indexing(0, 0))  # nothing to index: shown nowhere
+    assert state.indexing.started is None
 
 
 def test_progress_bar_shows_files_and_megabytes_on_a_terminal() -> None:
@@ -70,24 +260,29 @@ def test_progress_bar_shows_files_and_megabytes_on_a_terminal() -> None:
     assert "2/2" in shown and "3.0/3.0 MB" in shown
 
 
-def test_progress_bar_then_counts_items_while_indexing() -> None:
-    stream = io.StringIO()
-    console = Console(file=stream, force_terminal=True, width=120)
-    with render.collect_progress(console) as update:
+def test_progress_bar_then_counts_chunks_while_indexing() -> None:
+    stream, clock = io.StringIO(), FakeClock()
+    console = Console(file=stream, force_terminal=True, width=160)
+    with render.collect_progress(console, clock=clock) as update:
         assert update is not None
         update(CollectProgress("/d/1.md", "processed", 1, 1, 10, 10))
-        update(CollectProgress("", "indexing", 500, 700, 0, 0))
+        update(indexing(500, 1_700))
+        clock.now = 2.0
+        update(indexing(1_500, 1_700))
     shown = stream.getvalue()
-    assert "indexing" in shown and "500/700" in shown and "items" in shown
+    assert "collecting" in shown and "indexing" in shown
+    assert "1,500/1,700 chunks · 500 chunks/s · ETA 0:00:01" in shown
 
 
-def test_no_progress_when_stderr_is_no_terminal_or_json_is_asked(
+def test_no_progress_with_json_and_plain_lines_off_a_terminal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with render.collect_progress(None) as update:
         assert update is None
     monkeypatch.setattr("sys.stderr", io.StringIO())
-    assert _stderr_console_if_tty(as_json=False) is None
+    assert _stderr_console_if_tty(as_json=False) is None  # the rebuild spinner: terminals only
+    plain = _progress_console(as_json=False)
+    assert plain is not None and not plain.is_terminal
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
@@ -96,6 +291,7 @@ def test_no_progress_when_stderr_is_no_terminal_or_json_is_asked(
     monkeypatch.setattr("sys.stderr", Tty())
     assert _stderr_console_if_tty(as_json=True) is None
     assert _stderr_console_if_tty(as_json=False) is not None
+    assert _progress_console(as_json=True) is None
 
 
 def test_dates() -> None:
