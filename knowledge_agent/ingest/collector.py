@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import logging
 import multiprocessing
 import os
@@ -55,8 +54,11 @@ ProgressCallback = Callable[[CollectProgress], None]
 
 # Below this many files, starting worker processes costs more than it saves.
 _PARALLEL_THRESHOLD = 32
-# Jobs in flight at once: bounds the extracted documents held in memory.
-_WINDOW = 256
+# Jobs in flight at once, in files and in bytes: bounds the extracted documents held in
+# memory, and keeps the workers busy while this process writes an index update (the core
+# indexes every 8 MB of files during a collect).
+_WINDOW_FILES = 2048
+_WINDOW_BYTES = 16_000_000
 # Jobs sent to a worker at once: fewer round trips for many small files.
 _CHUNK = 4
 
@@ -175,6 +177,7 @@ class _Job:
     path: str
     config: ChunkConfig
     known_hash: str
+    size: int = 0
 
 
 @dataclass(frozen=True)
@@ -378,7 +381,10 @@ class Collector:
         records = {str(file.path): (file, record) for file, record in todo}
         jobs = [
             _Job(
-                str(file.path), self.chunk_config, "" if full or not record else record.content_hash
+                str(file.path),
+                self.chunk_config,
+                "" if full or not record else record.content_hash,
+                file.size,
             )
             for file, record in todo
         ]
@@ -407,17 +413,30 @@ class Collector:
             initializer=_init_worker,
             initargs=(cancel,),
         )
-        in_flight: deque[Future[list[_Outcome]]] = deque()
+        in_flight: deque[tuple[Future[list[_Outcome]], int, int]] = deque()  # files, bytes
+        files = size = 0
+
+        def fill() -> None:
+            nonlocal files, size
+            while files < _WINDOW_FILES and size < _WINDOW_BYTES:
+                chunk = next(chunks, None)
+                if chunk is None:
+                    return
+                chunk_size = sum(job.size for job in chunk)
+                in_flight.append((executor.submit(_extract_chunk, chunk), len(chunk), chunk_size))
+                files += len(chunk)
+                size += chunk_size
+
         finished = broken = False
         try:
             with _sigint_blocked():  # the workers start with the first submissions
-                for chunk in itertools.islice(chunks, _WINDOW // _CHUNK):
-                    in_flight.append(executor.submit(_extract_chunk, chunk))
+                fill()
             while in_flight:
-                outcomes = in_flight.popleft().result()
-                chunk = next(chunks, None)
-                if chunk is not None:
-                    in_flight.append(executor.submit(_extract_chunk, chunk))
+                future, chunk_files, chunk_size = in_flight.popleft()
+                outcomes = future.result()
+                files -= chunk_files
+                size -= chunk_size
+                fill()
                 for outcome in outcomes:
                     position += 1
                     yield outcome
