@@ -25,6 +25,7 @@ from knowledge_agent.models import (
     ScoreExplanation,
     SearchResult,
 )
+from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.config import SearchConfig
 from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
@@ -221,8 +222,10 @@ class SearchEngineImpl:
     def _update(
         self, upserts: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]], deletes: list[str]
     ) -> None:
-        self.keyword_index.update(upserts, deletes)
-        self.semantic_searcher.update(upserts, deletes)
+        # Analysed once, read by both engines.
+        batch = AnalysedBatch.build(self.keyword_index.analyzer, upserts)
+        self.keyword_index.update(batch, deletes)
+        self.semantic_searcher.update(batch, deletes)
 
     def _mark_applied(self, seq: int) -> None:
         self.keyword_index.set_applied_seq(seq)

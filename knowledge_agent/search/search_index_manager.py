@@ -60,7 +60,7 @@ import os
 import shutil
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -77,13 +77,16 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.search.analysed_batch import AnalysedBatch, latest_pairs
 from knowledge_agent.search.atomic_files import file_version, write_atomically
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.keyword_blocks import chunk_block, item_block
 from knowledge_agent.search.keyword_filters import filter_mask
 from knowledge_agent.search.whoosh_batch import BatchWriter, cancel
-from knowledge_agent.search.whoosh_internals import compact_posting_pool
+from knowledge_agent.search.whoosh_bulk import BulkSegmentWriter
+from knowledge_agent.search.whoosh_internals import bulk_writing, compact_posting_pool
 from knowledge_agent.search.whoosh_merge import merge_policy
 from knowledge_agent.search.whoosh_parts import Codec, PostingTable
 from knowledge_agent.search.whoosh_safe import SafeFileStorage, open_file_index, stored_schema
@@ -119,6 +122,41 @@ def _term_weights(terms: Sequence[str]) -> Counter[str]:
         if term:
             weights[term] += 1
     return weights
+
+
+@dataclass(eq=False)
+class _Work:
+    """The items of one write, analysed when a bulk writer first needs them (once for both
+    indexes)."""
+
+    pairs: list[tuple[KnowledgeItem, list[KnowledgeChunk]]]
+    analyzer: TextAnalyzer
+    batch: AnalysedBatch | None = None
+
+    @classmethod
+    def of(cls, upserts: Iterable[Pair] | AnalysedBatch, analyzer: TextAnalyzer) -> _Work:
+        if isinstance(upserts, AnalysedBatch):
+            return cls(upserts.pairs, analyzer, upserts)
+        return cls(latest_pairs(upserts), analyzer)
+
+    @classmethod
+    def groups(cls, pairs: Iterable[Pair], analyzer: TextAnalyzer, size: int) -> Iterator[_Work]:
+        """``pairs`` in groups of up to ``size`` chunks or items, pulled lazily."""
+        group: list[tuple[KnowledgeItem, list[KnowledgeChunk]]] = []
+        n_chunks = 0
+        for item, chunks in pairs:
+            group.append((item, list(chunks)))
+            n_chunks += len(group[-1][1])
+            if n_chunks >= size or len(group) >= size:
+                yield cls(latest_pairs(group), analyzer)
+                group, n_chunks = [], 0
+        if group:
+            yield cls(latest_pairs(group), analyzer)
+
+    def analysed(self) -> AnalysedBatch:
+        if self.batch is None or not self.batch.matches(self.analyzer):
+            self.batch = AnalysedBatch.build(self.analyzer, self.pairs)
+        return self.batch
 
 
 # --------------------------------------------------------------------------- one index
@@ -329,6 +367,10 @@ class SearchIndexManager:
             self._open(idx, create=True)  # the first write creates the index on disk
         ix = self._usable(idx)
         try:
+            if bulk_writing():
+                return BulkSegmentWriter(
+                    ix, codec=Codec(), timeout=self.lock_timeout, delay=_LOCK_RETRY_DELAY
+                )
             writer = ix.writer(timeout=self.lock_timeout, delay=_LOCK_RETRY_DELAY, codec=Codec())
             if compact_posting_pool():
                 writer.pool = PostingTable()
@@ -345,34 +387,35 @@ class SearchIndexManager:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def update(self, upserts: Sequence[Pair] = (), deletes: Iterable[str] = ()) -> None:
+    def update(
+        self, upserts: Sequence[Pair] | AnalysedBatch = (), deletes: Iterable[str] = ()
+    ) -> None:
         """Replace the documents of every upserted item and remove those of every deleted id.
 
         One writer per index, one commit. Deletes apply first, so an id both deleted and
         upserted ends up upserted; an item upserted twice keeps its last version. Replaying
-        the same call is harmless.
+        the same call is harmless. ``upserts`` may come analysed already (an
+        :class:`AnalysedBatch`; one of another analyzer configuration is analysed again).
         """
-        latest: dict[str, Pair] = {}
-        for item, chunks in upserts:
-            latest.pop(item.id, None)  # last one wins, in its own position
-            latest[item.id] = (item, chunks)
+        work = _Work.of(upserts, self.analyzer)
+        latest = {item.id for item, _ in work.pairs}
         doomed = {item_id for item_id in deletes if item_id not in latest}
         if not latest and not doomed:
             return
         with self._lock:
             for idx in (self._chunks, self._items):
                 self._usable(idx)
-            self._write(self._chunks, latest, doomed)
-            self._write(self._items, latest, doomed)
+            self._write(self._chunks, work, [*doomed, *latest])
+            self._write(self._items, work, [*doomed, *latest])
 
-    def _write(self, idx: _Index, latest: Mapping[str, Pair], doomed: Iterable[str]) -> None:
+    def _write(self, idx: _Index, work: _Work, replaced: Sequence[str]) -> None:
         writer = self._writer(idx)
         try:
             # Skip per-id delete look-ups on an empty index (the bulk first import).
             if writer.segments:
-                for item_id in (*doomed, *latest):
+                for item_id in replaced:
                     writer.delete_by_term("item_id", item_id)
-            added = sum(self._add(idx, writer, item, chunks) for item, chunks in latest.values())
+            added = self._add(idx, writer, work)
             writer.commit(mergetype=merge_policy(added))
         except SearchIndexError:
             cancel(writer)
@@ -383,23 +426,27 @@ class SearchIndexManager:
                 f"cannot write to the {idx.name} index in {idx.location}: {exc}"
             ) from exc
 
-    def _add(
-        self,
-        idx: _Index,
-        writer: SegmentWriter,
-        item: KnowledgeItem,
-        chunks: Sequence[KnowledgeChunk],
-    ) -> int:
-        """Add one item's documents to ``writer``; returns how many were added."""
-        documents = [item_document(item)] if idx is self._items else chunk_documents(item, chunks)
-        for document in documents:
-            writer.add_document(**document)
-        return len(documents)
+    def _add(self, idx: _Index, writer: SegmentWriter, work: _Work) -> int:
+        """Add the documents of ``work``'s items to ``writer``; returns how many were added."""
+        if isinstance(writer, BulkSegmentWriter):
+            batch = work.analysed()
+            block = item_block(batch) if idx is self._items else chunk_block(batch)
+            writer.add_block(block)
+            return block.count
+        added = 0
+        for item, chunks in work.pairs:
+            documents = (
+                [item_document(item)] if idx is self._items else chunk_documents(item, chunks)
+            )
+            for document in documents:
+                writer.add_document(**document)
+            added += len(documents)
+        return added
 
-    def _batch_writer(self, idx: _Index, every: int) -> BatchWriter:
+    def _batch_writer(self, idx: _Index, every: int) -> BatchWriter[_Work]:
         return BatchWriter(
             lambda: self._writer(idx),
-            lambda writer, item, chunks: self._add(idx, writer, item, chunks),
+            lambda writer, work: self._add(idx, writer, work),
             every,
             f"the {idx.name} index in {idx.location}",
         )
@@ -415,12 +462,12 @@ class SearchIndexManager:
     def rebuild(self, pairs: Iterable[Pair]) -> int:
         """Drop both indexes and index every (item, chunks) pair; returns the chunk count.
 
-        ``pairs`` is consumed lazily, one pair at a time, with a commit every
-        :attr:`rebuild_commit_every` documents per index; readers see the old content until
-        the first commit. An index that has become unreadable since it was opened is deleted
-        and created afresh first. If ``pairs`` or a write fails, the error propagates
-        (``pairs``' own exceptions unchanged) and the index may hold part of the rebuild:
-        rebuild again.
+        ``pairs`` is consumed lazily, a batch of up to :attr:`rebuild_commit_every` chunks or
+        items at a time, each index committing once that many of its documents are pending;
+        readers see the old content until the first commit. An index that has become
+        unreadable since it was opened is deleted and created afresh first. If ``pairs`` or
+        a write fails, the error propagates (``pairs``' own exceptions unchanged) and the
+        index may hold part of the rebuild: rebuild again.
         """
         with self._lock:
             if self._closed:
@@ -441,9 +488,9 @@ class SearchIndexManager:
                 raise
             total = 0
             try:
-                for item, item_chunks in pairs:
-                    total += chunks.add(item, item_chunks)
-                    items.add(item, item_chunks)
+                for work in _Work.groups(pairs, self.analyzer, every):
+                    total += chunks.add(work)
+                    items.add(work)
                 chunks.finish()
                 items.finish()
             except BaseException:

@@ -1,15 +1,19 @@
 """TF-IDF cosine search over chunks (R4.2), and over whole items for the fallback.
 
 Refitting a ``TfidfVectorizer`` per update is O(corpus). Instead the feature space is fixed
-(``HashingVectorizer`` over :class:`~knowledge_agent.analysis.TextAnalyzer` terms: raw counts,
-no fitting) and document frequencies are counted incrementally, so an update only vectorises
-its own rows::
+(the columns of ``HashingVectorizer`` over :class:`~knowledge_agent.analysis.TextAnalyzer`
+terms: raw counts, no fitting) and document frequencies are counted incrementally, so an
+update only vectorises its own rows::
 
     tf     = 1 + log(count)            (count itself when sublinear_tf is off)
     idf    = log((1 + N) / (1 + df)) + 1   (smooth idf over the N live rows; a vector, cheap)
     score  = Σ_t q_t · tf_dt · idf_t² / (‖d‖ · ‖q‖)   with q_t = tf(query count) · idf_t
 
-This gives exactly the scores of a fresh fit over the same rows. Row norms depend on idf, so
+This gives exactly the scores of a fresh fit over the same rows. Rows are counted from an
+:class:`~knowledge_agent.search.analysed_batch.AnalysedBatch` (the keyword index reads the same
+one), each distinct term hashed once (:mod:`~knowledge_agent.search.term_hashing`): a chunk
+row is its title (``include_title``), heading path (``include_heading``) and body; an item row
+its title and item-level text. Row norms depend on idf, so
 they are recomputed lazily (one sparse mat-vec) before the first query after a change. A query
 reads only the postings of its own terms (a per-segment CSC copy), then applies the filter
 mask and min_similarity *before* the top-k, ties broken by row order.
@@ -39,9 +43,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,15 +55,13 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.search.analysed_batch import AnalysedBatch, gather
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hashing import feature_column
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.tfidf_collection import Collection
 from knowledge_agent.search.tfidf_segments import Segment, build_segment
 from knowledge_agent.search.tfidf_store import KINDS, TfidfStore
-
-if TYPE_CHECKING:
-    from sklearn.feature_extraction.text import HashingVectorizer
 
 __all__ = ["SemanticSearcher"]
 
@@ -67,6 +70,19 @@ logger = logging.getLogger(__name__)
 _FIT_BATCH = 2048  # rows vectorised at once by fit_chunks: bounds the texts held in memory
 
 _Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
+
+
+@dataclass(eq=False)
+class TokenRows:
+    """Rows to vectorise: the term ids of an analysed batch and the row of each."""
+
+    batch: AnalysedBatch
+    ids: np.ndarray
+    row: np.ndarray
+    n_rows: int
+
+    def __len__(self) -> int:
+        return self.n_rows
 
 
 class SemanticSearcher:
@@ -111,7 +127,6 @@ class SemanticSearcher:
         self._closed = False
         self._applied_seq = 0
         self._next_file = 1
-        self._vectorizer: HashingVectorizer | None = None  # built on first indexing
         self._collections = self._empty_collections()
         self._on_disk: tuple[int, int, int] | None = None  # the manifest this state reflects
         self._store = (
@@ -121,20 +136,6 @@ class SemanticSearcher:
         )
         if self._store is not None:
             self._load()
-
-    def _hashing(self, analyzer: Any) -> HashingVectorizer:
-        # Imported here: scikit-learn takes a second to import, and opening a knowledge base
-        # or answering a query does not need it.
-        from sklearn.feature_extraction.text import HashingVectorizer
-
-        return HashingVectorizer(
-            analyzer=analyzer,
-            token_pattern=None,  # unused with a callable analyzer; None avoids a warning
-            n_features=self.n_features,
-            alternate_sign=False,
-            norm=None,
-            dtype=np.float32,
-        )
 
     def _empty_collections(self) -> dict[str, Collection]:
         return {kind: Collection(self.n_features, self.sublinear_tf) for kind in KINDS}
@@ -164,11 +165,15 @@ class SemanticSearcher:
 
     # -- updates -------------------------------------------------------------------------
 
-    def update(self, upserts: Sequence[_Pair] = (), deletes: Iterable[str] = ()) -> None:
+    def update(
+        self, upserts: Sequence[_Pair] | AnalysedBatch = (), deletes: Iterable[str] = ()
+    ) -> None:
         """Replace the rows of each upserted item, drop the rows of each deleted item id.
 
-        Only the new rows are vectorised. Replaying an update is harmless; an id both
-        upserted and deleted in one call ends up deleted. One call is one persisted batch.
+        ``upserts`` may come analysed already (an :class:`AnalysedBatch` of this analyzer's
+        configuration). Only the new rows are vectorised. Replaying an update is harmless;
+        an id both upserted and deleted in one call ends up deleted. One call is one
+        persisted batch.
         """
         with self._lock:
             self._check_open()
@@ -232,7 +237,7 @@ class SemanticSearcher:
     def _apply(
         self,
         collections: dict[str, Collection],
-        upserts: Iterable[_Pair],
+        upserts: Iterable[_Pair] | AnalysedBatch,
         deletes: Iterable[str],
     ) -> bool:
         """Vectorise the new rows, then kill the replaced ones and add the new segments.
@@ -240,62 +245,75 @@ class SemanticSearcher:
         Vectorising first means an exception (a bad chunk, the analyzer) changes nothing.
         Returns whether any row was added or removed.
         """
-        latest: dict[str, tuple[KnowledgeItem, list[KnowledgeChunk]]] = {}
-        for item, chunks in upserts:
-            latest.pop(item.id, None)  # the last version of an item wins, in its position
-            latest[item.id] = (item, list(chunks))
+        batch = self._analysed(upserts)
         gone = [deletes] if isinstance(deletes, str) else list(deletes)
-        for item_id in gone:
-            latest.pop(item_id, None)
-        chunk_segment = self._chunk_segment(list(latest.values()))
-        item_segment = self._item_segment([item for item, _ in latest.values()])
+        doomed = set(gone)
+        keep = np.array(
+            [i for i, (item, _) in enumerate(batch.pairs) if item.id not in doomed], np.int64
+        )
+        chunk_segment = self._chunk_segment(batch, keep)
+        item_segment = self._item_segment(batch, keep)
         changed = item_segment is not None
+        kept_ids = [batch.pairs[i][0].id for i in keep.tolist()]
         for kind, segment in (("chunks", chunk_segment), ("items", item_segment)):
             collection = collections[kind]
-            changed = collection.kill([*latest, *gone]) > 0 or changed
+            changed = collection.kill([*kept_ids, *gone]) > 0 or changed
             if segment is not None:
                 collection.add(segment)
         return changed
 
-    def _chunk_segment(
-        self, pairs: list[tuple[KnowledgeItem, list[KnowledgeChunk]]]
-    ) -> Segment | None:
-        texts: list[str] = []
-        keys: list[str] = []
-        chunk_index: list[int] = []
-        row_item: list[int] = []
-        items: list[KnowledgeItem] = []
-        for item, chunks in pairs:
-            if not chunks:
-                continue
-            title = item.title if self.include_title else ""
-            for chunk in chunks:
-                heading = chunk.heading if self.include_heading else ""
-                texts.append("\n".join(part for part in (title, heading, chunk.content) if part))
-                keys.append(chunk.id)
-                chunk_index.append(chunk.chunk_index)
-                row_item.append(len(items))
-            items.append(item)
-        if not texts:
-            return None
-        return build_segment(self._vectorize(texts), keys, chunk_index, row_item, items)
+    def _analysed(self, upserts: Iterable[_Pair] | AnalysedBatch) -> AnalysedBatch:
+        if isinstance(upserts, AnalysedBatch) and upserts.matches(self.analyzer):
+            return upserts
+        pairs = upserts.pairs if isinstance(upserts, AnalysedBatch) else upserts
+        return AnalysedBatch.build(self.analyzer, pairs)
 
-    def _item_segment(self, items: list[KnowledgeItem]) -> Segment | None:
-        if not items:
+    def _chunk_segment(self, batch: AnalysedBatch, keep: np.ndarray) -> Segment | None:
+        counts = np.diff(batch.chunk_start)[keep]
+        with_chunks = keep[counts > 0]
+        chunks = gather(batch.chunk_start[with_chunks], counts[counts > 0])
+        if chunks.size == 0:
             return None
-        texts = ["\n".join(part for part in (item.title, item.content) if part) for item in items]
-        keys = [item.id for item in items]
+        owner = batch.chunk_items()[chunks]
+        empty = np.zeros(chunks.size, np.int64)
+        title = batch.title[owner] if self.include_title else np.stack([empty, empty], 1)
+        heading = batch.heading[chunks] if self.include_heading else np.stack([empty, empty], 1)
+        body = batch.body[chunks]
+        ids, row = batch.rows([(p[:, 0], p[:, 1]) for p in (title, heading, body)])
+        every = [chunk for i in with_chunks.tolist() for chunk in batch.pairs[i][1]]
+        row_item = np.repeat(np.arange(with_chunks.size), counts[counts > 0])
         return build_segment(
-            self._vectorize(texts), keys, [0] * len(items), list(range(len(items))), items
+            self._vectorize(TokenRows(batch, ids, row, chunks.size)),
+            [chunk.id for chunk in every],
+            [chunk.chunk_index for chunk in every],
+            row_item.tolist(),
+            [batch.pairs[i][0] for i in with_chunks.tolist()],
         )
 
-    def _vectorize(self, texts: list[str]) -> sp.csr_matrix:
-        if self._vectorizer is None:
-            self._vectorizer = self._hashing(self.analyzer)
-        counts = self._vectorizer.transform(texts)
-        counts.sum_duplicates()  # canonical rows: df counts each column once per row
-        counts.indices = counts.indices.astype(np.int32, copy=False)
-        return counts
+    def _item_segment(self, batch: AnalysedBatch, keep: np.ndarray) -> Segment | None:
+        if keep.size == 0:
+            return None
+        items = [batch.pairs[i][0] for i in keep.tolist()]
+        ids, row = batch.item_rows(keep)
+        return build_segment(
+            self._vectorize(TokenRows(batch, ids, row, keep.size)),
+            [item.id for item in items],
+            [0] * len(items),
+            list(range(len(items))),
+            items,
+        )
+
+    def _vectorize(self, rows: TokenRows) -> sp.csr_matrix:
+        """Raw term counts per row over hashed columns: ``HashingVectorizer``'s matrix."""
+        columns = rows.batch.feature_columns(self.n_features)[rows.ids].astype(np.int64)
+        keys, counts = np.unique(rows.row * self.n_features + columns, return_counts=True)
+        row, column = np.divmod(keys, self.n_features)
+        indptr = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(np.bincount(row, minlength=len(rows)), out=indptr[1:])
+        return sp.csr_matrix(
+            (counts.astype(np.float32), column.astype(np.int32), indptr),
+            shape=(len(rows), self.n_features),
+        )
 
     # -- queries -------------------------------------------------------------------------
 

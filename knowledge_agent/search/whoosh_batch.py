@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from whoosh.writing import CLEAR, SegmentWriter
 
 from knowledge_agent.errors import SearchIndexError
-from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
-from knowledge_agent.models.knowledge_item import KnowledgeItem
 
 __all__ = ["BatchWriter", "cancel"]
 
 logger = logging.getLogger(__name__)
+
+Work = TypeVar("Work")
 
 
 def cancel(writer: SegmentWriter) -> None:
@@ -36,14 +37,15 @@ def cancel(writer: SegmentWriter) -> None:
         writer.is_closed = True
 
 
-class BatchWriter:
-    """Feeds one index during a rebuild: a commit every ``every`` documents, the first one
-    dropping every older segment (whoosh's CLEAR merge policy) under the write lock."""
+class BatchWriter(Generic[Work]):
+    """Feeds one index during a rebuild: a commit once ``every`` documents are pending, the
+    first one dropping every older segment (whoosh's CLEAR merge policy) under the write
+    lock. ``add(writer, work)`` adds a piece of work's documents and says how many."""
 
     def __init__(
         self,
         open_writer: Callable[[], SegmentWriter],
-        add: Callable[[SegmentWriter, KnowledgeItem, Sequence[KnowledgeChunk]], int],
+        add: Callable[[SegmentWriter, Work], int],
         every: int,
         where: str,
     ) -> None:
@@ -55,10 +57,10 @@ class BatchWriter:
         self._cleared = False
         self._writer: SegmentWriter | None = open_writer()
 
-    def add(self, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]) -> int:
+    def add(self, work: Work) -> int:
         assert self._writer is not None
         try:
-            added = self._add(self._writer, item, chunks)
+            added = self._add(self._writer, work)
         except SearchIndexError:
             raise
         except Exception as exc:

@@ -31,6 +31,7 @@ __all__ = [
     "LENGTH_OF_BYTE",
     "TESTED_VERSIONS",
     "WHOOSH_VERSION",
+    "bulk_writing",
     "column_values",
     "compact_posting_pool",
     "field_b",
@@ -64,6 +65,12 @@ _LENGTH_ARRAY = np.array([1.0 if n is None else float(n) for n in LENGTH_OF_BYTE
 
 def in_place_reading() -> bool:
     """Whether segment files may be read in place from the memory map."""
+    return FAST_PATHS
+
+
+def bulk_writing() -> bool:
+    """Whether writers may be :class:`~.whoosh_bulk.BulkSegmentWriter` (which sets up a
+    ``SegmentWriter`` itself and writes Whoosh 3's segment files directly)."""
     return FAST_PATHS
 
 

@@ -1,0 +1,280 @@
+"""A segment's postings file and terms table, encoded from arrays in one pass.
+
+The bytes are Whoosh 3's (``whoosh.codec.whoosh3``), so its own readers read them:
+
+* **postings** (``.pst``): per term the tag ``W3Bl``, then blocks of up to 128 postings, each
+  a big-endian int32 length (negative for the term's last block), a pickled info tuple
+  ``(count, last docnum, max weight, compression 0, min length byte, max length byte)`` and a
+  pickled data tuple ``(docnum deltas, weights, values)``: weights ``None`` when all are 1,
+  one float when all are equal, else a tuple; values the frequencies as big-endian uint32
+  bytes (``Frequency``) or ``None`` (``Existence``). Whoosh writes these with
+  ``pickle.dumps`` a block at a time; here every opcode of every block is scattered into
+  one buffer with numpy (``MARK`` … ``TUPLE`` tuples, the smallest integer opcode,
+  ``BINFLOAT``, ``BINBYTES``), which any unpickler reads as the same tuples.
+* **terms** (``.trm``): Whoosh's ordered hash file (``filetables.OrderedHashWriter``) of
+  ``field number + term bytes`` → ``W3TermInfo`` bytes, in key order, with its 256 hash
+  tables (CRC-32 keys, hash type 1, which the reader takes from the header), directory,
+  pickled extras (``fieldmap``, the index array's type and length) and position index.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from whoosh.util.numeric import _length_byte_cache
+
+__all__ = ["BLOCK_LIMIT", "FieldPostings", "encode_postings", "encode_terms", "length_bytes"]
+
+BLOCK_LIMIT = 128  # postings per block: W3Codec's default blocklimit
+_MAGIC = np.frombuffer(b"W3Bl", np.uint8)
+_LENGTH_CACHE = np.asarray(_length_byte_cache, np.int64)
+_BYTE_CAP = 106374  # lengths from here on are byte 255 (whoosh.util.numeric.length_to_byte)
+
+# Pickle opcodes.
+_PROTO, _MARK, _TUPLE, _TUPLE3, _STOP = 0x80, ord("("), ord("t"), 0x87, ord(".")
+_NONE, _FLOAT, _BYTES = ord("N"), ord("G"), ord("B")
+_INT1, _INT2, _INT4 = ord("K"), ord("M"), ord("J")
+
+_VALUE = np.dtype(
+    [
+        ("flags", "u1"),
+        ("weight", ">f4"),
+        ("df", ">u4"),
+        ("minlength", "u1"),
+        ("maxlength", "u1"),
+        ("maxweight", ">f4"),
+        ("minid", ">u4"),
+        ("maxid", ">u4"),
+        ("offset", ">i8"),
+        ("length", ">i4"),
+    ]
+)  # W3TermInfo.to_bytes of postings in the postings file: 35 bytes
+_SLOT = np.dtype([("hash", ">u4"), ("position", ">i8")])
+_DIRECTORY = np.dtype([("position", ">i8"), ("slots", ">i4")])
+_HEADER = b"HSH3" + bytes([1]) + bytes(8)  # magic, hash type 1 (CRC-32), unused
+_INDEX_TYPES = (("H", 2**16), ("i", 2**31), ("I", 2**32))  # then "q"
+
+
+def length_bytes(lengths: np.ndarray) -> np.ndarray:
+    """``whoosh.util.numeric.length_to_byte`` of every length (0 stays 0)."""
+    found = np.searchsorted(_LENGTH_CACHE, lengths, side="left")
+    return np.where(lengths >= _BYTE_CAP, 255, found).astype(np.uint8)
+
+
+@dataclass(eq=False)
+class FieldPostings:
+    """One field's postings, ordered by term bytes then docnum."""
+
+    terms: Sequence[bytes]  # distinct, ascending
+    starts: np.ndarray  # int64, len(terms) + 1: term t's postings are starts[t]:starts[t + 1]
+    docs: np.ndarray  # int64 docnums
+    weights: np.ndarray  # float32, as Whoosh keeps them
+    freqs: np.ndarray | None  # frequencies stored as values (Frequency); None: no values
+    doc_length_bytes: np.ndarray | None  # per posting, its document's length byte; None: unscored
+
+
+def _int_size(values: np.ndarray) -> np.ndarray:
+    return np.where(values < 256, 2, np.where(values < 65536, 3, 5)).astype(np.int64)
+
+
+def _scatter(out: np.ndarray, pos: np.ndarray, raw: np.ndarray) -> None:
+    """Write row i of ``raw`` (bytes, n × k) at ``out[pos[i]:pos[i] + k]``."""
+    if pos.size:
+        out[pos[:, None] + np.arange(raw.shape[1])] = raw
+
+
+def _put_ints(out: np.ndarray, pos: np.ndarray, values: np.ndarray) -> None:
+    """Pickle non-negative ints (< 2**31) at ``pos``: BININT1, BININT2 or BININT."""
+    values = values.astype(np.int64, copy=False)
+    for opcode, width, mask in (
+        (_INT1, 1, values < 256),
+        (_INT2, 2, (values >= 256) & (values < 65536)),
+        (_INT4, 4, values >= 65536),
+    ):
+        at = pos[mask]
+        out[at] = opcode
+        raw = values[mask].astype(f"<u{width}").view(np.uint8).reshape(-1, width)
+        _scatter(out, at + 1, raw)
+
+
+def _put_floats(out: np.ndarray, pos: np.ndarray, values: np.ndarray) -> None:
+    out[pos] = _FLOAT
+    _scatter(out, pos + 1, values.astype(">f8").view(np.uint8).reshape(-1, 8))
+
+
+def encode_postings(field: FieldPostings, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """(postings file bytes, term info values) of one field whose postings start at byte
+    ``offset`` of the postings file."""
+    starts, docs, weights = field.starts, field.docs, field.weights
+    n_terms = starts.size - 1
+    if docs.size == 0:
+        return np.zeros(0, np.uint8), np.zeros(0, _VALUE)
+    df = np.diff(starts)
+    n_blocks = -(-df // BLOCK_LIMIT)
+    term = np.repeat(np.arange(n_terms), n_blocks)
+    first_block = np.cumsum(n_blocks) - n_blocks
+    local = np.arange(term.size) - first_block[term]
+    bstart = starts[term] + local * BLOCK_LIMIT
+    bcount = np.minimum(bstart + BLOCK_LIMIT, starts[term + 1]) - bstart
+    last = local == n_blocks[term] - 1
+    block_of = np.repeat(np.arange(term.size), bcount)
+    at_in_block = np.arange(docs.size) - bstart[block_of]
+
+    deltas = np.diff(docs, prepend=0)
+    deltas[bstart] = docs[bstart]  # each block's ids are delta-coded from 0
+    last_doc = docs[bstart + bcount - 1]
+    maxw = np.maximum.reduceat(weights, bstart)
+    minw = np.minimum.reduceat(weights, bstart)
+    if field.doc_length_bytes is None:
+        minlen = maxlen = np.zeros(term.size, np.int64)
+    else:
+        minlen = np.minimum.reduceat(field.doc_length_bytes, bstart).astype(np.int64)
+        maxlen = np.maximum.reduceat(field.doc_length_bytes, bstart).astype(np.int64)
+    ones = (minw == 1) & (maxw == 1)
+    single = (minw == maxw) & ~ones
+
+    id_size = _int_size(deltas)
+    id_before = np.cumsum(id_size) - id_size
+    ids_bytes = np.add.reduceat(id_size, bstart)
+    weight_bytes = np.where(ones, 1, np.where(single, 9, 2 + 9 * bcount))
+    value_bytes = 1 if field.freqs is None else 5 + 4 * bcount
+    info_bytes = 3 + _int_size(bcount) + _int_size(last_doc) + 9 + 2 + 2
+    info_bytes += _int_size(minlen) + _int_size(maxlen)
+    data_bytes = 3 + ids_bytes + 1 + weight_bytes + value_bytes + 2
+    block_bytes = 4 * (local == 0) + 4 + info_bytes + data_bytes
+    where = np.cumsum(block_bytes) - block_bytes
+    out = np.zeros(int(block_bytes.sum()), np.uint8)
+
+    _scatter(out, where[local == 0], np.tile(_MAGIC, (int(n_terms), 1)))
+    p = where + 4 * (local == 0)
+    length = np.where(last, -1, 1) * (info_bytes + data_bytes)
+    _scatter(out, p, length.astype(">i4").view(np.uint8).reshape(-1, 4))
+    p = p + 4
+    out[p], out[p + 1], out[p + 2] = _PROTO, 2, _MARK
+    p = p + 3
+    for value in (bcount, last_doc):
+        _put_ints(out, p, value)
+        p = p + _int_size(value)
+    _put_floats(out, p, maxw)
+    out[p + 9], out[p + 10] = _INT1, 0  # no compression
+    p = p + 11
+    for value in (minlen, maxlen):
+        _put_ints(out, p, value)
+        p = p + _int_size(value)
+    out[p], out[p + 1] = _TUPLE, _STOP
+    p = p + 2
+    out[p], out[p + 1], out[p + 2] = _PROTO, 2, _MARK
+    p = p + 3
+    _put_ints(out, p[block_of] + id_before - id_before[bstart][block_of], deltas)
+    p = p + ids_bytes
+    out[p] = _TUPLE
+    p = p + 1
+    out[p[ones]] = _NONE
+    _put_floats(out, p[single], minw[single])
+    many = ~(ones | single)
+    out[p[many]] = _MARK
+    listed = many[block_of]
+    _put_floats(out, (p[block_of] + 1 + 9 * at_in_block)[listed], weights[listed])
+    out[(p + 1 + 9 * bcount)[many]] = _TUPLE
+    p = p + weight_bytes
+    if field.freqs is None:
+        out[p] = _NONE
+    else:
+        out[p] = _BYTES
+        _scatter(out, p + 1, (4 * bcount).astype("<u4").view(np.uint8).reshape(-1, 4))
+        raw = field.freqs.astype(">u4").view(np.uint8).reshape(-1, 4)
+        _scatter(out, p[block_of] + 5 + 4 * at_in_block, raw)
+    p = p + value_bytes
+    out[p], out[p + 1] = _TUPLE3, _STOP
+
+    info = np.zeros(n_terms, _VALUE)
+    term_start = where[first_block]
+    final = first_block + n_blocks - 1
+    info["weight"] = np.add.reduceat(weights.astype(np.float64), starts[:-1])
+    info["df"] = df
+    info["minlength"] = np.minimum.reduceat(minlen, first_block)
+    info["maxlength"] = np.maximum.reduceat(maxlen, first_block)
+    info["maxweight"] = np.maximum.reduceat(maxw, first_block)
+    info["minid"] = docs[starts[:-1]]
+    info["maxid"] = docs[starts[1:] - 1]
+    info["offset"] = offset + term_start
+    info["length"] = where[final] + block_bytes[final] - term_start
+    return out, info
+
+
+def _place(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(slot of each key, slots per table, first slot of each table) of the 256 hash tables:
+    table ``h & 255``, ``2 × keys`` slots, linear probing from ``(h >> 8) % slots``.
+
+    Keys are placed in rounds; in each, a key takes its next slot if it is free and no
+    earlier key wants it. A key is only ever past slots taken before it, which is all a
+    reader's probe needs."""
+    table = (hashes & 255).astype(np.int64)
+    slots = 2 * np.bincount(table, minlength=256).astype(np.int64)
+    base = np.cumsum(slots) - slots
+    home = (hashes >> 8).astype(np.int64) % np.maximum(slots[table], 1)
+    taken = np.zeros(int(slots.sum()), bool)
+    slot = np.full(hashes.size, -1, np.int64)
+    waiting = np.arange(hashes.size)
+    probe = np.zeros(hashes.size, np.int64)
+    while waiting.size:
+        t = table[waiting]
+        want = base[t] + (home[waiting] + probe[waiting]) % slots[t]
+        free = ~taken[want]
+        _, first = np.unique(want[free], return_index=True)  # earliest key per wanted slot
+        won = np.flatnonzero(free)[first]
+        slot[waiting[won]] = want[won]
+        taken[want[won]] = True
+        lost = np.ones(waiting.size, bool)
+        lost[won] = False
+        waiting = waiting[lost]
+        probe[waiting] += 1
+    return slot, slots, base
+
+
+def encode_terms(
+    fieldmap: dict[str, int], keys: Sequence[bytes], infos: Sequence[np.ndarray]
+) -> bytes:
+    """The terms table: ``keys`` (field number + term bytes, ascending) → the term infos
+    :func:`encode_postings` gave, field by field."""
+    # (np.concatenate would give the fields native byte order.)
+    values = np.concatenate(infos).astype(_VALUE) if infos else np.zeros(0, _VALUE)
+    n = len(keys)
+    key_len = np.fromiter(map(len, keys), np.int64, n)
+    record = 8 + key_len + _VALUE.itemsize
+    where = len(_HEADER) + np.cumsum(record) - record
+    data_end = len(_HEADER) + int(record.sum())
+    out = np.zeros(data_end, np.uint8)
+    out[: len(_HEADER)] = np.frombuffer(_HEADER, np.uint8)
+    lengths = np.stack([key_len, np.full(n, _VALUE.itemsize)], 1).astype(">i4")
+    _scatter(out, where, lengths.view(np.uint8).reshape(-1, 8))
+    flat = np.frombuffer(b"".join(keys), np.uint8)
+    key_at = (
+        np.repeat(where + 8, key_len)
+        + np.arange(flat.size)
+        - np.repeat(np.cumsum(key_len) - key_len, key_len)
+    )
+    out[key_at] = flat
+    _scatter(out, where + 8 + key_len, values.view(np.uint8).reshape(-1, _VALUE.itemsize))
+
+    hashes = np.fromiter((zlib.crc32(key) for key in keys), np.uint32, n)
+    slot, slots, base = _place(hashes)
+    tables = np.zeros(int(slots.sum()), _SLOT)
+    tables["hash"][slot] = hashes
+    tables["position"][slot] = where
+    directory = np.zeros(256, _DIRECTORY)
+    directory["position"] = data_end + base * _SLOT.itemsize
+    directory["slots"] = slots
+    largest = int(where.max()) if n else 0
+    # OrderedHashWriter's GrowableArray("H") of positions, widened as it grows.
+    typecode = next((code for code, top in _INDEX_TYPES if largest < top), "q")
+    extras = pickle.dumps(
+        {"fieldmap": fieldmap, "indextype": typecode, "indexlen": n}, pickle.HIGHEST_PROTOCOL
+    )
+    index = where.astype(">" + typecode).tobytes()
+    tail = np.array([len(extras) + len(index)], ">i4").tobytes()
+    return b"".join((out.tobytes(), tables.tobytes(), directory.tobytes(), extras, index, tail))
