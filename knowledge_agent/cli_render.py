@@ -516,29 +516,36 @@ class _Phase:
     """One phase of a run (collecting files, indexing chunks): counts, recent rate, ETA.
 
     Counts add up over the runs of one command (several paths, or indexes written in
-    batches): an event whose ``done`` goes back down starts a new run after the last.
+    batches): an event after a run was complete, or whose ``done`` goes back down,
+    starts a new run after the last.
     """
 
-    def __init__(self, unit: str, *, measures_bytes: bool) -> None:
+    def __init__(self, unit: str, *, measures_bytes: bool, since: float | None = None) -> None:
         self.unit = unit
         self.measures_bytes = measures_bytes
+        # What the final average counts from: (time, done, bytes done). Without ``since``
+        # (indexing: no event says when it began), the first event, whose work is excluded.
+        self._baseline = None if since is None else (since, 0, 0)
+        self._timed = since is not None
         self.done = self.total = self.bytes_done = self.bytes_total = 0
         self._offset = (0, 0, 0, 0)  # done, total, bytes done, bytes total of earlier runs
-        self._last_done = 0  # the previous event's own count
+        self._last_done = self._last_total = 0  # the previous event's own counts
         self.started: float | None = None
         self.updated = 0.0
         self._samples: deque[tuple[float, int, int]] = deque()  # (time, done, bytes done)
 
     def update(self, event: CollectProgress, now: float) -> None:
-        if event.done < self._last_done:  # a new run after the last: add up
+        if event.done < self._last_done or 0 < self._last_total <= self._last_done:
             self._offset = (self.done, self.total, self.bytes_done, self.bytes_total)
         base_done, base_total, base_bytes, base_bytes_total = self._offset
-        self._last_done = event.done
+        self._last_done, self._last_total = event.done, event.total
         self.done, self.total = base_done + event.done, base_total + event.total
         self.bytes_done = base_bytes + event.bytes_done
         self.bytes_total = base_bytes_total + event.bytes_total
         if self.started is None:
             self.started = now
+            if self._baseline is None:
+                self._baseline = (now, self.done, self.bytes_done)
         self.updated = now
         self._samples.append((now, self.done, self.bytes_done))
         while len(self._samples) > 2 and now - self._samples[1][0] >= _RATE_WINDOW:
@@ -593,20 +600,26 @@ class _Phase:
         return " · ".join(parts)
 
     def summary(self) -> str:
-        """The phase once over: ``1,204 files · 79.5 MB in 0:00:37 (33 files/s)``."""
-        elapsed = 0.0 if self.started is None else self.updated - self.started
+        """The phase once over: ``1,204 files · 79.5 MB in 0:00:37 (33 files/s)``; the time
+        only when the phase's start is known."""
         if self.finished:
             text = f"{self.done:,} {self.unit}"
             if self.measures_bytes:
                 text += f" · {self.bytes_done / _MB:.1f} MB"
         else:  # cut short
             text = self.counts()
-        text += f" in {_clock_text(elapsed)}"
+        if self._baseline is None:
+            return text
+        since, done, bytes_done = self._baseline
+        elapsed = self.updated - since
+        if self._timed:
+            text += f" in {_clock_text(elapsed)}"
         if elapsed >= _MIN_RATE_SPAN:
             if self.in_megabytes:
-                text += f" ({_rate_text(self.bytes_done / _MB / elapsed, 'MB')})"
+                rate = _rate_text((self.bytes_done - bytes_done) / _MB / elapsed, "MB")
             else:
-                text += f" ({_rate_text(self.done / elapsed, self.unit)})"
+                rate = _rate_text((self.done - done) / elapsed, self.unit)
+            text += f" ({rate})"
         return text
 
 
@@ -619,7 +632,8 @@ class _ProgressState:
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
-        self.collecting = _Phase("files", measures_bytes=True)
+        # Collecting is timed from here: the walk before the first file counts too.
+        self.collecting = _Phase("files", measures_bytes=True, since=clock())
         self.indexing = _Phase("chunks", measures_bytes=False)
         self.current = ""  # the file of the latest collecting event
 
