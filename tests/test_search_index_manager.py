@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import random
@@ -14,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,6 +26,7 @@ from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.search import whoosh_internals
+from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.search_index_manager import SearchIndexManager
@@ -895,3 +898,88 @@ def test_public_whoosh_paths_give_the_same_hits(tmp_path: Path) -> None:
         finally:
             whoosh_internals.FAST_PATHS = saved
     assert found[0] == found[1] and found[0][0]
+
+
+# --------------------------------------------------------------------------- analysed once
+
+
+def _chunked(item_id: str, content: str, title: str = "") -> Pair:
+    item = KnowledgeItem(id=item_id, title=title, content=content)
+    chunks = ContentChunker(ChunkConfig(min_chunk_size=20, max_chunk_size=120)).chunk(
+        content, title=title
+    )
+    for index, chunk in enumerate(chunks):
+        chunk.item_id, chunk.chunk_index = item_id, index
+    return item, chunks
+
+
+def test_item_level_terms_are_the_chunks_terms_with_overlaps_counted_once() -> None:
+    """Windows overlap; the item-level text drops each overlap, so on a document the chunks
+    cover, its terms are exactly the terms of the title and the content."""
+    rng = random.Random(8)
+    words = ["alpha", "beta", "gamma", "delta", "getUserName", "重置密码", "naïve", "x.y"]
+    sections = []
+    for n in range(4):
+        sentences = [" ".join(rng.choices(words, k=rng.randint(3, 12))) + "." for _ in range(12)]
+        sections.append(f"## Part {n}\n\n" + " ".join(sentences))
+    item, chunks = _chunked("long", "\n\n".join(sections), title="Guide")
+    assert any(b.start_position < a.end_position for a, b in itertools.pairwise(chunks))
+    batch = AnalysedBatch.build(ANALYZER, [(item, chunks)])
+    ids, _ = batch.item_rows(np.arange(1))
+    assert [batch.vocab[i] for i in ids] == terms(f"{item.title}\n{item.content}")
+    body_terms = [batch.vocab[i] for i in batch.pool[batch.body[0, 0] : batch.body[0, 1]]]
+    assert body_terms == terms(chunks[0].content)
+
+
+def test_each_text_is_analysed_once_per_update(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    class Counting(TextAnalyzer):
+        def __call__(self, text: str) -> list[str]:  # type: ignore[override]
+            calls.append(text)
+            return self.terms(text)
+
+    analyzer = Counting()
+    pairs = [
+        make_pair(f"i{n}", [("Setup", "install the tool"), ("Setup", "then run it")], title="T")
+        for n in range(3)
+    ]
+    with SearchIndexManager(tmp_path / "ix", analyzer) as mgr:
+        mgr.update(AnalysedBatch.build(analyzer, pairs))
+        # Six bodies, one heading, one title: no item text, no repeated heading or title.
+        assert sorted(calls) == sorted(
+            ["T", "Setup", *(t for _, c in pairs for t in (c[0].content, c[1].content))]
+        )
+        assert chunk_ids(mgr.search_chunks(terms("setup run"), 1)) == ["i0-c1"]
+        assert [hit.item_id for hit in mgr.search_items(terms("install"), 5)] == ["i0", "i1", "i2"]
+
+
+def test_rebuild_takes_analysed_batches_as_well_as_pairs(tmp_path: Path) -> None:
+    rng = random.Random(9)
+    words = [f"w{n}" for n in range(25)]
+    pairs = [
+        make_pair(f"i{n}", [("H", " ".join(rng.choices(words, k=30))) for _ in range(3)])
+        for n in range(40)
+    ]
+    queries = [rng.sample(words, 2) for _ in range(10)]
+    found = []
+    for feed in (pairs, [AnalysedBatch.build(ANALYZER, pairs[:25]), *pairs[25:]]):
+        with SearchIndexManager(tmp_path / str(len(found)), ANALYZER) as mgr:
+            mgr.rebuild_commit_every = 30
+            assert mgr.rebuild(feed) == 120
+            found.append([(mgr.search_chunks(q, 10), mgr.search_items(q, 10)) for q in queries])
+    assert found[0] == found[1]
+
+
+def test_items_without_chunks_are_indexed_from_their_content_or_title(
+    mem: SearchIndexManager,
+) -> None:
+    mem.update(
+        [
+            (KnowledgeItem(id="bare", title="Lonely title", content="only content"), []),
+            (KnowledgeItem(id="empty", title="Empty note", content=""), []),
+        ]
+    )
+    assert [hit.item_id for hit in mem.search_items(terms("content"), 5)] == ["bare"]
+    assert [hit.item_id for hit in mem.search_items(terms("empty note"), 5)] == ["empty"]
+    assert not mem.has_chunk_index()

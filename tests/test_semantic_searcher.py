@@ -816,3 +816,39 @@ def test_a_failed_rebuild_leaves_the_old_index(tmp_path: Path, corpus: list[Pair
     searcher.close()
     with SemanticSearcher(tmp_path) as reopened:
         assert reopened.search_chunks(terms("river castle"), 20) == before
+
+
+# --------------------------------------------------------------------------- hashing in bulk
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.text(max_size=30), min_size=1, max_size=40),
+    st.sampled_from([2**4, 2**18, 2**20, 1000]),
+)
+def test_terms_hashed_in_bulk_take_the_vectorizers_columns(
+    vocab: list[str], n_features: int
+) -> None:
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    from knowledge_agent.search.hashing import feature_column
+    from knowledge_agent.search.term_hashing import feature_columns
+
+    vocab = [term.encode("utf-8", "replace").decode("utf-8") for term in vocab]  # no surrogates
+    got = feature_columns(vocab, n_features).tolist()
+    assert got == [feature_column(term, n_features) for term in vocab]
+    vectorizer = HashingVectorizer(
+        analyzer=lambda doc: doc, n_features=n_features, alternate_sign=False, norm=None
+    )
+    assert got == [int(vectorizer.transform([[term]]).indices[0]) for term in vocab]
+
+
+def test_a_batch_analysed_for_both_engines_gives_the_same_rows() -> None:
+    from knowledge_agent.search.analysed_batch import AnalysedBatch
+
+    rng = random.Random(12)
+    pairs = [make_item(f"d{i}", [filler(rng, 8) for _ in range(3)], title="T") for i in range(9)]
+    alone, shared = SemanticSearcher(), SemanticSearcher()
+    alone.update(pairs)
+    shared.update(AnalysedBatch.build(ANALYZER, pairs))
+    assert_same_results(alone, shared)

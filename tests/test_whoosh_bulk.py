@@ -37,6 +37,7 @@ from knowledge_agent.search.whoosh_schema import (
     item_document,
     item_schema,
 )
+from knowledge_agent.search.whoosh_segment_arrays import read_postings
 from knowledge_agent.search.whoosh_storage import PrivateRamStorage
 
 ANALYZER = TextAnalyzer()
@@ -377,3 +378,52 @@ def test_segment_reader_of_a_bulk_segment_uses_the_w3_codec(tmp_path: Path) -> N
     reader = SegmentReader(ix.storage, ix.schema, segment, codec=W3Codec())
     assert reader.doc_frequency("content", "w1") == 1
     reader.close()
+
+
+# --------------------------------------------------------------------------- reading in bulk
+
+
+def _matcher_postings(ix: FileIndex) -> dict[tuple[str, bytes], list[tuple[int, float]]]:
+    with ix.reader() as reader:
+        found = {}
+        for fieldname, tbytes in reader.all_terms():
+            m = reader.postings(fieldname, tbytes)
+            pairs = []
+            while m.is_active():
+                pairs.append((m.id(), m.weight()))
+                m.next()
+            found[fieldname, tbytes] = pairs
+        return found
+
+
+def _array_postings(ix: FileIndex) -> dict[tuple[str, bytes], list[tuple[int, float]]] | None:
+    segment = ix._segments()[0]
+    reader = SegmentReader(ix.storage, ix.schema, segment, codec=Codec())
+    try:
+        found = read_postings(reader._terms)
+    finally:
+        reader.close()
+    if found is None:
+        return None
+    out: dict[tuple[str, bytes], list[tuple[int, float]]] = {}
+    for name, (first, end) in found.fields.items():
+        for t in range(first, end):
+            rows = np.flatnonzero(found.term_of == t)
+            out[name, found.terms[t]] = list(
+                zip(found.docs[rows].tolist(), found.weights[rows].tolist(), strict=True)
+            )
+    return out
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 250))
+def test_a_bulk_segment_is_read_back_whole_as_arrays(seed: int, n: int) -> None:
+    ix = build(bulk_writer, [random_documents(random.Random(seed), n)], [[]])
+    assert _array_postings(ix) == _matcher_postings(ix)
+
+
+def test_a_segment_pickled_by_whoosh_is_left_to_whoosh() -> None:
+    """Whoosh pickles a short tuple without MARK (and memoises): not read as arrays; a merge
+    reads such a segment term by term instead (test_merged_segments_read_like_whooshs_merge)."""
+    ix = build(stock_writer, [random_documents(random.Random(6), 50)], [[]])
+    assert _array_postings(ix) is None

@@ -19,7 +19,7 @@ Terms are ids into :attr:`AnalysedBatch.vocab`; every analysed part is a range o
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +29,7 @@ from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.term_hashing import feature_columns
 
-__all__ = ["AnalysedBatch", "Pair", "gather", "latest_pairs"]
+__all__ = ["AnalysedBatch", "Pair", "gather", "grouped", "latest_pairs"]
 
 Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
 
@@ -43,6 +43,30 @@ def latest_pairs(upserts: Iterable[Pair]) -> list[tuple[KnowledgeItem, list[Know
         latest.pop(item.id, None)
         latest[item.id] = (item, list(chunks))
     return list(latest.values())
+
+
+def grouped(
+    pairs: Iterable[Pair | AnalysedBatch], size: int, *, row_per_item: bool = False
+) -> Iterator[list[Pair] | AnalysedBatch]:
+    """``pairs`` pulled lazily in groups of up to ``size`` chunks or items (``row_per_item``:
+    chunks plus items); an analysed batch among them is a group of its own."""
+    group: list[Pair] = []
+    chunks = 0
+    for element in pairs:
+        if isinstance(element, AnalysedBatch):
+            if group:
+                yield group
+                group, chunks = [], 0
+            yield element
+            continue
+        item, item_chunks = element
+        group.append((item, list(item_chunks)))
+        chunks += len(group[-1][1])
+        if chunks + row_per_item * len(group) >= size or len(group) >= size:
+            yield group
+            group, chunks = [], 0
+    if group:
+        yield group
 
 
 def gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from knowledge_agent.models import (
     ScoreExplanation,
     SearchResult,
 )
-from knowledge_agent.search.analysed_batch import AnalysedBatch
+from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
 from knowledge_agent.search.config import SearchConfig
 from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
@@ -158,10 +158,28 @@ class SearchEngineImpl:
         return len(item_ids)
 
     def rebuild(self) -> int:
-        """Rebuild both indexes from SQLite (R4.5); returns the number of chunks indexed."""
+        """Rebuild both indexes from SQLite (R4.5); returns the number of chunks indexed.
+
+        One pass: each batch of stored items is analysed once and fed to both engines (the
+        keyword index commits as it goes, the TF-IDF index swaps its rows in at the end).
+        """
         seq = self.storage.last_journal_seq()
-        count = self.keyword_index.rebuild(self._stored_pairs())
-        self.semantic_searcher.fit_chunks(self._stored_pairs())
+        analyzer = self.keyword_index.analyzer
+        refit = self.semantic_searcher.refit()
+
+        def batches() -> Iterator[AnalysedBatch]:
+            size = self.keyword_index.rebuild_commit_every
+            for group in grouped(self._stored_pairs(), size):
+                batch = AnalysedBatch.build(analyzer, group)  # type: ignore[arg-type]
+                refit.add(batch)
+                yield batch
+
+        try:
+            count = self.keyword_index.rebuild(batches())
+            refit.finish()
+        except BaseException:
+            refit.cancel()
+            raise
         self._mark_applied(seq)
         logger.info("rebuilt the search indexes: %d chunks", count)
         return count

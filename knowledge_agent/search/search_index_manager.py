@@ -77,7 +77,7 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
-from knowledge_agent.search.analysed_batch import AnalysedBatch, latest_pairs
+from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped, latest_pairs
 from knowledge_agent.search.atomic_files import file_version, write_atomically
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
 from knowledge_agent.search.filters import SearchFilters
@@ -140,18 +140,12 @@ class _Work:
         return cls(latest_pairs(upserts), analyzer)
 
     @classmethod
-    def groups(cls, pairs: Iterable[Pair], analyzer: TextAnalyzer, size: int) -> Iterator[_Work]:
+    def groups(
+        cls, pairs: Iterable[Pair | AnalysedBatch], analyzer: TextAnalyzer, size: int
+    ) -> Iterator[_Work]:
         """``pairs`` in groups of up to ``size`` chunks or items, pulled lazily."""
-        group: list[tuple[KnowledgeItem, list[KnowledgeChunk]]] = []
-        n_chunks = 0
-        for item, chunks in pairs:
-            group.append((item, list(chunks)))
-            n_chunks += len(group[-1][1])
-            if n_chunks >= size or len(group) >= size:
-                yield cls(latest_pairs(group), analyzer)
-                group, n_chunks = [], 0
-        if group:
-            yield cls(latest_pairs(group), analyzer)
+        for group in grouped(pairs, size):
+            yield cls.of(group, analyzer)
 
     def analysed(self) -> AnalysedBatch:
         if self.batch is None or not self.batch.matches(self.analyzer):
@@ -459,12 +453,13 @@ class SearchIndexManager:
         """Remove an item's chunk and item documents (nothing happens if there are none)."""
         self.update(deletes=[item_id])
 
-    def rebuild(self, pairs: Iterable[Pair]) -> int:
+    def rebuild(self, pairs: Iterable[Pair | AnalysedBatch]) -> int:
         """Drop both indexes and index every (item, chunks) pair; returns the chunk count.
 
-        ``pairs`` is consumed lazily, a batch of up to :attr:`rebuild_commit_every` chunks or
-        items at a time, each index committing once that many of its documents are pending;
-        readers see the old content until the first commit. An index that has become
+        ``pairs`` (which may hold analysed batches) is consumed lazily, a batch of up to
+        :attr:`rebuild_commit_every` chunks or items at a time, each index committing once
+        that many of its documents are pending; readers see the old content until the first
+        commit. An index that has become
         unreadable since it was opened is deleted and created afresh first. If ``pairs`` or
         a write fails, the error propagates (``pairs``' own exceptions unchanged) and the
         index may hold part of the rebuild: rebuild again.
@@ -500,7 +495,7 @@ class SearchIndexManager:
         logger.info("rebuilt the keyword indexes: %d chunks", total)
         return total
 
-    def rebuild_chunk_index(self, pairs: Iterable[Pair]) -> int:
+    def rebuild_chunk_index(self, pairs: Iterable[Pair | AnalysedBatch]) -> int:
         """Alias of :meth:`rebuild` under the requirement's name."""
         return self.rebuild(pairs)
 

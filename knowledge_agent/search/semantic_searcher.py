@@ -55,7 +55,7 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
-from knowledge_agent.search.analysed_batch import AnalysedBatch, gather
+from knowledge_agent.search.analysed_batch import AnalysedBatch, gather, grouped
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hashing import feature_column
 from knowledge_agent.search.hits import ChunkHit, ItemHit
@@ -63,7 +63,7 @@ from knowledge_agent.search.tfidf_collection import Collection
 from knowledge_agent.search.tfidf_segments import Segment, build_segment
 from knowledge_agent.search.tfidf_store import KINDS, TfidfStore
 
-__all__ = ["SemanticSearcher"]
+__all__ = ["Refit", "SemanticSearcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,59 @@ class TokenRows:
 
     def __len__(self) -> int:
         return self.n_rows
+
+
+class Refit:
+    """A rebuild of a :class:`SemanticSearcher` fed batch by batch, holding its lock until
+    :meth:`finish` swaps the new rows in or :meth:`cancel` leaves the old ones."""
+
+    def __init__(self, searcher: SemanticSearcher) -> None:
+        searcher._lock.acquire()
+        try:
+            searcher._check_open()
+        except BaseException:
+            searcher._lock.release()
+            raise
+        self._searcher: SemanticSearcher | None = searcher
+        self._started = time.perf_counter()
+        # Memory: the old rows stay until the new ones are complete, their query
+        # structures (as big again) need not.
+        for collection in searcher._collections.values():
+            collection.release()
+        self._fresh = searcher._empty_collections()
+
+    def add(self, upserts: Sequence[_Pair] | AnalysedBatch) -> None:
+        assert self._searcher is not None, "the rebuild is over"
+        self._searcher._apply(self._fresh, upserts, ())
+
+    def finish(self) -> int:
+        """Make the new rows the index; returns the chunk count."""
+        searcher, fresh = self._searcher, self._fresh
+        assert searcher is not None, "the rebuild is over"
+        try:
+            for collection in fresh.values():
+                collection.merge_all()
+            searcher._collections = fresh  # frees the old rows before the new query structures
+            for collection in fresh.values():
+                collection.prepare()  # a rebuild is slow anyway: spare the first query
+            searcher._applied_seq = 0
+            searcher._persist()
+        finally:
+            self.cancel()
+        count = fresh["chunks"].n_live
+        logger.info(
+            "TF-IDF index rebuilt: %d chunks, %d items in %.1f s",
+            count,
+            fresh["items"].n_live,
+            time.perf_counter() - self._started,
+        )
+        return count
+
+    def cancel(self) -> None:
+        """Leave the index as it was (if :meth:`finish` has not swapped it); idempotent."""
+        if self._searcher is not None:
+            self._searcher._lock.release()
+            self._searcher = None
 
 
 class SemanticSearcher:
@@ -193,46 +246,25 @@ class SemanticSearcher:
         """Drop one item's rows: ``update(deletes=[item_id])``."""
         self.update(deletes=[item_id])
 
-    def fit_chunks(self, pairs: Iterable[_Pair]) -> int:
+    def fit_chunks(self, pairs: Iterable[_Pair | AnalysedBatch]) -> int:
         """Rebuild from scratch, streaming ``pairs`` in batches; returns the chunk count.
 
-        The old index stays in place until the new one is complete. ``applied_seq`` is reset
-        to 0: call :meth:`set_applied_seq` with the journal position the data reflects.
+        ``pairs`` may hold analysed batches as well as pairs. The old index stays in place
+        until the new one is complete. ``applied_seq`` is reset to 0: call
+        :meth:`set_applied_seq` with the journal position the data reflects.
         """
-        with self._lock:
-            self._check_open()
-            started = time.perf_counter()
-            # Memory: the old rows stay until the new ones are complete, their query
-            # structures (as big again) need not.
-            for collection in self._collections.values():
-                collection.release()
-            fresh = self._empty_collections()
-            batch: list[_Pair] = []
-            rows = 0
-            for item, chunks in pairs:
-                chunks = list(chunks)
-                batch.append((item, chunks))
-                rows += len(chunks) + 1
-                if rows >= _FIT_BATCH:
-                    self._apply(fresh, batch, ())
-                    batch, rows = [], 0
-            if batch:
-                self._apply(fresh, batch, ())
-            for collection in fresh.values():
-                collection.merge_all()
-            self._collections = fresh  # frees the old rows before the new query structures
-            for collection in fresh.values():
-                collection.prepare()  # a rebuild is slow anyway: spare the first query
-            self._applied_seq = 0
-            self._persist()
-            count = fresh["chunks"].n_live
-            logger.info(
-                "TF-IDF index rebuilt: %d chunks, %d items in %.1f s",
-                count,
-                fresh["items"].n_live,
-                time.perf_counter() - started,
-            )
-            return count
+        refit = self.refit()
+        try:
+            for group in grouped(pairs, _FIT_BATCH, row_per_item=True):
+                refit.add(group)
+            return refit.finish()
+        except BaseException:
+            refit.cancel()
+            raise
+
+    def refit(self) -> Refit:
+        """A rebuild fed batch by batch (see :class:`Refit`); :meth:`fit_chunks` in parts."""
+        return Refit(self)
 
     def _apply(
         self,

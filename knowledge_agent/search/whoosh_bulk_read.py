@@ -20,6 +20,7 @@ from knowledge_agent.search.analysed_batch import gather
 from knowledge_agent.search.whoosh_bulk import DocumentBlock, FieldTerms
 from knowledge_agent.search.whoosh_bulk_columns import StoredValues
 from knowledge_agent.search.whoosh_internals import LENGTH_OF_BYTE, column_values, postings
+from knowledge_agent.search.whoosh_segment_arrays import read_postings
 
 __all__ = ["segment_block"]
 
@@ -47,6 +48,59 @@ def _length_bytes(reader: SegmentReader, name: str) -> np.ndarray | None:
     return column_values(column, reader.doc_count_all(), "u1")
 
 
+def _field_terms(
+    terms: list[bytes], term: np.ndarray, docs: np.ndarray, weights: np.ndarray, boost: float
+) -> FieldTerms:
+    freqs = np.rint(weights / boost).astype(np.int64) if boost else np.ones(docs.size, np.int64)
+    # Terms arrive in byte order: their rank is their position.
+    return FieldTerms(terms, docs, term, freqs, weights, rank=np.arange(len(terms)))
+
+
+def _postings(
+    reader: SegmentReader, schema: wf.Schema, live: np.ndarray, renumber: np.ndarray
+) -> dict[str, FieldTerms]:
+    """Each indexed field's postings of the live documents, renumbered."""
+    found = read_postings(reader._terms)
+    fields: dict[str, FieldTerms] = {}
+    if found is None:  # not a layout the array reader knows: term by term through Whoosh
+        for name in sorted(reader.indexed_field_names()):
+            if name not in schema or not schema[name].indexed:
+                continue
+            terms: list[bytes] = []
+            ids, docs, weights = [], [], []
+            for tbytes in reader.lexicon(name):
+                found_docs, found_weights = postings(reader, name, tbytes)
+                ids.append(np.full(found_docs.size, len(terms), np.int64))
+                terms.append(tbytes)
+                docs.append(found_docs)
+                weights.append(found_weights)
+            if terms:
+                term, doc = np.concatenate(ids), np.concatenate(docs)
+                keep = live[doc]
+                fields[name] = _field_terms(
+                    terms,
+                    term[keep],
+                    renumber[doc[keep]],
+                    np.concatenate(weights)[keep],
+                    schema[name].format.field_boost,
+                )
+        return fields
+    keep = live[found.docs]
+    term, docs, weights = found.term_of[keep], renumber[found.docs[keep]], found.weights[keep]
+    for name, (first, end) in found.fields.items():
+        if name not in schema or not schema[name].indexed:
+            continue
+        lo, hi = np.searchsorted(term, [first, end])
+        fields[name] = _field_terms(
+            found.terms[first:end],
+            term[lo:hi] - first,
+            docs[lo:hi],
+            weights[lo:hi],
+            schema[name].format.field_boost,
+        )
+    return fields
+
+
 def segment_block(reader: SegmentReader, schema: wf.Schema) -> DocumentBlock:
     """The live documents of the segment ``reader`` reads, for a writer of ``schema``."""
     n = reader.doc_count_all()
@@ -70,26 +124,5 @@ def segment_block(reader: SegmentReader, schema: wf.Schema) -> DocumentBlock:
             values = column_values(perdoc.column_reader(name, coltype), n, ">" + coltype._typecode)
             columns[name] = values[live]
 
-    fields: dict[str, FieldTerms] = {}
-    indexed = [name for name in reader.indexed_field_names() if name in schema]
-    for name in sorted(indexed):
-        fobj = schema[name]
-        if not fobj.indexed:
-            continue
-        boost = fobj.format.field_boost
-        terms: list[bytes] = []
-        docs, ids, weights = [], [], []
-        for tbytes in reader.lexicon(name):
-            found_docs, found_weights = postings(reader, name, tbytes)
-            keep = live[found_docs]
-            if not keep.any():
-                continue
-            ids.append(np.full(int(keep.sum()), len(terms), np.int64))
-            terms.append(tbytes)
-            docs.append(renumber[found_docs[keep]])
-            weights.append(found_weights[keep])
-        if terms:
-            w = np.concatenate(weights)
-            freqs = np.rint(w / boost).astype(np.int64) if boost else np.ones(w.size, np.int64)
-            fields[name] = FieldTerms(terms, np.concatenate(docs), np.concatenate(ids), freqs, w)
+    fields = _postings(reader, schema, live, renumber)
     return DocumentBlock(count, fields, _stored(reader, live), columns, lengths)
