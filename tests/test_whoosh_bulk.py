@@ -26,6 +26,7 @@ from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
 from knowledge_agent.search.keyword_blocks import chunk_block, item_block
+from knowledge_agent.search.whoosh_batch import delete_terms
 from knowledge_agent.search.whoosh_bulk import BulkSegmentWriter, supports_bulk
 from knowledge_agent.search.whoosh_bulk_columns import StoredValues, stored_column
 from knowledge_agent.search.whoosh_parts import Codec
@@ -427,3 +428,24 @@ def test_a_segment_pickled_by_whoosh_is_left_to_whoosh() -> None:
     reads such a segment term by term instead (test_merged_segments_read_like_whooshs_merge)."""
     ix = build(stock_writer, [random_documents(random.Random(6), 50)], [[]])
     assert _array_postings(ix) is None
+
+
+def test_deleting_many_terms_at_once_deletes_what_delete_by_term_deletes() -> None:
+    batches = [random_documents(random.Random(n), 40) for n in range(3)]
+    for i, docs in enumerate(batches):
+        for doc in docs:
+            doc["key"] = f"{i}-{doc['key']}"
+    doomed = ["0-k1", "1-k1", "2-k39", "absent", "0-k1"]
+    found = []
+    for delete in ("one by one", "at once"):
+        ix = build(bulk_writer, batches, [[], ["0-k2"], []])
+        writer = bulk_writer(ix)
+        if delete == "at once":
+            delete_terms(writer, "key", doomed)
+        else:
+            for key in doomed:
+                writer.delete_by_term("key", key)
+        writer.commit(mergetype=NO_MERGE)
+        found.append(snapshot(ix, QUERIES))
+    assert_same(*found)
+    assert sum(found[0]["deleted"]) == 4

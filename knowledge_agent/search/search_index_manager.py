@@ -84,7 +84,7 @@ from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.keyword_blocks import chunk_block, item_block
 from knowledge_agent.search.keyword_filters import filter_mask
-from knowledge_agent.search.whoosh_batch import BatchWriter, cancel
+from knowledge_agent.search.whoosh_batch import BatchWriter, cancel, delete_terms
 from knowledge_agent.search.whoosh_bulk import BulkSegmentWriter
 from knowledge_agent.search.whoosh_internals import bulk_writing, compact_posting_pool
 from knowledge_agent.search.whoosh_merge import merge_policy
@@ -405,10 +405,7 @@ class SearchIndexManager:
     def _write(self, idx: _Index, work: _Work, replaced: Sequence[str]) -> None:
         writer = self._writer(idx)
         try:
-            # Skip per-id delete look-ups on an empty index (the bulk first import).
-            if writer.segments:
-                for item_id in replaced:
-                    writer.delete_by_term("item_id", item_id)
+            delete_terms(writer, "item_id", replaced)
             added = self._add(idx, writer, work)
             writer.commit(mergetype=merge_policy(added))
         except SearchIndexError:

@@ -1,21 +1,43 @@
-"""Writing a keyword index in batches: a rebuild's commits, and cancelling a writer."""
+"""Writing a keyword index in batches: deleting many items, a rebuild's commits, and
+cancelling a writer."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 from whoosh.writing import CLEAR, SegmentWriter
 
 from knowledge_agent.errors import SearchIndexError
+from knowledge_agent.search.whoosh_internals import postings
 
-__all__ = ["BatchWriter", "cancel"]
+__all__ = ["BatchWriter", "cancel", "delete_terms"]
 
 logger = logging.getLogger(__name__)
 
 Work = TypeVar("Work")
+
+
+def delete_terms(writer: SegmentWriter, fieldname: str, values: Iterable[str]) -> None:
+    """``writer.delete_by_term(fieldname, value)`` for every value.
+
+    Whoosh looks each value up in every segment (a query per value: 0.6 s for 2,000 items
+    over eight segments); here each segment's terms of the field are read once and only the
+    values found are looked up.
+    """
+    fobj = writer.schema[fieldname]
+    wanted = {fobj.to_bytes(value) for value in values}
+    if not wanted or not writer.segments:
+        return
+    for reader, base in writer.searcher().reader().leaf_readers():
+        for tbytes in reader.lexicon(fieldname):
+            if tbytes in wanted:
+                docs, _ = postings(reader, fieldname, tbytes)
+                for docnum in docs.tolist():
+                    if not reader.is_deleted(docnum):
+                        writer.delete_document(base + docnum)
 
 
 def cancel(writer: SegmentWriter) -> None:
