@@ -349,9 +349,7 @@ def write_segment(
 
     fieldmap: dict[str, int] = {}
     keys: list[bytes] = []
-    infos = []
-    postings = []
-    written = 0
+    found = []
     for name in names:
         fobj = schema[name]
         parts = [
@@ -361,13 +359,10 @@ def write_segment(
         ]
         if not fobj.indexed or not parts:
             continue
-        found = _field_postings(fobj, parts, total, doc_bytes.get(name))
+        found.append(_field_postings(fobj, parts, total, doc_bytes.get(name)))
         fieldmap[name] = number = len(fieldmap)
         prefix = number.to_bytes(2, "big")  # the key is field number + term bytes
-        data, info = encode_postings(found, written)
-        written += data.size
-        postings.append(data)
-        infos.append(info)
-        keys.extend(prefix + term for term in found.terms)
-    create(W3Codec.POSTS_EXT, b"".join(part.tobytes() for part in postings))
+        keys.extend(prefix + term for term in found[-1].terms)
+    data, infos = encode_postings(found)
+    create(W3Codec.POSTS_EXT, data.tobytes())
     create(W3Codec.TERMS_EXT, encode_terms(fieldmap, keys, infos))

@@ -106,10 +106,37 @@ def _put_floats(out: np.ndarray, pos: np.ndarray, values: np.ndarray) -> None:
     _scatter(out, pos + 1, values.astype(">f8").view(np.uint8).reshape(-1, 8))
 
 
-def encode_postings(field: FieldPostings, offset: int) -> tuple[np.ndarray, np.ndarray]:
-    """(postings file bytes, term info values) of one field whose postings start at byte
-    ``offset`` of the postings file."""
-    starts, docs, weights = field.starts, field.docs, field.weights
+def _joined(
+    fields: Sequence[FieldPostings],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The fields' postings back to back: (term starts, docnums, weights, frequencies,
+    whether each term's postings store values, document length bytes)."""
+    bases = np.cumsum([0] + [f.docs.size for f in fields[:-1]])
+    starts = np.concatenate(
+        [[0]] + [f.starts[1:] + base for f, base in zip(fields, bases, strict=True)]
+    )
+    freqs = [np.zeros(f.docs.size, np.int64) if f.freqs is None else f.freqs for f in fields]
+    lengths = [
+        np.zeros(f.docs.size, np.uint8) if f.doc_length_bytes is None else f.doc_length_bytes
+        for f in fields
+    ]
+    valued = [np.full(len(f.terms), f.freqs is not None) for f in fields]
+    return (
+        starts.astype(np.int64),
+        np.concatenate([f.docs for f in fields]),
+        np.concatenate([f.weights for f in fields]),
+        np.concatenate(freqs),
+        np.concatenate(valued),
+        np.concatenate(lengths),
+    )
+
+
+def encode_postings(fields: Sequence[FieldPostings]) -> tuple[np.ndarray, np.ndarray]:
+    """(postings file bytes, term info values) of the fields' postings, in order: all
+    fields in one pass, which is what keeps a small batch's write cheap."""
+    if not fields:
+        return np.zeros(0, np.uint8), np.zeros(0, _VALUE)
+    starts, docs, weights, all_freqs, valued_term, doc_length_bytes = _joined(fields)
     n_terms = starts.size - 1
     if docs.size == 0:
         return np.zeros(0, np.uint8), np.zeros(0, _VALUE)
@@ -123,17 +150,15 @@ def encode_postings(field: FieldPostings, offset: int) -> tuple[np.ndarray, np.n
     last = local == n_blocks[term] - 1
     block_of = np.repeat(np.arange(term.size), bcount)
     at_in_block = np.arange(docs.size) - bstart[block_of]
+    valued = valued_term[term]
 
     deltas = np.diff(docs, prepend=0)
     deltas[bstart] = docs[bstart]  # each block's ids are delta-coded from 0
     last_doc = docs[bstart + bcount - 1]
     maxw = np.maximum.reduceat(weights, bstart)
     minw = np.minimum.reduceat(weights, bstart)
-    if field.doc_length_bytes is None:
-        minlen = maxlen = np.zeros(term.size, np.int64)
-    else:
-        minlen = np.minimum.reduceat(field.doc_length_bytes, bstart).astype(np.int64)
-        maxlen = np.maximum.reduceat(field.doc_length_bytes, bstart).astype(np.int64)
+    minlen = np.minimum.reduceat(doc_length_bytes, bstart).astype(np.int64)
+    maxlen = np.maximum.reduceat(doc_length_bytes, bstart).astype(np.int64)
     ones = (minw == 1) & (maxw == 1)
     single = (minw == maxw) & ~ones
 
@@ -141,7 +166,7 @@ def encode_postings(field: FieldPostings, offset: int) -> tuple[np.ndarray, np.n
     id_before = np.cumsum(id_size) - id_size
     ids_bytes = np.add.reduceat(id_size, bstart)
     weight_bytes = np.where(ones, 1, np.where(single, 9, 2 + 9 * bcount))
-    value_bytes = 1 if field.freqs is None else 5 + 4 * bcount
+    value_bytes = np.where(valued, 5 + 4 * bcount, 1)
     info_bytes = 3 + _int_size(bcount) + _int_size(last_doc) + 9 + 2 + 2
     info_bytes += _int_size(minlen) + _int_size(maxlen)
     data_bytes = 3 + ids_bytes + 1 + weight_bytes + value_bytes + 2
@@ -181,13 +206,12 @@ def encode_postings(field: FieldPostings, offset: int) -> tuple[np.ndarray, np.n
     _put_floats(out, (p[block_of] + 1 + 9 * at_in_block)[listed], weights[listed])
     out[(p + 1 + 9 * bcount)[many]] = _TUPLE
     p = p + weight_bytes
-    if field.freqs is None:
-        out[p] = _NONE
-    else:
-        out[p] = _BYTES
-        _scatter(out, p + 1, (4 * bcount).astype("<u4").view(np.uint8).reshape(-1, 4))
-        raw = field.freqs.astype(">u4").view(np.uint8).reshape(-1, 4)
-        _scatter(out, p[block_of] + 5 + 4 * at_in_block, raw)
+    out[p[~valued]] = _NONE
+    out[p[valued]] = _BYTES
+    _scatter(out, p[valued] + 1, (4 * bcount[valued]).astype("<u4").view(np.uint8).reshape(-1, 4))
+    stored = valued[block_of]
+    raw = all_freqs[stored].astype(">u4").view(np.uint8).reshape(-1, 4)
+    _scatter(out, (p[block_of] + 5 + 4 * at_in_block)[stored], raw)
     p = p + value_bytes
     out[p], out[p + 1] = _TUPLE3, _STOP
 
@@ -201,7 +225,7 @@ def encode_postings(field: FieldPostings, offset: int) -> tuple[np.ndarray, np.n
     info["maxweight"] = np.maximum.reduceat(maxw, first_block)
     info["minid"] = docs[starts[:-1]]
     info["maxid"] = docs[starts[1:] - 1]
-    info["offset"] = offset + term_start
+    info["offset"] = term_start
     info["length"] = where[final] + block_bytes[final] - term_start
     return out, info
 
@@ -236,13 +260,9 @@ def _place(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return slot, slots, base
 
 
-def encode_terms(
-    fieldmap: dict[str, int], keys: Sequence[bytes], infos: Sequence[np.ndarray]
-) -> bytes:
+def encode_terms(fieldmap: dict[str, int], keys: Sequence[bytes], values: np.ndarray) -> bytes:
     """The terms table: ``keys`` (field number + term bytes, ascending) → the term infos
-    :func:`encode_postings` gave, field by field."""
-    # (np.concatenate would give the fields native byte order.)
-    values = np.concatenate(infos).astype(_VALUE) if infos else np.zeros(0, _VALUE)
+    :func:`encode_postings` gave."""
     n = len(keys)
     key_len = np.fromiter(map(len, keys), np.int64, n)
     record = 8 + key_len + _VALUE.itemsize
