@@ -16,7 +16,7 @@ from the batch's term ids instead of being analysed again:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -31,11 +31,19 @@ from knowledge_agent.search.whoosh_schema import FILTER_FIELDS, safe_text
 
 __all__ = ["chunk_block", "item_block"]
 
-_ID_FIELDS: dict[str, Callable[[KnowledgeItem], Any]] = {
-    "item_id": lambda item: item.id,
-    **{name: (lambda item, name=name: getattr(item, name)) for name in FILTER_FIELDS},
-    "path": lambda item: item.source_uri,
+_ID_FIELDS: dict[str, str] = {  # field → the item attribute it holds
+    "item_id": "id",
+    **{name: name for name in FILTER_FIELDS},
+    "path": "source_uri",
 }
+
+
+def _encoded(values: list[Any]) -> list[bytes]:
+    """Each value as its term: UTF-8 of ``safe_text(value)`` (the usual case without it)."""
+    try:
+        return [value.encode("utf-8") for value in values]
+    except (AttributeError, UnicodeEncodeError):  # None, or undecodable file names
+        return [safe_text(value).encode("utf-8") for value in values]
 
 
 def _text(batch: AnalysedBatch, ids: np.ndarray, row: np.ndarray) -> FieldTerms:
@@ -46,8 +54,8 @@ def _text(batch: AnalysedBatch, ids: np.ndarray, row: np.ndarray) -> FieldTerms:
 def _id_fields(items: Sequence[KnowledgeItem], doc_item: np.ndarray) -> dict[str, FieldTerms]:
     """The one-term fields of each document, from its item (``doc_item``)."""
     found = {}
-    for name, value_of in _ID_FIELDS.items():
-        values = [safe_text(value_of(item)).encode("utf-8") for item in items]
+    for name, attribute in _ID_FIELDS.items():
+        values = _encoded([getattr(item, attribute) for item in items])
         distinct = list(dict.fromkeys(values))
         index = dict(zip(distinct, range(len(distinct)), strict=True))
         per_item = np.fromiter(map(index.__getitem__, values), np.int64, len(values))

@@ -38,7 +38,12 @@ from whoosh.reading import IndexReader
 from whoosh.util.filelock import try_for
 from whoosh.writing import SegmentWriter, UnknownFieldError
 
-from knowledge_agent.search.whoosh_bulk_columns import StoredValues, numeric_column, stored_column
+from knowledge_agent.search.whoosh_bulk_columns import (
+    StoredValues,
+    numeric_column,
+    stored_column,
+    write_compound,
+)
 from knowledge_agent.search.whoosh_bulk_terms import (
     FieldPostings,
     encode_postings,
@@ -213,7 +218,17 @@ class BulkSegmentWriter(SegmentWriter):
     # -- writing -------------------------------------------------------------------------
 
     def _flush_segment(self) -> None:
-        write_segment(self.storage, self.newsegment, self.schema, self._blocks, self.docnum)
+        write_segment(
+            self.storage,
+            self.newsegment,
+            self.schema,
+            self._blocks,
+            self.docnum,
+            compound=self.compound,
+        )
+
+    def _assemble_segment(self) -> None:
+        pass  # the flush wrote the compound file itself
 
     def _close_segment(self) -> None:
         self._blocks = []
@@ -266,7 +281,7 @@ def _field_postings(
             ]
         )
         docs = np.concatenate([p.docs + offset for offset, p in parts])
-    present = np.unique(ids)
+    present = np.flatnonzero(np.bincount(ids, minlength=len(vocab)))
     known = parts[0][1].rank if len(parts) == 1 else None
     if known is not None:
         ordered = present[np.argsort(known[present])].tolist()
@@ -310,21 +325,22 @@ def _field_postings(
 
 
 def write_segment(
-    storage: Any, segment: Any, schema: wf.Schema, blocks: Sequence[DocumentBlock], total: int
+    storage: Any,
+    segment: Any,
+    schema: wf.Schema,
+    blocks: Sequence[DocumentBlock],
+    total: int,
+    *,
+    compound: bool,
 ) -> None:
-    """Write the files of ``segment`` holding ``blocks`` (``total`` documents in all)."""
+    """Write the files of ``segment`` holding ``blocks`` (``total`` documents in all); with
+    ``compound``, as the one compound file Whoosh would assemble from them."""
     counts = np.array([block.count for block in blocks], np.int64)
     offsets = np.cumsum(counts) - counts
-
-    def create(ext: str, data: bytes) -> None:
-        f = segment.create_file(storage, ext)
-        try:
-            f.write(data)
-        finally:
-            f.close()
+    files: dict[str, bytes] = {}
 
     def column(name: str, data: bytes) -> None:
-        create(f".{name}{W3Codec.COLUMN_EXT}", data)
+        files[f".{name}{W3Codec.COLUMN_EXT}"] = data
 
     column("_stored", stored_column(StoredValues.join([block.stored for block in blocks])))
     field_lengths: defaultdict[str, int] = defaultdict(int)
@@ -348,7 +364,6 @@ def write_segment(
     segment._fieldlengths = field_lengths
 
     fieldmap: dict[str, int] = {}
-    keys: list[bytes] = []
     found = []
     for name in names:
         fobj = schema[name]
@@ -357,12 +372,20 @@ def write_segment(
             for block, offset in zip(blocks, offsets.tolist(), strict=True)
             if name in block.fields and block.fields[name].ids.size
         ]
-        if not fobj.indexed or not parts:
-            continue
-        found.append(_field_postings(fobj, parts, total, doc_bytes.get(name)))
-        fieldmap[name] = number = len(fieldmap)
-        prefix = number.to_bytes(2, "big")  # the key is field number + term bytes
-        keys.extend(prefix + term for term in found[-1].terms)
+        if fobj.indexed and parts:
+            fieldmap[name] = len(fieldmap)
+            found.append(_field_postings(fobj, parts, total, doc_bytes.get(name)))
     data, infos = encode_postings(found)
-    create(W3Codec.POSTS_EXT, data.tobytes())
-    create(W3Codec.TERMS_EXT, encode_terms(fieldmap, keys, infos))
+    files[W3Codec.POSTS_EXT] = data.tobytes()
+    files[W3Codec.TERMS_EXT] = encode_terms(fieldmap, [f.terms for f in found], infos)
+    if compound:
+        f = segment.create_file(storage, segment.COMPOUND_EXT)
+        write_compound(f, {segment.make_filename(ext): data for ext, data in files.items()})
+        segment.compound = True
+        return
+    for ext, data in files.items():
+        f = segment.create_file(storage, ext)
+        try:
+            f.write(data)
+        finally:
+            f.close()

@@ -6,7 +6,8 @@ The bytes are Whoosh 3's (``whoosh.codec.whoosh3``), so its own readers read the
   a big-endian int32 length (negative for the term's last block), a pickled info tuple
   ``(count, last docnum, max weight, compression 0, min length byte, max length byte)`` and a
   pickled data tuple ``(docnum deltas, weights, values)``: weights ``None`` when all are 1,
-  one float when all are equal, else a tuple; values the frequencies as big-endian uint32
+  one float when all are equal, else a tuple (of ints when all are whole, as frequencies
+  are: a reader takes them as the numbers they are); values the frequencies as big-endian uint32
   bytes (``Frequency``) or ``None`` (``Existence``). Whoosh writes these with
   ``pickle.dumps`` a block at a time; here every opcode of every block is scattered into
   one buffer with numpy (``MARK`` … ``TUPLE`` tuples, the smallest integer opcode,
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from whoosh.util.numeric import _length_byte_cache
+
+from knowledge_agent.search.analysed_batch import gather
 
 __all__ = ["BLOCK_LIMIT", "FieldPostings", "encode_postings", "encode_terms", "length_bytes"]
 
@@ -78,7 +81,11 @@ class FieldPostings:
 
 
 def _int_size(values: np.ndarray) -> np.ndarray:
-    return np.where(values < 256, 2, np.where(values < 65536, 3, 5)).astype(np.int64)
+    """Bytes of each non-negative int pickled: BININT1, BININT2 or BININT."""
+    sizes = np.full(values.shape, 2, np.int64)
+    sizes[values >= 256] = 3
+    sizes[values >= 65536] = 5
+    return sizes
 
 
 def _scatter(out: np.ndarray, pos: np.ndarray, raw: np.ndarray) -> None:
@@ -161,11 +168,18 @@ def encode_postings(fields: Sequence[FieldPostings]) -> tuple[np.ndarray, np.nda
     maxlen = np.maximum.reduceat(doc_length_bytes, bstart).astype(np.int64)
     ones = (minw == 1) & (maxw == 1)
     single = (minw == maxw) & ~ones
+    many = ~(ones | single)
+    # A tuple of whole weights (frequencies) is pickled as ints: 2 bytes a posting, not 9.
+    whole = (weights == np.floor(weights)) & (weights >= 0) & (weights < 2**31)
+    as_ints = many & np.minimum.reduceat(whole, bstart).astype(bool)
+    weight_size = np.where(as_ints[block_of], _int_size(weights.astype(np.int64)), 9)
+    weight_before = np.cumsum(weight_size) - weight_size
 
     id_size = _int_size(deltas)
     id_before = np.cumsum(id_size) - id_size
     ids_bytes = np.add.reduceat(id_size, bstart)
-    weight_bytes = np.where(ones, 1, np.where(single, 9, 2 + 9 * bcount))
+    listed_bytes = 2 + np.add.reduceat(weight_size, bstart)
+    weight_bytes = np.where(ones, 1, np.where(single, 9, listed_bytes))
     value_bytes = np.where(valued, 5 + 4 * bcount, 1)
     info_bytes = 3 + _int_size(bcount) + _int_size(last_doc) + 9 + 2 + 2
     info_bytes += _int_size(minlen) + _int_size(maxlen)
@@ -200,11 +214,12 @@ def encode_postings(fields: Sequence[FieldPostings]) -> tuple[np.ndarray, np.nda
     p = p + 1
     out[p[ones]] = _NONE
     _put_floats(out, p[single], minw[single])
-    many = ~(ones | single)
     out[p[many]] = _MARK
-    listed = many[block_of]
-    _put_floats(out, (p[block_of] + 1 + 9 * at_in_block)[listed], weights[listed])
-    out[(p + 1 + 9 * bcount)[many]] = _TUPLE
+    at = p[block_of] + 1 + weight_before - weight_before[bstart][block_of]
+    ints, floats = as_ints[block_of], (many & ~as_ints)[block_of]
+    _put_ints(out, at[ints], weights[ints].astype(np.int64))
+    _put_floats(out, at[floats], weights[floats])
+    out[(p + weight_bytes - 1)[many]] = _TUPLE
     p = p + weight_bytes
     out[p[~valued]] = _NONE
     out[p[valued]] = _BYTES
@@ -260,11 +275,15 @@ def _place(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return slot, slots, base
 
 
-def encode_terms(fieldmap: dict[str, int], keys: Sequence[bytes], values: np.ndarray) -> bytes:
-    """The terms table: ``keys`` (field number + term bytes, ascending) → the term infos
-    :func:`encode_postings` gave."""
-    n = len(keys)
-    key_len = np.fromiter(map(len, keys), np.int64, n)
+def encode_terms(
+    fieldmap: dict[str, int], terms: Sequence[Sequence[bytes]], values: np.ndarray
+) -> bytes:
+    """The terms table: each field's ``terms`` (ascending, fields in ``fieldmap`` order) →
+    the term infos :func:`encode_postings` gave. A key is the field number then the term."""
+    numbers = np.repeat(np.arange(len(terms)), [len(t) for t in terms])
+    flat_terms = [term for field in terms for term in field]
+    n = len(flat_terms)
+    key_len = 2 + np.fromiter(map(len, flat_terms), np.int64, n)
     record = 8 + key_len + _VALUE.itemsize
     where = len(_HEADER) + np.cumsum(record) - record
     data_end = len(_HEADER) + int(record.sum())
@@ -272,16 +291,21 @@ def encode_terms(fieldmap: dict[str, int], keys: Sequence[bytes], values: np.nda
     out[: len(_HEADER)] = np.frombuffer(_HEADER, np.uint8)
     lengths = np.stack([key_len, np.full(n, _VALUE.itemsize)], 1).astype(">i4")
     _scatter(out, where, lengths.view(np.uint8).reshape(-1, 8))
-    flat = np.frombuffer(b"".join(keys), np.uint8)
-    key_at = (
-        np.repeat(where + 8, key_len)
-        + np.arange(flat.size)
-        - np.repeat(np.cumsum(key_len) - key_len, key_len)
-    )
-    out[key_at] = flat
+    _scatter(out, where + 8, numbers.astype(">u2").view(np.uint8).reshape(-1, 2))
+    flat = np.frombuffer(b"".join(flat_terms), np.uint8)
+    out[gather(where + 10, key_len - 2)] = flat
     _scatter(out, where + 8 + key_len, values.view(np.uint8).reshape(-1, _VALUE.itemsize))
 
-    hashes = np.fromiter((zlib.crc32(key) for key in keys), np.uint32, n)
+    prefixes = [zlib.crc32(number.to_bytes(2, "big")) for number in range(len(terms))]
+    hashes = np.fromiter(
+        (
+            zlib.crc32(term, prefixes[number])
+            for number, field in enumerate(terms)
+            for term in field
+        ),
+        np.uint32,
+        n,
+    )
     slot, slots, base = _place(hashes)
     tables = np.zeros(int(slots.sum()), _SLOT)
     tables["hash"][slot] = hashes

@@ -8,14 +8,16 @@ list), the pickled tuples element by element across every block (one pass per po
 the longest block).
 
 The parser reads the pickles :mod:`~knowledge_agent.search.whoosh_bulk_terms` writes (any
-integer opcode, weights as ``None``, one float or a ``MARK``-delimited tuple of floats) and
-Whoosh's own where they agree. A segment holding anything else — inlined postings, blocks
-pickled differently — gives ``None``, and the caller reads it through Whoosh.
+integer opcode, weights as ``None``, one float or a ``MARK``-delimited tuple of ints or
+floats) and Whoosh's own where they agree. A segment holding anything else — inlined
+postings, blocks pickled differently — gives ``None``, and the caller reads it through
+Whoosh.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,8 @@ import numpy as np
 from knowledge_agent.search.analysed_batch import gather
 
 __all__ = ["SegmentPostings", "read_postings"]
+
+logger = logging.getLogger(__name__)
 
 _PROTO, _MARK, _TUPLE, _STOP, _PUT = 0x80, ord("("), ord("t"), ord("."), ord("q")
 _NONE, _FLOAT = ord("N"), ord("G")
@@ -82,6 +86,18 @@ def _ints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values, pos + 1 + width
 
 
+def _numbers(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, positions after) of the pickled ints or floats at ``pos``."""
+    is_float = buf[pos] == _FLOAT
+    values = np.zeros(pos.size)
+    after = pos + 9
+    if is_float.any():
+        values[is_float] = _floats(buf, pos[is_float])
+    if not is_float.all():
+        values[~is_float], after[~is_float] = _ints(buf, pos[~is_float])
+    return values, after
+
+
 def _floats(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
     if (buf[pos] != _FLOAT).any():
         raise _Unreadable
@@ -118,20 +134,21 @@ def _terms(tindex: Any) -> tuple[dict[str, tuple[int, int]], list[bytes], np.nda
     value_len = _u32(buf, pos + 4)
     if n and (value_len != _INFO.itemsize).any():
         raise _Unreadable  # inlined postings
-    keys = buf[gather(pos + 8, key_len)].tobytes()
-    bounds = np.concatenate([[0], np.cumsum(key_len)]).tolist()
-    raw_keys = [keys[a:b] for a, b in itertools.pairwise(bounds)]
+    # A key is the field number (2 bytes) then the term.
+    numbers = buf[pos + 8].astype(np.int64) << 8 | buf[pos + 9]
+    blob = buf[gather(pos + 10, key_len - 2)].tobytes()
+    bounds = np.concatenate([[0], np.cumsum(key_len - 2)]).tolist()
+    terms = [blob[a:b] for a, b in itertools.pairwise(bounds)]
     infos = np.ascontiguousarray(buf[(pos + 8 + key_len)[:, None] + np.arange(_INFO.itemsize)])
     info = infos.view(_INFO).ravel()
     if (info["flags"] != 0).any():
         raise _Unreadable
-    numbers = np.array([key[0] << 8 | key[1] for key in raw_keys], np.int64)
     names = {number: name for name, number in tindex.extras["fieldmap"].items()}
     fields: dict[str, tuple[int, int]] = {}
     for number in np.unique(numbers).tolist():
         found = np.flatnonzero(numbers == number)
         fields[names[number]] = (int(found[0]), int(found[-1]) + 1)
-    return fields, [key[2:] for key in raw_keys], info
+    return fields, terms, info
 
 
 def _blocks(buf: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -187,13 +204,17 @@ def _parse(buf: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray
     single = mode == _FLOAT
     if single.any():
         weights[single[posting_block]] = np.repeat(_floats(buf, p[single]), count[single])
-    listed = mode == _MARK
-    if listed.any():
-        rows = listed[posting_block]
-        at_in_block = np.arange(deltas.size) - first[posting_block]
-        weights[rows] = _floats(buf, (p[posting_block] + 1 + 9 * at_in_block)[rows])
-        _expect(buf, (p + 1 + 9 * count)[listed], _TUPLE)
-    if not (single | listed | (mode == _NONE)).all():
+    listed = np.flatnonzero(mode == _MARK)
+    if listed.size:
+        # Ints or floats, any mix: element by element, like the ids.
+        order = listed[np.argsort(-count[listed], kind="stable")]
+        sorted_count, at = count[order], p[order] + 1
+        for k in range(int(sorted_count[0])):
+            live = int(np.searchsorted(-sorted_count, -k, side="left"))
+            values, at[:live] = _numbers(buf, at[:live])
+            weights[first[order[:live]] + k] = values
+        _expect(buf, at, _TUPLE)
+    if not np.isin(mode, (_FLOAT, _MARK, _NONE)).all():
         raise _Unreadable
     _expect(buf, place + 4 + size - 1, _STOP)
     prefix = np.cumsum(deltas)
@@ -212,7 +233,8 @@ def read_postings(terms_reader: Any) -> SegmentPostings | None:
         end = int((offsets + info["length"]).max())
         buf = np.frombuffer(terms_reader._postfile.get(0, end), np.uint8)
         term_of, docs, weights = _parse(buf, offsets)
-    except (_Unreadable, IndexError, ValueError):
+    except (_Unreadable, IndexError, ValueError) as exc:
+        logger.debug("segment postings not read as arrays: %r", exc)
         return None
     if (np.bincount(term_of, minlength=len(terms)) != info["df"]).any():
         return None
