@@ -23,35 +23,23 @@ written so (:func:`supports_bulk`).
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from whoosh import fields as wf
-from whoosh.codec.whoosh3 import W3Codec, _lenfield
+from whoosh.codec.whoosh3 import W3Codec
 from whoosh.columns import NumericColumn
 from whoosh.formats import Existence, Frequency
 from whoosh.index import FileIndex, LockError
-from whoosh.reading import IndexReader
+from whoosh.reading import IndexReader, SegmentReader
 from whoosh.util.filelock import try_for
 from whoosh.writing import SegmentWriter, UnknownFieldError
 
-from knowledge_agent.search.whoosh_bulk_columns import (
-    StoredValues,
-    numeric_column,
-    stored_column,
-    write_compound,
-)
-from knowledge_agent.search.whoosh_bulk_terms import (
-    FieldPostings,
-    encode_postings,
-    encode_terms,
-    length_bytes,
-)
+from knowledge_agent.search.whoosh_bulk_blocks import DocumentBlock, FieldTerms, TermSource
+from knowledge_agent.search.whoosh_bulk_columns import StoredValues
+from knowledge_agent.search.whoosh_bulk_write import write_segment
 
-__all__ = ["BulkSegmentWriter", "DocumentBlock", "FieldTerms", "supports_bulk"]
+__all__ = ["BulkSegmentWriter", "DocumentBlock", "FieldTerms", "TermSource", "supports_bulk"]
 
 
 def supports_bulk(schema: wf.Schema) -> bool:
@@ -66,35 +54,6 @@ def supports_bulk(schema: wf.Schema) -> bool:
         if column is not None and type(column) is not NumericColumn:
             return False
     return True
-
-
-@dataclass(eq=False)
-class FieldTerms:
-    """One indexed field's terms in a block: row i adds ``freqs[i]`` (default 1) of term
-    ``terms[ids[i]]`` to document ``docs[i]``; rows of the same pair add up."""
-
-    terms: Sequence[bytes]
-    docs: np.ndarray  # int64, block-local docnums
-    ids: np.ndarray  # int64 indexes into terms
-    freqs: np.ndarray | None = None  # None: 1 per row (a token stream)
-    weights: np.ndarray | None = None  # None: freq × the field's boost
-    rank: np.ndarray | None = None  # each term's rank in byte order, if known
-
-
-@dataclass(eq=False)
-class DocumentBlock:
-    """Consecutive documents as arrays.
-
-    ``lengths`` holds a scored field's length per document when it is not simply the sum of
-    its frequencies (segments read back for a merge); ``columns`` one value per document of
-    each column field the documents have (the column's default where one has none).
-    """
-
-    count: int
-    fields: dict[str, FieldTerms]
-    stored: StoredValues
-    columns: dict[str, np.ndarray] = field(default_factory=dict)
-    lengths: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class BulkSegmentWriter(SegmentWriter):
@@ -139,6 +98,7 @@ class BulkSegmentWriter(SegmentWriter):
         self.mergetype = None
         self._searcher = None
         self._blocks: list[DocumentBlock] = []
+        self._readers: list[SegmentReader] = []  # segments being merged, read at the flush
 
     @property
     def _tempstorage(self) -> Any:
@@ -210,10 +170,16 @@ class BulkSegmentWriter(SegmentWriter):
         return DocumentBlock(1, terms, StoredValues.encode([stored]), columns, lengths)
 
     def add_reader(self, reader: IndexReader) -> None:
+        """Add the live documents of ``reader``'s segments; their postings are read when the
+        segment is written, through readers of this writer's own (the caller may close
+        ``reader`` at once, as Whoosh's merge policies do)."""
         from knowledge_agent.search.whoosh_bulk_read import segment_block
 
         self._check_state()
-        self.add_block(segment_block(reader, self.schema))
+        for leaf, _ in reader.leaf_readers():
+            own = SegmentReader(self.storage, self.schema, leaf.segment(), codec=self.codec)
+            self._readers.append(own)
+            self.add_block(segment_block(own, self.schema))
 
     # -- writing -------------------------------------------------------------------------
 
@@ -232,160 +198,9 @@ class BulkSegmentWriter(SegmentWriter):
 
     def _close_segment(self) -> None:
         self._blocks = []
+        readers, self._readers = self._readers, []
+        for reader in readers:
+            reader.close()
 
     def _partial_segment(self) -> Any:
         raise NotImplementedError("a bulk segment writer is not a multiprocessing sub-writer")
-
-
-# --------------------------------------------------------------------------- the flush
-
-
-def _scored_lengths(
-    name: str, blocks: Sequence[DocumentBlock], offsets: np.ndarray, total: int
-) -> np.ndarray:
-    """Every document's length of scored field ``name``."""
-    lengths = np.zeros(total, np.int64)
-    for block, offset in zip(blocks, offsets.tolist(), strict=True):
-        given = block.lengths.get(name)
-        if given is not None:
-            lengths[offset : offset + block.count] = given
-            continue
-        terms = block.fields.get(name)
-        if terms is not None:
-            weights = None if terms.freqs is None else terms.freqs
-            lengths[offset : offset + block.count] = np.bincount(
-                terms.docs, weights=weights, minlength=block.count
-            ).astype(np.int64)
-    return lengths
-
-
-def _field_postings(
-    fobj: wf.FieldType,
-    parts: Sequence[tuple[int, FieldTerms]],
-    total: int,
-    doc_bytes: np.ndarray | None,
-) -> FieldPostings:
-    """A field's rows from every block, as postings sorted by term bytes then docnum."""
-    if len(parts) == 1:
-        offset, only = parts[0]
-        vocab: Sequence[bytes] = only.terms
-        ids, docs = only.ids, only.docs + offset
-    else:
-        union = list(dict.fromkeys(t for _, part in parts for t in part.terms))
-        index = dict(zip(union, range(len(union)), strict=True))
-        vocab = union
-        ids = np.concatenate(
-            [
-                np.fromiter(map(index.__getitem__, p.terms), np.int64, len(p.terms))[p.ids]
-                for _, p in parts
-            ]
-        )
-        docs = np.concatenate([p.docs + offset for offset, p in parts])
-    present = np.flatnonzero(np.bincount(ids, minlength=len(vocab)))
-    known = parts[0][1].rank if len(parts) == 1 else None
-    if known is not None:
-        ordered = present[np.argsort(known[present])].tolist()
-    else:
-        ordered = sorted(present.tolist(), key=vocab.__getitem__)
-    rank = np.empty(len(vocab), np.int64)
-    rank[ordered] = np.arange(len(ordered))
-    keys = rank[ids] * total + docs
-    boost = fobj.format.field_boost
-    if all(part.freqs is None and part.weights is None for _, part in parts):
-        keys, freqs = np.unique(keys, return_counts=True)
-        weights = (freqs * boost).astype(np.float32)
-    else:
-        rows_freq = np.concatenate(
-            [np.ones(p.ids.size, np.int64) if p.freqs is None else p.freqs for _, p in parts]
-        )
-        rows_weight = np.concatenate(
-            [
-                (np.ones(p.ids.size) if p.freqs is None else p.freqs) * boost
-                if p.weights is None
-                else p.weights
-                for _, p in parts
-            ]
-        )
-        order = np.argsort(keys, kind="stable")
-        keys = keys[order]
-        bounds = np.flatnonzero(np.diff(keys, prepend=-1))
-        keys = keys[bounds]
-        freqs = np.add.reduceat(rows_freq[order], bounds)
-        weights = np.add.reduceat(rows_weight[order], bounds).astype(np.float32)
-    term, doc = np.divmod(keys, total)
-    starts = np.searchsorted(term, np.arange(len(ordered) + 1))
-    return FieldPostings(
-        terms=[vocab[i] for i in ordered],
-        starts=starts.astype(np.int64),
-        docs=doc,
-        weights=weights,
-        freqs=freqs if isinstance(fobj.format, Frequency) else None,
-        doc_length_bytes=None if doc_bytes is None else doc_bytes[doc],
-    )
-
-
-def write_segment(
-    storage: Any,
-    segment: Any,
-    schema: wf.Schema,
-    blocks: Sequence[DocumentBlock],
-    total: int,
-    *,
-    compound: bool,
-) -> None:
-    """Write the files of ``segment`` holding ``blocks`` (``total`` documents in all); with
-    ``compound``, as the one compound file Whoosh would assemble from them."""
-    counts = np.array([block.count for block in blocks], np.int64)
-    offsets = np.cumsum(counts) - counts
-    files: dict[str, bytes] = {}
-
-    def column(name: str, data: bytes) -> None:
-        files[f".{name}{W3Codec.COLUMN_EXT}"] = data
-
-    column("_stored", stored_column(StoredValues.join([block.stored for block in blocks])))
-    field_lengths: defaultdict[str, int] = defaultdict(int)
-    doc_bytes: dict[str, np.ndarray] = {}
-    names = sorted(schema.names())
-    for name in names:
-        fobj = schema[name]
-        if fobj.indexed and fobj.scorable:
-            lengths = _scored_lengths(name, blocks, offsets, total)
-            if lengths.any():
-                doc_bytes[name] = length_bytes(lengths)
-                column(_lenfield(name), doc_bytes[name].tobytes().rstrip(b"\x00"))
-                field_lengths[name] = int(lengths.sum())
-        if fobj.column_type is not None and any(name in block.columns for block in blocks):
-            coltype = fobj.column_type
-            values = np.full(total, coltype._default, np.float64)
-            for block, offset in zip(blocks, offsets.tolist(), strict=True):
-                if name in block.columns:
-                    values[offset : offset + block.count] = block.columns[name]
-            column(name, numeric_column(values, coltype))
-    segment._fieldlengths = field_lengths
-
-    fieldmap: dict[str, int] = {}
-    found = []
-    for name in names:
-        fobj = schema[name]
-        parts = [
-            (int(offset), block.fields[name])
-            for block, offset in zip(blocks, offsets.tolist(), strict=True)
-            if name in block.fields and block.fields[name].ids.size
-        ]
-        if fobj.indexed and parts:
-            fieldmap[name] = len(fieldmap)
-            found.append(_field_postings(fobj, parts, total, doc_bytes.get(name)))
-    data, infos = encode_postings(found)
-    files[W3Codec.POSTS_EXT] = data.tobytes()
-    files[W3Codec.TERMS_EXT] = encode_terms(fieldmap, [f.terms for f in found], infos)
-    if compound:
-        f = segment.create_file(storage, segment.COMPOUND_EXT)
-        write_compound(f, {segment.make_filename(ext): data for ext, data in files.items()})
-        segment.compound = True
-        return
-    for ext, data in files.items():
-        f = segment.create_file(storage, ext)
-        try:
-            f.write(data)
-        finally:
-            f.close()

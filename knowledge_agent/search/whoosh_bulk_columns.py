@@ -1,4 +1,4 @@
-"""A segment's per-document column files, encoded from arrays, and its compound file.
+"""A segment's per-document column files, encoded from arrays.
 
 The layouts are those of ``whoosh.columns`` (what ``W3PerDocWriter`` writes):
 
@@ -9,11 +9,6 @@ The layouts are those of ``whoosh.columns`` (what ``W3PerDocWriter`` writes):
   smallest of ``B H i I`` that holds them, big-endian), the offsets array when there are
   more than 2**15 documents, and their type codes (``X`` last when offsets were written).
 
-A segment's files go into one compound file as ``CompoundStorage.assemble`` lays it out: the
-directory's position and length, the files back to back, then the pickled directory (name →
-offset, length, mtime) and options. Written at once instead of as separate files copied
-into it, each file is written and synced once.
-
 A stored value is a zlib stream of *stored* (uncompressed) deflate blocks: Whoosh inflates
 it as any other, and building one costs a checksum instead of the 30 µs of setting up a
 compressor per document; the few fields stored here (ids) would not compress anyway.
@@ -22,8 +17,6 @@ compressor per document; the few fields stored here (ids) would not compress any
 from __future__ import annotations
 
 import pickle
-import struct
-import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,11 +24,10 @@ from typing import Any
 
 import numpy as np
 from whoosh.columns import NumericColumn
-from whoosh.filedb.structfile import StructFile
 
 from knowledge_agent.search.analysed_batch import gather
 
-__all__ = ["StoredValues", "numeric_column", "stored_column", "stored_value", "write_compound"]
+__all__ = ["StoredValues", "numeric_column", "stored_column", "stored_value"]
 
 _OFFSETS_CUTOFF = 2**15  # VarBytesColumn's write_offsets_cutoff
 _STORED_MAX = 0xFFFF  # bytes in one stored deflate block
@@ -124,23 +116,3 @@ def numeric_column(values: np.ndarray, column: NumericColumn) -> bytes:
     written = np.flatnonzero(values != column._default)
     end = int(written[-1]) + 1 if written.size else 0
     return values[:end].astype(">" + typecode).tobytes()
-
-
-def write_compound(f: StructFile, files: dict[str, bytes]) -> None:
-    """Write ``files`` (name → bytes) to ``f`` as a compound file, and close it."""
-    try:
-        header = 8 + 4
-        directory: dict[str, dict[str, Any]] = {}
-        now = time.time()
-        position = header
-        for name, data in files.items():
-            directory[name] = {"offset": position, "length": len(data), "modified": now}
-            position += len(data)
-        tail = pickle.dumps(directory, pickle.HIGHEST_PROTOCOL)
-        tail += pickle.dumps({}, pickle.HIGHEST_PROTOCOL)  # no options
-        f.write(struct.pack("!qi", position, len(tail)))
-        for data in files.values():
-            f.write(data)
-        f.write(tail)
-    finally:
-        f.close()

@@ -1,11 +1,11 @@
-"""Every term and posting of a Whoosh 3 segment, read as arrays in a few passes.
+"""The terms and postings of a Whoosh 3 segment, read as arrays in a few passes.
 
 A merge needs a whole segment's postings. Read term by term through matchers that is a few
 Python calls per term and per block — tens of seconds for the 80,000 documents of a merged
-tier. Here the terms table is read from its record index, and the postings file is parsed
-with numpy, all blocks at once: block chains in step (one pass per block of the longest
-list), the pickled tuples element by element across every block (one pass per posting of
-the longest block).
+tier. Here the terms table is read from its record index, and the postings of a range of
+terms are parsed with numpy, all their blocks at once: block chains in step (one pass per
+block of the longest list), the pickled tuples element by element across every block (one
+pass per posting of the longest block).
 
 The parser reads the pickles :mod:`~knowledge_agent.search.whoosh_bulk_terms` writes (any
 integer opcode, weights as ``None``, one float or a ``MARK``-delimited tuple of ints or
@@ -25,7 +25,7 @@ import numpy as np
 
 from knowledge_agent.search.analysed_batch import gather
 
-__all__ = ["SegmentPostings", "read_postings"]
+__all__ = ["SegmentTerms", "read_terms"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,15 +56,33 @@ class _Unreadable(Exception):
 
 
 @dataclass(eq=False)
-class SegmentPostings:
-    """Every term of a segment (``fields[f]`` the ``(first, end)`` term range of field f, in
-    key order) and every posting, ordered by term then docnum."""
+class SegmentTerms:
+    """Every term of a segment, in key order (``fields[f]`` is field f's ``(first, end)``
+    range), and its postings read a range of terms at a time."""
 
     fields: dict[str, tuple[int, int]]
     terms: list[bytes]
-    term_of: np.ndarray  # int64 per posting
-    docs: np.ndarray  # int64 per posting
-    weights: np.ndarray  # float64 per posting
+    info: np.ndarray  # the term infos: doc frequency, postings offset and length, ...
+    postfile: Any
+
+    def postings(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(term of each posting, docnums, weights) of terms ``lo`` to ``hi``, ordered by term
+        then docnum, deleted documents included; None when this parser cannot read them."""
+        if hi <= lo:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        info = self.info[lo:hi]
+        offsets = info["offset"].astype(np.int64)
+        start = int(offsets.min())
+        end = int((offsets + info["length"]).max())
+        try:
+            buf = np.frombuffer(self.postfile.get(start, end - start), np.uint8)
+            term_of, docs, weights = _parse(buf, offsets - start)
+        except (_Unreadable, IndexError, ValueError) as exc:
+            logger.debug("segment postings not read as arrays: %r", exc)
+            return None
+        if (np.bincount(term_of, minlength=hi - lo) != info["df"]).any():
+            return None
+        return term_of + lo, docs, weights
 
 
 def _u32(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -222,20 +240,12 @@ def _parse(buf: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return np.repeat(term, count), docs, weights
 
 
-def read_postings(terms_reader: Any) -> SegmentPostings | None:
-    """Every term and posting of the segment ``terms_reader`` (a ``W3TermsReader``) reads,
-    or None when its files hold something this parser does not read."""
+def read_terms(terms_reader: Any) -> SegmentTerms | None:
+    """The terms of the segment ``terms_reader`` (a ``W3TermsReader``) reads, whose postings
+    can be read as arrays; None when its terms table holds what this reader does not read."""
     try:
         fields, terms, info = _terms(terms_reader._tindex)
-        if not terms:
-            return SegmentPostings(fields, terms, *(np.zeros(0, np.int64),) * 2, np.zeros(0))
-        offsets = info["offset"].astype(np.int64)
-        end = int((offsets + info["length"]).max())
-        buf = np.frombuffer(terms_reader._postfile.get(0, end), np.uint8)
-        term_of, docs, weights = _parse(buf, offsets)
     except (_Unreadable, IndexError, ValueError) as exc:
-        logger.debug("segment postings not read as arrays: %r", exc)
+        logger.debug("segment terms not read as arrays: %r", exc)
         return None
-    if (np.bincount(term_of, minlength=len(terms)) != info["df"]).any():
-        return None
-    return SegmentPostings(fields, terms, term_of, docs, weights)
+    return SegmentTerms(fields, terms, info, terms_reader._postfile)
