@@ -44,6 +44,12 @@ Decisions (see also the module's tests):
   broken in whoosh-reloaded 2.7.5 (see :meth:`SearchIndexManager._searcher`). One
   :meth:`SearchIndexManager.update` is one writer and one commit per index; Whoosh's own
   write lock (``lock_timeout``) is uncontended under the data folder's lock.
+* **Writes in bulk**: an update's items are analysed once
+  (:class:`~knowledge_agent.search.analysed_batch.AnalysedBatch`, shared with the TF-IDF
+  index when the engine passes it on) and each index's new segment is written from arrays
+  by :class:`~knowledge_agent.search.whoosh_bulk.BulkSegmentWriter`, merges included. The
+  item index's ``content`` is derived from the chunks' terms, not analysed again. On a
+  Whoosh version the fast paths were not tested with, Whoosh's own writer is used.
 * **Nothing stored but keys**: SQLite holds the text. Opening an index that is corrupt,
   holds a pickle of anything but the schema's own classes
   (:mod:`~knowledge_agent.search.whoosh_safe`), or whose schema or analyzer differs from this

@@ -12,9 +12,10 @@ frequencies, lengths, stored fields and scores as ``add_document`` would have gi
 
 Everything else is Whoosh's: the lock, the TOC and generation, deletions, merge policies,
 compound files, cancel. ``add_document`` still works (the document becomes a block of one)
-and so does ``add_reader``, which merges read a segment's postings, lengths, columns and
-stored fields as arrays (:mod:`~knowledge_agent.search.whoosh_bulk_read`), deleted documents
-left out.
+and so does ``add_reader``, through which merges read a segment's lengths, columns and
+stored fields as arrays and its postings a range of terms at a time as the new segment is
+written (:mod:`~knowledge_agent.search.whoosh_bulk_read`,
+:mod:`~knowledge_agent.search.whoosh_bulk_write`), deleted documents left out.
 
 Only schemas whose indexed fields count frequencies or existence (``TEXT`` without
 positions, ``ID``), without vectors or spelling, and whose columns are numeric can be
@@ -37,6 +38,7 @@ from whoosh.writing import SegmentWriter, UnknownFieldError
 
 from knowledge_agent.search.whoosh_bulk_blocks import DocumentBlock, FieldTerms, TermSource
 from knowledge_agent.search.whoosh_bulk_columns import StoredValues
+from knowledge_agent.search.whoosh_bulk_read import segment_block
 from knowledge_agent.search.whoosh_bulk_write import write_segment
 
 __all__ = ["BulkSegmentWriter", "DocumentBlock", "FieldTerms", "TermSource", "supports_bulk"]
@@ -173,8 +175,6 @@ class BulkSegmentWriter(SegmentWriter):
         """Add the live documents of ``reader``'s segments; their postings are read when the
         segment is written, through readers of this writer's own (the caller may close
         ``reader`` at once, as Whoosh's merge policies do)."""
-        from knowledge_agent.search.whoosh_bulk_read import segment_block
-
         self._check_state()
         for leaf, _ in reader.leaf_readers():
             own = SegmentReader(self.storage, self.schema, leaf.segment(), codec=self.codec)

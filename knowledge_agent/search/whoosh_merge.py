@@ -13,7 +13,7 @@ from knowledge_agent.search.whoosh_parts import Codec, spill_to_pool
 
 __all__ = ["merge_policy"]
 
-_MERGE_LIMIT_MB = 128  # postings a segment merge holds in memory before spilling runs
+_MERGE_LIMIT_MB = 128  # postings Whoosh's own writer holds in a merge before spilling runs
 _SEGMENTS_PER_TIER = 8  # segments of one size tier that are merged into one
 
 
@@ -40,7 +40,7 @@ def merge_policy(added: int) -> Callable[[SegmentWriter, list[Any]], list[Any]]:
             tiers.setdefault(size_tier(segment.doc_count()), []).append(segment)
         for tier, members in sorted(tiers.items()):
             if tier <= highest and len(members) >= _SEGMENTS_PER_TIER:
-                spill_to_pool(writer, _MERGE_LIMIT_MB)
+                spill_to_pool(writer, _MERGE_LIMIT_MB)  # (a bulk writer reads in slices)
                 for segment in members:
                     reader = SegmentReader(writer.storage, writer.schema, segment, codec=Codec())
                     writer.add_reader(reader)
