@@ -45,6 +45,7 @@ keeps no mutable global state.
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 import unicodedata
@@ -161,6 +162,9 @@ _S4_ION = re.compile(r"^(.+?[st])ion$")
 _S5 = re.compile(r"^(.+?)e$")
 
 
+# A pure function, remembered across analyzers: each knowledge base opened in a process
+# (a test suite's fixtures) would otherwise stem the same words again.
+@functools.lru_cache(maxsize=1 << 16)
 def porter_stem(word: str) -> str:
     """Porter-stem a lowercase English word (``running``, ``runs`` → ``run``)."""
     w = word

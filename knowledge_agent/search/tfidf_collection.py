@@ -38,7 +38,8 @@ def bump(df: np.ndarray, cols: np.ndarray, sign: int) -> None:
     if cols.size == 0:
         return
     if cols.size * 16 < df.size:  # a small batch: don't pay for a dense n_features pass
-        np.add.at(df, cols, sign)
+        present, counts = np.unique(cols, return_counts=True)  # np.add.at is 10x slower
+        df[present] += (sign * counts).astype(df.dtype)
     else:
         df += sign * np.bincount(cols, minlength=df.size).astype(df.dtype)
 
