@@ -27,9 +27,11 @@ def delete_terms(writer: SegmentWriter, fieldname: str, values: Iterable[str]) -
     over eight segments); here each segment's terms of the field are read once and only the
     values found are looked up.
     """
+    if not writer.segments:
+        return  # an empty index (a first import): nothing to look up
     fobj = writer.schema[fieldname]
     wanted = {fobj.to_bytes(value) for value in values}
-    if not wanted or not writer.segments:
+    if not wanted:
         return
     for reader, base in writer.searcher().reader().leaf_readers():
         for tbytes in reader.lexicon(fieldname):
