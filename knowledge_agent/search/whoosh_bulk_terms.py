@@ -7,8 +7,8 @@ The bytes are Whoosh 3's (``whoosh.codec.whoosh3``), so its own readers read the
   ``(count, last docnum, max weight, compression 0, min length byte, max length byte)`` and a
   pickled data tuple ``(docnum deltas, weights, values)``: weights ``None`` when all are 1,
   one float when all are equal, else a tuple (of ints when all are whole, as frequencies
-  are: a reader takes them as the numbers they are); values the frequencies as big-endian uint32
-  bytes (``Frequency``) or ``None`` (``Existence``). Whoosh writes these with
+  are: readers take them as the numbers they are); values the frequencies as big-endian
+  uint32 bytes (``Frequency``) or ``None`` (``Existence``). Whoosh writes these with
   ``pickle.dumps`` a block at a time; here every opcode of every block is scattered into
   one buffer with numpy (``MARK`` … ``TUPLE`` tuples, the smallest integer opcode,
   ``BINFLOAT``, ``BINBYTES``), which any unpickler reads as the same tuples.
