@@ -86,6 +86,30 @@ def test_lock_is_exclusive_reentrant_and_waits(tmp_path: Path) -> None:
         second.release()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_forked_child_does_not_keep_its_parents_lock(tmp_path: Path) -> None:
+    import multiprocessing
+
+    lock = FolderLock(tmp_path)
+    lock.acquire()
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+    child.start()  # a collect's worker process, forked while the lock is held
+    try:
+        assert lock._fd is not None
+        os.close(lock._fd)  # the parent dies without unlocking: its descriptor goes
+        lock._fd, lock._depth = None, 0
+        other = FolderLock(tmp_path)
+        # The child holds no copy that keeps it locked (it closes its copy as it starts).
+        deadline = time.monotonic() + 10
+        while not other.try_acquire():
+            assert time.monotonic() < deadline, "the forked child keeps the lock"
+            time.sleep(0.05)
+        other.release()
+    finally:
+        child.terminate()
+        child.join(10)
+
+
 def test_a_second_writer_waits_for_the_first(base: Path) -> None:
     holder = FolderLock(base)
     holder.acquire()

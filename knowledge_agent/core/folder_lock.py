@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,6 +61,30 @@ else:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
+# The locks of this process, for the fork hook below.
+_LOCKS: weakref.WeakSet[FolderLock] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    """In a forked child (a collect's worker processes): close the inherited lock files.
+
+    A ``flock`` belongs to the open file, which a fork shares: a child holding a copy would
+    keep the lock after its parent died (a kill -9 during a collect) until it exited. Closing
+    the copy drops the child's share; unlocking it would release the parent's lock.
+    """
+    for lock in list(_LOCKS):
+        fd, lock._fd = lock._fd, None
+        lock._depth = 0
+        lock._guard = threading.Lock()  # another thread may have held it at the fork
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 class FolderLock:
     """The write lock of one data folder; reentrant within the object.
 
@@ -73,6 +98,7 @@ class FolderLock:
         self._fd: int | None = None
         self._depth = 0
         self._guard = threading.Lock()
+        _LOCKS.add(self)
 
     @property
     def held(self) -> bool:
