@@ -23,7 +23,7 @@ from whoosh.writing import CLEAR, NO_MERGE, SegmentWriter
 
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
-from knowledge_agent.search import whoosh_bulk_write
+from knowledge_agent.search import whoosh_batch, whoosh_bulk_write
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
 from knowledge_agent.search.keyword_blocks import chunk_block, item_block
@@ -438,7 +438,11 @@ def test_a_segment_pickled_by_whoosh_is_left_to_whoosh() -> None:
     assert _array_postings(ix) is None
 
 
-def test_deleting_many_terms_at_once_deletes_what_delete_by_term_deletes() -> None:
+@pytest.mark.parametrize("few", [64, 0], ids=["looked-up", "lexicon-pass"])
+def test_deleting_many_terms_at_once_deletes_what_delete_by_term_deletes(
+    few: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(whoosh_batch, "_FEW_VALUES", few)
     batches = [random_documents(random.Random(n), 40) for n in range(3)]
     for i, docs in enumerate(batches):
         for doc in docs:

@@ -1,8 +1,9 @@
 """The feature column of a term, as scikit-learn's ``HashingVectorizer`` computes it.
 
 Queries hash a handful of terms: doing it here, in Python, keeps scikit-learn (a second to
-import) out of opening a knowledge base and answering its first query. Indexing still uses
-the vectorizer, whose C loop is faster on whole documents; a test holds the two equal.
+import) out of opening a knowledge base and answering its first query. Indexing hashes a
+batch's distinct terms at once with :mod:`~knowledge_agent.search.term_hashing`; the tests
+hold both equal to the vectorizer.
 """
 
 from __future__ import annotations
