@@ -349,6 +349,23 @@ class _ByConfig:
         return {"config": self.config.to_dict()}
 
 
+_TokenCaches = tuple[dict[str, tuple[str, ...]], dict[str, tuple[_Span, ...]]]
+# Token caches shared by the analyzers of one configuration: a token's terms are a pure
+# function of the token and the configuration, and a process that opens many knowledge bases
+# (a test suite's fixtures) would otherwise analyse the same words again for each.
+_SHARED_CACHES: dict[AnalyzerConfig, _TokenCaches] = {}
+_SHARED_CONFIGS = 8  # configurations whose caches are kept
+
+
+def _caches_for(config: AnalyzerConfig) -> _TokenCaches:
+    caches = _SHARED_CACHES.get(config)
+    if caches is None:
+        if len(_SHARED_CACHES) >= _SHARED_CONFIGS:
+            _SHARED_CACHES.pop(next(iter(_SHARED_CACHES)), None)
+        caches = _SHARED_CACHES[config] = ({}, {})
+    return caches
+
+
 class TextAnalyzer(_ByConfig):
     """Turns text into index terms; the one tokenizer of both engines and of queries.
 
@@ -369,8 +386,7 @@ class TextAnalyzer(_ByConfig):
         self._min = config.min_length
         self._max = config.max_length
         self._jieba = _load_jieba() if config.cjk == "jieba" else None
-        self._terms_cache: dict[str, tuple[str, ...]] = {}
-        self._spans_cache: dict[str, tuple[_Span, ...]] = {}
+        self._terms_cache, self._spans_cache = _caches_for(config)
         self._findall = _TOKEN_RE.findall
         self._finditer = _TOKEN_RE.finditer
 
