@@ -30,7 +30,14 @@ from whoosh.util.numeric import _length_byte_cache
 
 from knowledge_agent.search.analysed_batch import gather
 
-__all__ = ["BLOCK_LIMIT", "FieldPostings", "encode_postings", "encode_terms", "length_bytes"]
+__all__ = [
+    "BLOCK_LIMIT",
+    "TERM_INFO",
+    "FieldPostings",
+    "encode_postings",
+    "encode_terms",
+    "length_bytes",
+]
 
 BLOCK_LIMIT = 128  # postings per block: W3Codec's default blocklimit
 _MAGIC = np.frombuffer(b"W3Bl", np.uint8)
@@ -42,7 +49,7 @@ _PROTO, _MARK, _TUPLE, _TUPLE3, _STOP = 0x80, ord("("), ord("t"), 0x87, ord(".")
 _NONE, _FLOAT, _BYTES = ord("N"), ord("G"), ord("B")
 _INT1, _INT2, _INT4 = ord("K"), ord("M"), ord("J")
 
-_VALUE = np.dtype(
+TERM_INFO = np.dtype(
     [
         ("flags", "u1"),
         ("weight", ">f4"),
@@ -142,11 +149,11 @@ def encode_postings(fields: Sequence[FieldPostings]) -> tuple[np.ndarray, np.nda
     """(postings file bytes, term info values) of the fields' postings, in order: all
     fields in one pass, which is what keeps a small batch's write cheap."""
     if not fields:
-        return np.zeros(0, np.uint8), np.zeros(0, _VALUE)
+        return np.zeros(0, np.uint8), np.zeros(0, TERM_INFO)
     starts, docs, weights, all_freqs, valued_term, doc_length_bytes = _joined(fields)
     n_terms = starts.size - 1
     if docs.size == 0:
-        return np.zeros(0, np.uint8), np.zeros(0, _VALUE)
+        return np.zeros(0, np.uint8), np.zeros(0, TERM_INFO)
     df = np.diff(starts)
     n_blocks = -(-df // BLOCK_LIMIT)
     term = np.repeat(np.arange(n_terms), n_blocks)
@@ -230,7 +237,7 @@ def encode_postings(fields: Sequence[FieldPostings]) -> tuple[np.ndarray, np.nda
     p = p + value_bytes
     out[p], out[p + 1] = _TUPLE3, _STOP
 
-    info = np.zeros(n_terms, _VALUE)
+    info = np.zeros(n_terms, TERM_INFO)
     term_start = where[first_block]
     final = first_block + n_blocks - 1
     info["weight"] = np.add.reduceat(weights.astype(np.float64), starts[:-1])
@@ -284,17 +291,17 @@ def encode_terms(
     flat_terms = [term for field in terms for term in field]
     n = len(flat_terms)
     key_len = 2 + np.fromiter(map(len, flat_terms), np.int64, n)
-    record = 8 + key_len + _VALUE.itemsize
+    record = 8 + key_len + TERM_INFO.itemsize
     where = len(_HEADER) + np.cumsum(record) - record
     data_end = len(_HEADER) + int(record.sum())
     out = np.zeros(data_end, np.uint8)
     out[: len(_HEADER)] = np.frombuffer(_HEADER, np.uint8)
-    lengths = np.stack([key_len, np.full(n, _VALUE.itemsize)], 1).astype(">i4")
+    lengths = np.stack([key_len, np.full(n, TERM_INFO.itemsize)], 1).astype(">i4")
     _scatter(out, where, lengths.view(np.uint8).reshape(-1, 8))
     _scatter(out, where + 8, numbers.astype(">u2").view(np.uint8).reshape(-1, 2))
     flat = np.frombuffer(b"".join(flat_terms), np.uint8)
     out[gather(where + 10, key_len - 2)] = flat
-    _scatter(out, where + 8 + key_len, values.view(np.uint8).reshape(-1, _VALUE.itemsize))
+    _scatter(out, where + 8 + key_len, values.view(np.uint8).reshape(-1, TERM_INFO.itemsize))
 
     prefixes = [zlib.crc32(number.to_bytes(2, "big")) for number in range(len(terms))]
     hashes = np.fromiter(

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_agent.search.analysed_batch import gather
+from knowledge_agent.search.whoosh_bulk_terms import TERM_INFO
 
 __all__ = ["SegmentTerms", "read_terms"]
 
@@ -33,20 +34,7 @@ _PROTO, _MARK, _TUPLE, _STOP, _PUT = 0x80, ord("("), ord("t"), ord("."), ord("q"
 _NONE, _FLOAT = ord("N"), ord("G")
 _INT1, _INT2, _INT4 = ord("K"), ord("M"), ord("J")
 _MAGIC = np.frombuffer(b"W3Bl", np.uint8)
-_INFO = np.dtype(
-    [
-        ("flags", "u1"),
-        ("weight", ">f4"),
-        ("df", ">u4"),
-        ("minlength", "u1"),
-        ("maxlength", "u1"),
-        ("maxweight", ">f4"),
-        ("minid", ">u4"),
-        ("maxid", ">u4"),
-        ("offset", ">i8"),
-        ("length", ">i4"),
-    ]
-)
+_INFO = TERM_INFO
 _WIDTH = np.full(256, -1, np.int64)  # payload bytes of an integer opcode; -1: not an integer
 _WIDTH[[_INT1, _INT2, _INT4]] = [1, 2, 4]
 
