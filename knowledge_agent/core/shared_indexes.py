@@ -316,25 +316,6 @@ class SharedIndexes:
                 if self._folder_lock is not None:
                     self._folder_lock.release()
 
-    def _apply_deferred_on_close(self) -> None:
-        if self._folder_lock is not None and not self._folder_lock.try_acquire():
-            logger.info("%d changes are left for the writing process to index", self._deferred)
-            return
-        try:
-            with self.lock:
-                self._write_depth += 1
-                try:
-                    if self._folder_lock is not None:
-                        self._catch_up(opening=False, replay=False)
-                    self._apply()
-                finally:
-                    self._write_depth -= 1
-        except KnowledgeAgentError as exc:
-            logger.warning("could not index the last changes (the next open will): %s", exc)
-        finally:
-            if self._folder_lock is not None:
-                self._folder_lock.release()
-
     def rebuild(self) -> int:
         """Rebuild both indexes from SQLite (inside :meth:`writing`); returns the chunks.
 
@@ -350,7 +331,13 @@ class SharedIndexes:
         """Index this process's deferred writes, then release both indexes; safe to call
         twice. With another process writing, the deferred writes are left to it: its
         commit replays the whole journal."""
-        if self._deferred:
-            self._apply_deferred_on_close()
+        with self.lock:
+            if self._deferred and self._folder_lock is None:
+                self._apply()
+            elif self._deferred and self._folder_lock is not None:
+                if self._folder_lock.try_acquire():
+                    self._caught_up_under_lock(opening=False)
+                else:
+                    logger.info("%d changes are left to the writing process", self._deferred)
         self.keyword_index.close()
         self.semantic_searcher.close()
