@@ -166,22 +166,21 @@ class ProgressPrinter:
     def __init__(self, every: float = 15.0) -> None:
         self.every = every
         self._last = time.perf_counter()
-        self._stored = False
 
     def __call__(self, event: CollectProgress) -> None:
+        # Indexing events come between the files' (a collect indexes as it goes), each
+        # counting the chunks of one index update.
         now = time.perf_counter()
-        if not self._stored and event.done == event.total:
-            self._stored = True  # later events count items written to the indexes
-            log(f"  {event.total:,} files stored in SQLite; updating the indexes")
-        elif now - self._last >= self.every:
-            self._last = now
-            if self._stored:
-                log(f"  indexed {event.done:,}/{event.total:,} items")
-            else:
-                log(
-                    f"  {event.done:,}/{event.total:,} files, "
-                    f"{event.bytes_done / 1e6:.1f}/{event.bytes_total / 1e6:.1f} MB"
-                )
+        if now - self._last < self.every:
+            return
+        self._last = now
+        if event.status == "indexing":
+            log(f"  indexing: {event.done:,}/{event.total:,} chunks of an update")
+        else:
+            log(
+                f"  {event.done:,}/{event.total:,} files, "
+                f"{event.bytes_done / 1e6:.1f}/{event.bytes_total / 1e6:.1f} MB"
+            )
 
 
 def measure_ingest(core: KnowledgeAgentCore, files: Path) -> dict[str, Any]:
