@@ -22,6 +22,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+from knowledge_agent.search import tfidf_collection
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 
@@ -132,6 +133,22 @@ def test_scores_equal_a_fitted_sklearn_tfidf(corpus: list[Pair]) -> None:
         assert got.keys() == want.keys()
         for chunk_id, value in want.items():
             assert got[chunk_id] == pytest.approx(value, abs=1e-5)
+
+
+def test_a_small_collection_scores_exactly_as_with_an_idf_per_column(
+    corpus: list[Pair], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small collection keeps idf for the columns it holds only: the same floats."""
+    queries = ("river mountain mountain", "glacier chlorophyll sunlight", "orchard x")
+    found = []
+    for small in (8, 0):  # 0: always an n_features-long idf
+        monkeypatch.setattr(tfidf_collection, "_SMALL", small)
+        searcher = SemanticSearcher()
+        searcher.fit_chunks(corpus)
+        searcher.update(deletes=[corpus[3][0].id])  # dead rows: columns no live row holds
+        found.append([scores(searcher.search_chunks(terms(q), 1000)) for q in queries])
+        found.append([scores(searcher.search_items(terms(q), 1000)) for q in queries])
+    assert found[:2] == found[2:] and found[0][0]
 
 
 def test_scores_are_cosines_and_identical_text_scores_one(corpus: list[Pair]) -> None:

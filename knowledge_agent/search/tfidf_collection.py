@@ -30,6 +30,7 @@ __all__ = ["Collection", "bump", "merge_start"]
 
 logger = logging.getLogger(__name__)
 
+_SMALL = 8  # a collection with under n_features / _SMALL postings keeps idf per held column
 _PATH_CACHE_LIMIT = 64  # distinct path filters whose verdicts per path are remembered
 
 
@@ -91,7 +92,31 @@ class _View:
     entry: np.ndarray  # global row → (segment, item) entry
     codes: dict[str, np.ndarray]  # per entry
     updated: np.ndarray  # per entry
-    idf: np.ndarray  # float32, n_features
+    idf: _Idf
+
+
+@dataclass(eq=False)
+class _Idf:
+    """The float32 idf of every column (``columns`` None), or of the sorted ``columns`` the
+    segments hold: a small collection has no n_features-long array to fill (4 MB at the
+    default size, and page faults, for every refresh of a knowledge base of a few notes)."""
+
+    values: np.ndarray
+    columns: np.ndarray | None = None
+
+    def of(self, cols: np.ndarray) -> np.ndarray:
+        """The idf of ``cols`` (columns some segment holds)."""
+        if self.columns is None:
+            return self.values[cols]
+        return self.values[np.searchsorted(self.columns, cols)]
+
+    def norms(self, sq: sp.csr_matrix) -> np.ndarray:
+        """Row norms ``sqrt(Σ tf² · idf²)`` of the squared-tf rows ``sq``."""
+        idf2 = self.values * self.values
+        if self.columns is not None:  # the same mat-vec over the held columns only
+            local = np.searchsorted(self.columns, sq.indices)
+            sq = sp.csr_matrix((sq.data, local, sq.indptr), (sq.shape[0], self.columns.size))
+        return np.sqrt(sq @ idf2)
 
 
 class Collection:
@@ -198,16 +223,20 @@ class Collection:
         if self._view is not None:
             return self._view
         # Only the columns some row holds need a log: the others share the df = 0 value.
-        idf = np.full(self.n_features, np.log(1.0 + self.n_live) + 1.0, np.float32)
+        unseen = np.log(1.0 + self.n_live) + 1.0
         nnz = sum(seg.counts.nnz for seg in self.segments)
-        if nnz * 8 < self.n_features:  # few postings: cheaper than a pass over the columns
+        if nnz * _SMALL < self.n_features:  # few postings: the columns held, not all of them
             indices = [seg.counts.indices for seg in self.segments]
-            present = np.unique(np.concatenate(indices)) if indices else np.empty(0, np.int64)
-            present = present[self.df[present] > 0]
+            held = np.unique(np.concatenate(indices)) if indices else np.empty(0, np.int32)
+            values = np.full(held.size, unseen, np.float32)
+            present = np.flatnonzero(self.df[held] > 0)
+            values[present] = np.log((1.0 + self.n_live) / (1.0 + self.df[held[present]])) + 1.0
+            idf = _Idf(values, held)
         else:
+            values = np.full(self.n_features, unseen, np.float32)
             present = np.flatnonzero(self.df)
-        idf[present] = np.log((1.0 + self.n_live) / (1.0 + self.df[present])) + 1.0
-        idf2 = idf * idf
+            values[present] = np.log((1.0 + self.n_live) / (1.0 + self.df[present])) + 1.0
+            idf = _Idf(values)
         for seg in self.segments:
             if seg.postings is None:
                 seg.postings = Postings.build(seg.counts, self.sublinear)
@@ -215,7 +244,7 @@ class Collection:
                 counts = seg.counts
                 tf = tf_weights(counts.data, self.sublinear)
                 seg.sq = sp.csr_matrix((tf * tf, counts.indices, counts.indptr), counts.shape)
-            seg.norms = np.sqrt(seg.sq @ idf2)
+            seg.norms = idf.norms(seg.sq)
         sizes = [seg.n_rows for seg in self.segments]
         entry_base = np.cumsum([0] + [seg.item_ids.size for seg in self.segments])
         segs = self.segments
@@ -258,7 +287,7 @@ class Collection:
         cols, counts = cols[known], counts[known]
         if cols.size == 0:
             return []
-        idf = view.idf[cols].astype(np.float64)
+        idf = view.idf.of(cols).astype(np.float64)
         query = (1.0 + np.log(counts) if self.sublinear else counts) * idf
         query_norm = float(np.sqrt(query @ query))
         coef = query * idf  # document weight is tf · idf: fold the idf into the query side
