@@ -334,7 +334,11 @@ def test_fit_chunks_streams_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     searcher = SemanticSearcher()
     vectorize = searcher._vectorize
     monkeypatch.setattr(
-        searcher, "_vectorize", lambda texts: sizes.append(len(texts)) or vectorize(texts)
+        searcher,
+        "_vectorize",
+        lambda batch, ids, rows, n_rows: (
+            sizes.append(n_rows) or vectorize(batch, ids, rows, n_rows)
+        ),
     )
     assert searcher.fit_chunks(iter(pairs)) == 60
     assert max(sizes) <= 8 and sum(sizes) == 60 + 20

@@ -43,7 +43,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -70,19 +69,6 @@ logger = logging.getLogger(__name__)
 _FIT_BATCH = 2048  # rows vectorised at once by fit_chunks: bounds the texts held in memory
 
 _Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
-
-
-@dataclass(eq=False)
-class TokenRows:
-    """Rows to vectorise: the term ids of an analysed batch and the row of each."""
-
-    batch: AnalysedBatch
-    ids: np.ndarray
-    row: np.ndarray
-    n_rows: int
-
-    def __len__(self) -> int:
-        return self.n_rows
 
 
 class Refit:
@@ -315,7 +301,7 @@ class SemanticSearcher:
         every = [chunk for i in with_chunks.tolist() for chunk in batch.pairs[i][1]]
         row_item = np.repeat(np.arange(with_chunks.size), counts[counts > 0])
         return build_segment(
-            self._vectorize(TokenRows(batch, ids, row, chunks.size)),
+            self._vectorize(batch, ids, row, chunks.size),
             [chunk.id for chunk in every],
             [chunk.chunk_index for chunk in every],
             row_item.tolist(),
@@ -328,23 +314,26 @@ class SemanticSearcher:
         items = [batch.pairs[i][0] for i in keep.tolist()]
         ids, row = batch.item_rows(keep)
         return build_segment(
-            self._vectorize(TokenRows(batch, ids, row, keep.size)),
+            self._vectorize(batch, ids, row, keep.size),
             [item.id for item in items],
             [0] * len(items),
             list(range(len(items))),
             items,
         )
 
-    def _vectorize(self, rows: TokenRows) -> sp.csr_matrix:
-        """Raw term counts per row over hashed columns: ``HashingVectorizer``'s matrix."""
-        columns = rows.batch.feature_columns(self.n_features)[rows.ids].astype(np.int64)
-        keys, counts = np.unique(rows.row * self.n_features + columns, return_counts=True)
+    def _vectorize(
+        self, batch: AnalysedBatch, ids: np.ndarray, rows: np.ndarray, n_rows: int
+    ) -> sp.csr_matrix:
+        """Raw term counts per row over hashed columns (``HashingVectorizer``'s matrix) of
+        the term ids ``ids`` of ``batch``, term ``i`` in row ``rows[i]``."""
+        columns = batch.feature_columns(self.n_features)[ids].astype(np.int64)
+        keys, counts = np.unique(rows * self.n_features + columns, return_counts=True)
         row, column = np.divmod(keys, self.n_features)
-        indptr = np.zeros(len(rows) + 1, np.int64)
-        np.cumsum(np.bincount(row, minlength=len(rows)), out=indptr[1:])
+        indptr = np.zeros(n_rows + 1, np.int64)
+        np.cumsum(np.bincount(row, minlength=n_rows), out=indptr[1:])
         return sp.csr_matrix(
             (counts.astype(np.float32), column.astype(np.int32), indptr),
-            shape=(len(rows), self.n_features),
+            shape=(n_rows, self.n_features),
         )
 
     # -- queries -------------------------------------------------------------------------
