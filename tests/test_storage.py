@@ -301,6 +301,50 @@ def test_duplicate_chunk_index_rolls_back_and_keeps_old_chunks(
     assert storage.last_journal_seq() == seq_before
 
 
+def test_a_write_group_rolls_back_a_failed_write_alone_and_commits_the_rest(
+    db_file: Path,
+) -> None:
+    with SQLiteStorageManager(db_file) as storage:
+        storage.save_item(make_item("a"))
+        storage.save_chunks("a", make_chunks("old", 2))
+        bad = make_chunks("bad", 2)
+        bad[1].chunk_index = 0
+        with pytest.raises(RuntimeError, match="stop"), storage.write_group("test"):
+            storage.save_item_with_chunks(make_item("b"), make_chunks("b", 2))
+            with pytest.raises(StorageError):
+                storage.save_chunks("a", bad)
+            storage.save_item_with_chunks(make_item("c"), make_chunks("c", 1))
+            raise RuntimeError("stop")
+    with SQLiteStorageManager(db_file) as storage:  # what reached the disk
+        assert {item.id for item in storage.list_items()} == {"a", "b", "c"}
+        assert [c.id for c in storage.get_chunks_for_item("a")] == ["old-c0", "old-c1"]
+        assert ("a", "upsert") in journal_ops(storage)
+        assert [op for op in journal_ops(storage) if op[0] in "bc"] == [
+            ("b", "upsert"),
+            ("c", "upsert"),
+        ]
+
+
+def test_a_write_group_holds_other_threads_until_it_commits(db_file: Path) -> None:
+    with SQLiteStorageManager(db_file) as storage:
+        seen: list[int] = []
+        inside = threading.Event()
+
+        def other() -> None:
+            inside.wait(10)
+            seen.append(storage.count_items())  # waits for the group, sees it whole
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        with storage.write_group("test"):
+            storage.save_item(make_item("a"))
+            inside.set()
+            time.sleep(0.05)
+            storage.save_item(make_item("b"))
+        thread.join(10)
+        assert seen == [2]
+
+
 def test_duplicate_chunk_id_rolls_back(storage: SQLiteStorageManager) -> None:
     storage.save_item(make_item("a"))
     storage.save_chunks("a", make_chunks("old", 2))

@@ -159,8 +159,10 @@ def test_deferred_writes_survive_a_crash(tmp_path: Path) -> None:
 
 def test_a_collect_indexes_along_the_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from knowledge_agent.core import knowledge_agent_core
+    from knowledge_agent.ingest import collector
 
     monkeypatch.setattr(knowledge_agent_core, "_INDEX_ALONG_BYTES", 200)
+    monkeypatch.setattr(collector, "_GROUP_FILES", 1)  # a commit per file
     docs = tmp_path / "docs"
     docs.mkdir()
     for n in range(6):

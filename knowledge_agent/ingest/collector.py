@@ -61,6 +61,11 @@ _WINDOW_FILES = 2048
 _WINDOW_BYTES = 16_000_000
 # Jobs sent to a worker at once: fewer round trips for many small files.
 _CHUNK = 4
+# Extracted files stored in one SQLite transaction: at most this many files, bytes or
+# seconds of waiting, so progress and other writers are not held up for long.
+_GROUP_FILES = 256
+_GROUP_BYTES = 4_000_000
+_GROUP_SECONDS = 0.25
 
 # Set by the graceful_interrupts handler on Ctrl-C: runs on any thread stop at their next file.
 _interrupt_requested = threading.Event()
@@ -103,7 +108,7 @@ def _on_sigint(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def _committing() -> Iterator[None]:
-    """One file's commit, its count and its progress event, not split by Ctrl-C."""
+    """A commit, its counts and its progress events, not split by Ctrl-C."""
     state = _commit_state
     state.depth = getattr(state, "depth", 0) + 1
     try:
@@ -202,7 +207,10 @@ def _extract(job: _Job) -> _Outcome:
     if digest == job.known_hash:
         return _Outcome(job.path, digest)
     try:
-        return _Outcome(job.path, digest, document=process_bytes(data, job.path, job.config))
+        document = process_bytes(data, job.path, job.config)
+        # Detected here, in the worker, rather than in the process that writes.
+        document.language = document.language or detect_language(document.content)
+        return _Outcome(job.path, digest, document=document)
     except IngestError as exc:
         return _Outcome(job.path, digest, error=exc)
     except Exception as exc:  # a processor bug must not stop the folder
@@ -391,12 +399,46 @@ class Collector:
         # Closed explicitly: an interrupted run must stop the workers now, not whenever the
         # traceback holding the generator is freed.
         with contextlib.closing(self._extract_all(jobs)) as outcomes:
+            group: list[_Outcome] = []
+            group_bytes = 0
+            started = time.monotonic()
             for outcome in outcomes:
                 _check_interrupt()
-                file, record = records[outcome.path]
-                with _committing():
-                    status = self._store(kb, root, file, record, outcome, report)
-                    step(outcome.path, status, file.size)
+                group.append(outcome)
+                group_bytes += records[outcome.path][0].size
+                if (
+                    len(group) >= _GROUP_FILES
+                    or group_bytes >= _GROUP_BYTES
+                    or time.monotonic() - started >= _GROUP_SECONDS
+                ):
+                    self._store_group(kb, root, records, group, report, step)
+                    group, group_bytes, started = [], 0, time.monotonic()
+            self._store_group(kb, root, records, group, report, step)
+
+    def _store_group(
+        self,
+        kb: str,
+        root: str,
+        records: dict[str, tuple[FoundFile, SourceRecord | None]],
+        group: list[_Outcome],
+        report: CollectReport,
+        step: Callable[[str, str, int], None],
+    ) -> None:
+        """Store extracted files in one transaction; progress once they are committed."""
+        stored: list[tuple[str, str, int]] = []
+        with _committing():
+            try:
+                with self.storage.write_group("collect"):
+                    for outcome in group:
+                        if _interrupt_requested.is_set():
+                            break  # the rest of the group is simply not done yet
+                        file, record = records[outcome.path]
+                        status = self._store(kb, root, file, record, outcome, report)
+                        stored.append((outcome.path, status, file.size))
+            finally:
+                for path, status, size in stored:
+                    step(path, status, size)
+        _check_interrupt()
 
     def _extract_all(self, jobs: list[_Job]) -> Iterator[_Outcome]:
         """Outcomes in job order; worker processes when there are many jobs."""
@@ -526,7 +568,7 @@ class Collector:
             source_uri=path_to_db(str(file.path)),
             content_type=document.content_type,
             doc_type=doc_type_for(file.relative, Path(root).name, self.doc_type_rules),
-            language=document.language or detect_language(document.content),
+            language=document.language,
             tags=list(document.tags),
             metadata=metadata,
             kb=kb,

@@ -286,6 +286,7 @@ class SQLiteStorageManager(SourceTrackingMixin):
         self._db_path = os.fspath(db_path)
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
+        self._grouped = False  # inside write_group(): writes become savepoints
         self._read_only_reason: str | None = None
         if read_only:
             if _is_memory(self._db_path):
@@ -440,6 +441,18 @@ class SQLiteStorageManager(SourceTrackingMixin):
                 f"cannot write {self._db_path} ({operation}): {self._read_only_reason}"
             )
         with self._reading(operation) as conn:
+            if self._grouped:
+                # One all-or-nothing step of the group's transaction.
+                conn.execute("SAVEPOINT write")
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK TO write")
+                        conn.execute("RELEASE write")
+                    raise
+                conn.execute("RELEASE write")
+                return
             # IMMEDIATE takes the write lock up front, so a busy database waits in BEGIN
             # (honouring busy_timeout) instead of failing half-way through.
             conn.execute("BEGIN IMMEDIATE")
@@ -449,6 +462,34 @@ class SQLiteStorageManager(SourceTrackingMixin):
             except BaseException:
                 self._rollback(conn, operation)
                 raise
+
+    @contextmanager
+    def write_group(self, operation: str) -> Iterator[None]:
+        """Commit the writes made inside in one transaction (a commit per file is a third of
+        a folder ingest). Each write stays all-or-nothing on its own: one that fails is
+        rolled back alone, and those that completed are committed even if the block raises.
+        Other threads wait for the group to end, so keep it short."""
+        if self._read_only_reason is not None:
+            raise StorageError(
+                f"cannot write {self._db_path} ({operation}): {self._read_only_reason}"
+            )
+        with self._reading(operation) as conn:
+            if self._grouped:
+                yield
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            self._grouped = True
+            try:
+                yield
+            finally:
+                self._grouped = False
+                try:
+                    # SQLite ends the transaction itself on some errors (a full disk).
+                    if conn.in_transaction:
+                        conn.execute("COMMIT")
+                except BaseException:
+                    self._rollback(conn, operation)
+                    raise
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection, operation: str) -> None:
