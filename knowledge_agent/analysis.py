@@ -105,9 +105,26 @@ def _mark_class() -> str:
 
 _MARKS = _mark_class()
 _W = f"[^\\W{_CJK}]"  # a word character that is not CJK
-_WORD = f"{_W}+(?:[{_MARKS}]+{_W}*)*"
+_PLAIN_WORD = f"{_W}+(?:[{_MARKS}]+{_W}*)*"
 # One pass: a CJK run, or a word optionally continued by ".word" (dotted names, versions).
-_TOKEN_RE = re.compile(f"[{_CJK}]+|{_WORD}(?:\\.{_WORD})*")
+_TOKEN_RE = re.compile(f"[{_CJK}]+|{_PLAIN_WORD}(?:\\.{_PLAIN_WORD})*")
+# Markup inside a word: a mnemonic bracket (E[x]tract, [c]reate, g[z]ipped) or bold
+# (**E**xtract; not a single *, which is multiplication in code). It joins the word only
+# where a word character follows it, so an index (args[0]) or a glob ([ch]) stays apart.
+_INNER_MARKUP = f"(?:\\[{_W}+\\]|\\*{{2,3}}{_W}+\\*{{2,3}})"
+_MARKED_WORD = f"{_INNER_MARKUP}*{_PLAIN_WORD}(?:{_INNER_MARKUP}+{_PLAIN_WORD})*"
+# The same with marked words; a third slower, so used only on a text that has such markup.
+_MARKED_TOKEN_RE = re.compile(f"[{_CJK}]+|{_MARKED_WORD}(?:\\.{_MARKED_WORD})*")
+_MARKED_BRACKET_RE = re.compile(f"\\]{_W}")
+_MARKED_BOLD_RE = re.compile(f"\\*\\*{_W}+\\*\\*{_W}")
+_MARKUP_CHARS_RE = re.compile(r"[\[\]*]")
+
+
+def _has_inner_markup(text: str) -> bool:
+    return bool(
+        ("]" in text and _MARKED_BRACKET_RE.search(text))
+        or ("**" in text and _MARKED_BOLD_RE.search(text))
+    )
 _CJK_CHAR_RE = re.compile(f"[{_CJK}]")
 _SEGMENT_RE = re.compile(r"[^.]+")
 _UNDERSCORE_SPLIT_RE = re.compile(r"[^_]+")
@@ -387,8 +404,6 @@ class TextAnalyzer(_ByConfig):
         self._max = config.max_length
         self._jieba = _load_jieba() if config.cjk == "jieba" else None
         self._terms_cache, self._spans_cache = _caches_for(config)
-        self._findall = _TOKEN_RE.findall
-        self._finditer = _TOKEN_RE.finditer
 
     # -- public API -------------------------------------------------------------------------
 
@@ -398,7 +413,7 @@ class TextAnalyzer(_ByConfig):
         get = self._terms_cache.get
         miss = self._terms_miss
         out: list[str] = []
-        for tok in self._findall(text):
+        for tok in (_MARKED_TOKEN_RE if _has_inner_markup(text) else _TOKEN_RE).findall(text):
             found = get(tok)
             if found is None:
                 found = miss(tok)
@@ -425,7 +440,7 @@ class TextAnalyzer(_ByConfig):
     def _spans(self, text: str) -> Iterator[_Span]:
         """(term, start, end) for every term of ``text``, offsets absolute."""
         cache = self._spans_cache
-        for match in self._finditer(text):
+        for match in (_MARKED_TOKEN_RE if _has_inner_markup(text) else _TOKEN_RE).finditer(text):
             tok = match.group()
             spans = cache.get(tok)
             if spans is None:
@@ -476,6 +491,10 @@ class TextAnalyzer(_ByConfig):
 
     def _word_spans(self, tok: str) -> tuple[_Span, ...]:
         """Terms of one word token (possibly a dotted name), offsets relative to ``tok``."""
+        if "[" in tok or "*" in tok:
+            # The word the markup decorates; each of its terms spans the whole token.
+            bare = _MARKUP_CHARS_RE.sub("", tok)
+            return tuple((term, 0, len(tok)) for term, _, _ in self._word_spans(bare))
         if tok.isascii():
             if tok.isalpha() and (tok.islower() or tok.isupper() or tok[1:].islower()):
                 return tuple(self._word(tok, 0, len(tok)))  # a plain word: the common case

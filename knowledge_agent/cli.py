@@ -866,7 +866,12 @@ end_line (and page, page_end for PDFs)."""
     metavar="N",
     help="Neighbouring chunks shown on each side of a match.",
 )
-@click.option("--min-score", type=float, metavar="F", help="Drop results scoring below F.")
+@click.option(
+    "--min-score",
+    type=click.FloatRange(0, 1),
+    metavar="F",
+    help="Drop results whose confidence (0-1, the same scale for any query) is below F.",
+)
 @click.option(
     "--mode",
     type=click.Choice(SEARCH_MODES),
@@ -914,7 +919,7 @@ def search(
             path_prefix=_scope(scope),
             updated_after=updated_after,
             updated_before=updated_before,
-            min_score=min_score,
+            min_confidence=min_score,
             mode=mode,
         )
     if as_json:

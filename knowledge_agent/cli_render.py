@@ -204,7 +204,7 @@ def _print_result(
     title = Text.assemble(
         (f"{rank}. ", "bold"),
         (item.title or path or item.id, "bold cyan"),
-        (f"  {result.relevance_score:.4f}", DIM),
+        (f"  {result.relevance_score:.4f} · confidence {result.confidence:.2f}", DIM),
     )
     console.print(title)
     best = result.matched_chunks[0] if result.matched_chunks else None

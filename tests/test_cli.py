@@ -465,7 +465,14 @@ def test_search_filters(corpus: tuple[Path, Path]) -> None:
     assert sources("--until", "2000-01-01T00:00:00Z") == set()
     # A date alone in --until includes that whole day.
     assert "deploy.md" in sources("--until", date.today().isoformat())
-    assert sources("--min-score", "2") == set()
+    # --min-score cuts on the confidence, a 0-1 scale.
+    found = as_json(invoke(data, "search", "release restore retry", "--json"))["results"]
+    cut = sorted(result["confidence"] for result in found)[-1]
+    kept = as_json(
+        invoke(data, "search", "release restore retry", "--min-score", str(cut), "--json")
+    )["results"]
+    assert 0 < len(kept) < len(found) and all(r["confidence"] >= cut for r in kept)
+    assert invoke(data, "search", "release", "--min-score", "2").exit_code == 2
     assert as_json(invoke(data, "search", "密码", "--lang", "zh", "--json"))["results"]
 
 

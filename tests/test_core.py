@@ -156,7 +156,13 @@ def test_explanation_highlights_and_matched_fields(
     assert explanation is not None
     assert explanation.matched_terms == {"crack": 2, "ultrason": 1}
     assert explanation.keyword_score > 0 and explanation.semantic_score > 0
-    assert explanation.fused_score == result.relevance_score
+    # The final score: the fusion plus what the passage and document evidence added.
+    details = explanation.details
+    assert details["passage_bonus"] > 0 and details["document_bonus"] > 0
+    assert result.relevance_score == pytest.approx(
+        explanation.fused_score + details["passage_bonus"] + details["document_bonus"]
+    )
+    assert details["confidence"] == result.confidence
     assert explanation.keyword_rank == 1
     assert "**ultrasonic**" in result.highlights[0]
     assert result.matched_fields == ["content"]

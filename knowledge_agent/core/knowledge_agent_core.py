@@ -599,12 +599,15 @@ class KnowledgeAgentCore:
         min_score: float | None = None,
         level: str = "auto",
         mode: str = "hybrid",
+        min_confidence: float | None = None,
     ) -> list[SearchResult]:
         """Search the knowledge base: best items first, each with its best chunks and context.
 
         Filters restrict the search before ranking; ``kb`` and the other name filters take
         one name or several. ``level`` is ``"auto"``, ``"chunk"`` or ``"item"``; ``mode`` is
         ``"hybrid"``, ``"keyword"`` or ``"semantic"``. Any query text is accepted.
+        ``min_confidence`` (0-1) leaves out results that do not answer the query well
+        (see :attr:`SearchResult.confidence`): an empty list then means nothing here matches.
         """
         filters = SearchFilters.build(
             kb=kb,
@@ -627,6 +630,7 @@ class KnowledgeAgentCore:
                 level=level,
                 mode=mode,
                 min_score=min_score,
+                min_confidence=min_confidence,
             )
 
     def status(self) -> IndexStatus:

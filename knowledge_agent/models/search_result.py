@@ -118,6 +118,9 @@ class SearchResult:
 
     item: KnowledgeItem
     relevance_score: float
+    confidence: float = 0.0
+    """How surely this answers the query, 0-1, comparable across queries (relevance_score
+    only orders one query's results)."""
     matched_fields: list[str] = field(default_factory=list)
     highlights: list[str] = field(default_factory=list)
     matched_chunks: list[MatchedChunk] = field(default_factory=list)
@@ -130,6 +133,7 @@ class SearchResult:
         return {
             "item": self.item.to_dict(),
             "relevance_score": self.relevance_score,
+            "confidence": self.confidence,
             "matched_fields": list(self.matched_fields),
             "highlights": list(self.highlights),
             "matched_chunks": [chunk.to_dict() for chunk in self.matched_chunks],
@@ -145,6 +149,7 @@ class SearchResult:
         return cls(
             item=KnowledgeItem.from_dict(data["item"]),
             relevance_score=data["relevance_score"],
+            confidence=data.get("confidence", 0.0),
             matched_fields=list(data.get("matched_fields") or []),
             highlights=list(data.get("highlights") or []),
             matched_chunks=[MatchedChunk.from_dict(c) for c in data.get("matched_chunks") or []],

@@ -23,17 +23,37 @@ class SearchConfig:
     candidates: int = 100
     max_chunks_per_item: int = 3
     max_query_terms: int = 512
+    passage_depth: int = 20
+    """How many of the best fused chunks are re-scored by their best line or sentence."""
+    coverage_weight: float = 0.2
+    """Added × the share of the query's terms (idf-weighted) the chunk's best unit holds."""
+    proximity_weight: float = 0.2
+    """Added × the share of the query's word pairs found together in that unit."""
+    document_weight: float = 0.1
+    """Added × the BM25 of the chunk's whole document, scaled to the best document's."""
     doc_type_weights: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Multiplies the score of items of a doc type (e.g. ``{"adr": 1.2, "draft": 0.5}``)."""
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_METHODS:
             raise ConfigError(f"fusion must be one of {FUSION_METHODS}, got {self.fusion!r}")
-        for name in ("keyword_weight", "semantic_weight"):
+        for name in (
+            "keyword_weight",
+            "semantic_weight",
+            "coverage_weight",
+            "proximity_weight",
+            "document_weight",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
-        for name in ("rrf_k", "candidates", "max_chunks_per_item", "max_query_terms"):
+        for name in (
+            "rrf_k",
+            "candidates",
+            "max_chunks_per_item",
+            "max_query_terms",
+            "passage_depth",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")

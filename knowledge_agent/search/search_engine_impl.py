@@ -31,6 +31,7 @@ from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.fusion import fuse
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.passages import PassageEvidence, confidence, passage_evidence
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import SQLiteStorageManager
@@ -69,7 +70,7 @@ class _Rankings:
     fused: dict[str, float]
     details: dict[str, str]
 
-    def explain(self, key: str, terms: dict[str, int], **details: str) -> ScoreExplanation:
+    def explain(self, key: str, terms: dict[str, int], **details: Any) -> ScoreExplanation:
         return ScoreExplanation(
             matched_terms=terms,
             keyword_score=self.keyword.get(key, 0.0),
@@ -267,14 +268,19 @@ class SearchEngineImpl:
         level: str = "auto",
         mode: str = "hybrid",
         min_score: float | None = None,
+        min_confidence: float | None = None,
     ) -> list[SearchResult]:
         """The best items for ``query``, each with its best chunks and their context.
 
         ``level`` is ``"auto"`` (chunks, or items when no chunk index exists), ``"chunk"``
         or ``"item"``; ``mode`` picks the engines: ``"hybrid"``, ``"keyword"`` or
         ``"semantic"``. Any query text is accepted: text with no searchable terms gives [].
+        ``min_score`` cuts on the ranking score, ``min_confidence`` on
+        :attr:`SearchResult.confidence` (an empty list then means nothing matches well).
         """
         _check_request(query, limit, context_window, level, mode)
+        if min_confidence is not None and not 0 <= min_confidence <= 1:
+            raise QueryError(f"min_confidence must be within 0 and 1, got {min_confidence!r}")
         terms = self.analyzer.terms(query)[: self.config.max_query_terms]
         if not terms or limit == 0:
             return []
@@ -283,13 +289,13 @@ class SearchEngineImpl:
             try:
                 if level == "chunk" or self.has_chunk_index():
                     return self._chunk_search(
-                        terms, limit, context_window, filters, mode, min_score
+                        terms, limit, context_window, filters, mode, min_score, min_confidence
                     )
             except SearchIndexError:
                 if level == "chunk":
                     raise
                 logger.warning("chunk index unavailable; searching items", exc_info=True)
-        return self._item_search(terms, limit, filters, mode, min_score)
+        return self._item_search(terms, limit, filters, mode, min_score, min_confidence)
 
     def _candidate_count(self, limit: int) -> int:
         return max(self.config.candidates, limit * self.config.max_chunks_per_item * 2)
@@ -322,6 +328,7 @@ class SearchEngineImpl:
         filters: SearchFilters,
         mode: str,
         min_score: float | None,
+        min_confidence: float | None,
     ) -> list[SearchResult]:
         count = self._candidate_count(limit)
         located: dict[str, tuple[str, int]] = {}
@@ -336,7 +343,11 @@ class SearchEngineImpl:
             locate,
             mode,
         )
-        fused = rankings.fused
+        idf = self.keyword_index.idf(terms)
+        fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf)
+        documents = self._document_shares(terms, count, filters)
+        fused = self._with_document_evidence(fused, documents, located)
+        best_possible = self.keyword_index.best_possible_score(terms, idf)
 
         candidates: dict[str, _Candidate] = {}
         for chunk_id, score in fused.items():
@@ -372,6 +383,15 @@ class SearchEngineImpl:
                 if item is None or not matched:
                     continue
                 best_score, best = matched[0]
+                sure = confidence(
+                    rankings.keyword.get(best.id, 0.0) / best_possible
+                    if rankings.keyword and best_possible > 0
+                    else None,
+                    evidence.get(best.id)
+                    or passage_evidence(terms, best.content, idf, self.analyzer),
+                )
+                if min_confidence is not None and sure < min_confidence:
+                    continue
                 found = FieldMatches(
                     self.analyzer,
                     terms,
@@ -381,12 +401,18 @@ class SearchEngineImpl:
                     SearchResult(
                         item=item,
                         relevance_score=best_score,
+                        confidence=sure,
                         matched_fields=found.fields(),
                         highlights=[highlight(c.content, terms, self.analyzer) for _, c in matched],
                         matched_chunks=[MatchedChunk.from_chunk(c, score) for score, c in matched],
                         context_chunks=self._context(item.id, matched, context_window),
                         explanation=rankings.explain(
-                            best.id, found.terms("heading", "content"), chunk_id=best.id
+                            best.id,
+                            found.terms("heading", "content"),
+                            chunk_id=best.id,
+                            **self._evidence_details(
+                                evidence.get(best.id), documents.get(item.id, 0.0), sure
+                            ),
                         ),
                         search_mode="chunk",
                     )
@@ -394,6 +420,70 @@ class SearchEngineImpl:
                 if len(results) == limit:
                     return results
         return results
+
+    def _with_passage_evidence(
+        self, fused: dict[str, float], terms: list[str], idf: dict[str, float]
+    ) -> tuple[dict[str, float], dict[str, PassageEvidence]]:
+        """``fused`` with the best chunks' passage evidence added (best first again), and
+        that evidence by chunk id."""
+        config = self.config
+        if not fused or not (config.coverage_weight or config.proximity_weight):
+            return fused, {}
+        top = list(fused)[: config.passage_depth]
+        evidence = {
+            chunk_id: passage_evidence(terms, chunk.content, idf, self.analyzer)
+            for chunk_id, chunk in self.storage.get_chunks(top).items()
+        }
+        scores = dict(fused)
+        for chunk_id, found in evidence.items():
+            scores[chunk_id] += found.score(config.coverage_weight, config.proximity_weight)
+        return dict(sorted(scores.items(), key=lambda entry: -entry[1])), evidence
+
+    def _document_shares(
+        self, terms: list[str], count: int, filters: SearchFilters
+    ) -> dict[str, float]:
+        """Each best item's whole-document BM25 over the best one's (when it is weighed)."""
+        if not self.config.document_weight or not self.keyword_index.has_item_index():
+            return {}
+        hits = self.keyword_index.search_items(terms, count, filters)
+        if not hits or hits[0].score <= 0:
+            return {}
+        return {hit.item_id: hit.score / hits[0].score for hit in hits}
+
+    def _with_document_evidence(
+        self,
+        fused: dict[str, float],
+        documents: dict[str, float],
+        located: dict[str, tuple[str, int]],
+    ) -> dict[str, float]:
+        """``fused`` plus document_weight × the chunk's document share: the answer is
+        usually in the document that matches the whole query best."""
+        weight = self.config.document_weight
+        if not fused or not documents:
+            return fused
+        scores = {
+            chunk_id: score + weight * documents.get(located[chunk_id][0], 0.0)
+            for chunk_id, score in fused.items()
+        }
+        return dict(sorted(scores.items(), key=lambda entry: -entry[1]))
+
+    def _evidence_details(
+        self, evidence: PassageEvidence | None, document_share: float, sure: float
+    ) -> dict[str, Any]:
+        """What the re-scoring added to the fused score (before any doc-type weight)."""
+        config = self.config
+        passage = 0.0
+        if evidence is not None:
+            passage = evidence.score(config.coverage_weight, config.proximity_weight)
+        details: dict[str, Any] = {
+            "passage_bonus": passage,
+            "document_bonus": config.document_weight * document_share,
+            "confidence": sure,
+        }
+        if evidence is not None:
+            details["passage_coverage"] = evidence.coverage
+            details["passage_proximity"] = evidence.proximity
+        return details
 
     def _doc_type_weights(self, item_ids: Iterable[str]) -> dict[str, float]:
         """The configured weight of each item whose doc type has one other than 1."""
@@ -428,8 +518,10 @@ class SearchEngineImpl:
         filters: SearchFilters,
         mode: str,
         min_score: float | None,
+        min_confidence: float | None,
     ) -> list[SearchResult]:
-        """The item-level fallback (R5.5): whole documents, no chunk lists (R6.4)."""
+        """The item-level fallback (R5.5): whole documents, no chunk lists (R6.4); the
+        confidence is the item's BM25 over the best the query could reach."""
         count = self._candidate_count(limit)
         rankings = self._rankings(
             lambda: self.keyword_index.search_items(terms, count, filters),
@@ -443,6 +535,9 @@ class SearchEngineImpl:
         ranked = sorted(fused.items(), key=lambda entry: -entry[1])
         if min_score is not None:
             ranked = [(item_id, score) for item_id, score in ranked if score >= min_score]
+        best_possible = self.keyword_index.best_possible_score(
+            terms, self.keyword_index.idf(terms, items=True)
+        )
         results: list[SearchResult] = []
         for start in range(0, len(ranked), limit):
             page = ranked[start : start + limit]
@@ -451,6 +546,14 @@ class SearchEngineImpl:
                 item = items.get(item_id)
                 if item is None:
                     continue
+                sure = confidence(
+                    rankings.keyword.get(item_id, 0.0) / best_possible
+                    if rankings.keyword and best_possible > 0
+                    else None,
+                    None,
+                )
+                if min_confidence is not None and sure < min_confidence:
+                    continue
                 found = FieldMatches(
                     self.analyzer, terms, {"title": item.title, "content": item.content}
                 )
@@ -458,6 +561,7 @@ class SearchEngineImpl:
                     SearchResult(
                         item=item,
                         relevance_score=score,
+                        confidence=sure,
                         matched_fields=found.fields(),
                         highlights=[highlight(item.content, terms, self.analyzer)],
                         explanation=rankings.explain(item_id, found.terms("title", "content")),

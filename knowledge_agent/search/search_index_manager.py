@@ -565,6 +565,32 @@ class SearchIndexManager:
             for score, fields_ in self._search(self._chunks, terms, limit, filters)
         ]
 
+    def idf(self, terms: Iterable[str], *, items: bool = False) -> dict[str, float]:
+        """The BM25 idf of each term over the chunks' (or items') text; 0 for a term none has."""
+        with self._lock:
+            searcher = self._searcher(self._items if items else self._chunks)
+            field = searcher.schema["content"]
+            found: dict[str, float] = {}
+            for term in terms:
+                if term not in found:
+                    try:
+                        btext = field.to_bytes(term)
+                    except ValueError:
+                        found[term] = 0.0
+                        continue
+                    present = searcher.doc_frequency("content", btext) > 0
+                    found[term] = float(searcher.idf("content", btext)) if present else 0.0
+            return found
+
+    def best_possible_score(self, terms: Sequence[str], idf: Mapping[str, float]) -> float:
+        """The BM25 a text would score if it held every term as often as counts can help:
+        the yardstick that makes a score comparable across queries."""
+        saturated = self._weighting.K1 + 1
+        boost = self.field_boosts["content"]
+        return sum(count * idf.get(term, 0.0) for term, count in _term_weights(terms).items()) * (
+            saturated * boost
+        )
+
     def search_items(
         self, terms: Sequence[str], limit: int, filters: SearchFilters | None = None
     ) -> list[ItemHit]:

@@ -91,7 +91,12 @@ ContextWindow = Annotated[
 ]
 MinScore = Annotated[
     float | None,
-    Field(ge=0, description="Leave out documents scoring below this (scores run 0-1, best 1)."),
+    Field(
+        ge=0,
+        le=1,
+        description="Leave out documents whose confidence is below this (0-1, the same scale "
+        "for any query; about 0.3 leaves out what does not really match).",
+    ),
 ]
 MaxTokens = Annotated[
     int,
@@ -283,6 +288,7 @@ def _result_view(result: SearchResult, *, explain: bool) -> dict[str, Any]:
     path = _path(result.item)
     view = _item_view(result.item)
     view["score"] = round(result.relevance_score, 4)
+    view["confidence"] = round(result.confidence, 4)
     view["matched_chunks"] = [_chunk_view(c, path, matched=True) for c in result.matched_chunks]
     view["context_chunks"] = [_chunk_view(c, path, matched=False) for c in result.context_chunks]
     if result.search_mode == "item":
@@ -319,9 +325,11 @@ def _search(
     _bounded("context_window", context_window, 0, MAX_CONTEXT_WINDOW)
     _bounded("max_tokens", max_tokens, MIN_MAX_TOKENS, MAX_MAX_TOKENS)
     if min_score is not None and (
-        isinstance(min_score, bool) or not isinstance(min_score, (int, float)) or min_score < 0
+        isinstance(min_score, bool)
+        or not isinstance(min_score, (int, float))
+        or not 0 <= min_score <= 1
     ):
-        raise QueryError(f"min_score must be a number >= 0, got {min_score!r}")
+        raise QueryError(f"min_score must be a number within 0 and 1, got {min_score!r}")
     scopes = [(p, g) for p in prefixes or [None] for g in globs or [None]]
     if len(scopes) > MAX_SCOPES:
         raise QueryError(f"at most {MAX_SCOPES} path prefix × file pattern combinations")
@@ -331,7 +339,7 @@ def _search(
             query,
             limit=limit,
             context_window=context_window,
-            min_score=min_score,
+            min_confidence=min_score,
             path_prefix=prefix,
             path_glob=glob,
             **filters,
