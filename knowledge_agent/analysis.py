@@ -125,6 +125,8 @@ def _has_inner_markup(text: str) -> bool:
         ("]" in text and _MARKED_BRACKET_RE.search(text))
         or ("**" in text and _MARKED_BOLD_RE.search(text))
     )
+
+
 _CJK_CHAR_RE = re.compile(f"[{_CJK}]")
 _SEGMENT_RE = re.compile(r"[^.]+")
 _UNDERSCORE_SPLIT_RE = re.compile(r"[^_]+")

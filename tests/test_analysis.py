@@ -129,6 +129,46 @@ def test_lowercase_spelling_of_identifier_meets_it(analyzer: TextAnalyzer) -> No
     assert analyzer.terms("runningtasks")[0] in analyzer.terms("runningTasks")
 
 
+# --------------------------------------------------------------------------- markup in words
+
+
+def test_mnemonic_brackets_do_not_cut_words(analyzer: TextAnalyzer) -> None:
+    marked = "E[x]tract a (compressed) archive [f]ile into the target directory"
+    assert analyzer.terms(marked) == analyzer.terms(
+        "Extract a compressed archive file into the target directory"
+    )
+    assert analyzer.terms("[f]or[w]ar[d]s e[xp]i[r]ation") == analyzer.terms("forwards expiration")
+
+
+def test_bold_inside_a_word_does_not_cut_it(analyzer: TextAnalyzer) -> None:
+    assert analyzer.terms("**E**xtract and re**move**d") == analyzer.terms("Extract and removed")
+
+
+def test_a_marked_word_spans_its_markup(analyzer: TextAnalyzer) -> None:
+    text = "Lis[t] then E[x]tract"
+    spans = [(token.text, text[token.start : token.end]) for token in analyzer.tokens(text)]
+    assert ("extract", "E[x]tract") in spans
+
+
+def test_indexes_globs_and_products_stay_apart(analyzer: TextAnalyzer) -> None:
+    # Markup joins a word only where a word character follows it.
+    assert analyzer.terms("args[0] list[str]") == analyzer.terms("args 0 list str")
+    assert analyzer.terms("m*n x * y") == ["m", "n", "x", "y"]
+    assert analyzer.terms("- [x] done") == analyzer.terms("x done")
+
+
+@given(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=3, max_size=12),
+    st.data(),
+)
+def test_a_bracketed_letter_run_inside_a_word_is_the_word(word: str, data: st.DataObject) -> None:
+    analyzer = TextAnalyzer()
+    start = data.draw(st.integers(0, len(word) - 2))
+    end = data.draw(st.integers(start + 1, len(word) - 1))  # a letter follows the bracket
+    marked = f"{word[:start]}[{word[start:end]}]{word[end:]}"
+    assert analyzer.terms(f"see {marked} here") == analyzer.terms(f"see {word} here")
+
+
 def test_snake_case_identifier(analyzer: TextAnalyzer) -> None:
     assert analyzer.terms("snake_case_name") == ["snake_case_name", "snake", "case", "name"]
 

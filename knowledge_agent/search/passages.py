@@ -15,6 +15,7 @@ the best BM25 the query could reach they also make a result's :func:`confidence`
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ def passage_evidence(
     """The evidence of the unit of ``text`` that scores best for the analysed query ``terms``."""
     wanted = {term: max(idf.get(term, 0.0), 0.0) for term in terms}
     total = sum(wanted.values())
-    pairs = [(a, b) for a, b in zip(terms, terms[1:], strict=False) if a != b]
+    pairs = [(a, b) for a, b in itertools.pairwise(terms) if a != b]
     pair_weights = [min(wanted[a], wanted[b]) for a, b in pairs]
     pair_total = sum(pair_weights)
     best = PassageEvidence(0.0, 0.0, 0, 0)
@@ -103,7 +104,8 @@ def passage_evidence(
             )
             proximity = near / pair_total
         if coverage + proximity > best_score:
-            best, best_score = PassageEvidence(coverage, proximity, start, end), coverage + proximity
+            best = PassageEvidence(coverage, proximity, start, end)
+            best_score = coverage + proximity
     return best
 
 

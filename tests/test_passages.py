@@ -1,0 +1,179 @@
+"""Passage evidence, document evidence and the confidence of a result."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.errors import QueryError
+from knowledge_agent.search.passages import PassageEvidence, confidence, passage_evidence, units
+
+ANALYZER = TextAnalyzer()
+
+# tldr pages (CC BY 4.0), as they are written: mnemonic brackets inside the words.
+PAGES = {
+    "tar": """# tar
+
+> Archiving utility.
+> Often combined with a compression method, such as `gzip` or `bzip2`.
+
+- [c]reate an archive and write it to a [f]ile:
+
+`tar cf {{path/to/target.tar}} {{path/to/file1 path/to/file2 ...}}`
+
+- E[x]tract a (compressed) archive [f]ile into the current directory [v]erbosely:
+
+`tar xvf {{path/to/source.tar[.gz|.bz2|.xz]}}`
+
+- E[x]tract a (compressed) archive [f]ile into the target directory:
+
+`tar xf {{path/to/source.tar[.gz|.bz2|.xz]}} {{[-C|--directory]}} {{path/to/directory}}`
+""",
+    "unzip": """# unzip
+
+> Extract files/directories from ZIP archives.
+
+- Extract all files/directories from specific archives into the current directory:
+
+`unzip {{path/to/archive1.zip path/to/archive2.zip ...}}`
+
+- Extract files/directories from archives to a specific path:
+
+`unzip {{path/to/archive1.zip path/to/archive2.zip ...}} -d {{path/to/output}}`
+
+- Extract a compressed file into a target directory, listing each file:
+
+`unzip -v {{path/to/archive.zip}} -d {{path/to/directory}}`
+""",
+    "dtrx": """# dtrx
+
+> An intelligent archive extraction tool.
+
+- Extract an archive into the current directory:
+
+`dtrx {{path/to/archive}}`
+
+- Extract an archive quietly into the current directory:
+
+`dtrx {{[-q|--quiet]}} {{path/to/archive}}`
+""",
+    "pax": """# pax
+
+> Archiving and copying utility.
+
+- Extract a compressed archive into the current directory:
+
+`pax -r -z -f {{path/to/archive.tar.gz}}`
+
+- Copy files into a target directory, keeping the archive file untouched:
+
+`pax -rw {{path/to/file}} {{path/to/target_directory}}`
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def pages() -> Iterator[KnowledgeAgentCore]:
+    with KnowledgeAgentCore() as core:
+        for name, text in PAGES.items():
+            core.add_text(text, title=name, source_uri=f"pages/{name}.md")
+        yield core
+
+
+def evidence(query: str, text: str) -> PassageEvidence:
+    terms = ANALYZER.terms(query)
+    return passage_evidence(terms, text, dict.fromkeys(terms, 1.0), ANALYZER)
+
+
+# -- units and evidence ---------------------------------------------------------------------
+
+
+def test_units_are_lines_and_sentences() -> None:
+    text = "- First item:\n\n`cmd one`\n\nA sentence here. Another one! Last"
+    assert [text[s:e].strip() for s, e in units(text)] == [
+        "- First item:",
+        "`cmd one`",
+        "A sentence here.",
+        "Another one!",
+        "Last",
+    ]
+
+
+def test_the_line_holding_the_query_gives_full_evidence() -> None:
+    found = evidence("restart the nginx service", "- List units\n\n- Restart the nginx service:")
+    assert (found.coverage, found.proximity) == (1.0, 1.0)
+
+
+def test_scattered_words_cover_the_query_but_are_not_near() -> None:
+    found = evidence(
+        "restart nginx service", "Restart everything, then nginx, then wait, and stop each service."
+    )
+    assert found.coverage == 1.0 and found.proximity == 0.0
+
+
+def test_evidence_counts_query_terms_by_idf() -> None:
+    terms = ANALYZER.terms("rare common")
+    found = passage_evidence(terms, "common words only", {"rare": 3.0, "common": 1.0}, ANALYZER)
+    assert found.coverage == pytest.approx(0.25)
+
+
+@given(st.text(max_size=80), st.text(max_size=300))
+def test_evidence_and_confidence_stay_within_0_and_1(query: str, text: str) -> None:
+    found = evidence(query, text)
+    assert 0 <= found.coverage <= 1 and 0 <= found.proximity <= 1
+    assert 0 <= found.start <= found.end <= len(text)
+    for share in (None, -1.0, 0.0, 0.4, 7.0):
+        assert 0 <= confidence(share, found) <= 1
+    assert 0 <= confidence(0.5, None) <= 1
+
+
+# -- ranking --------------------------------------------------------------------------------
+
+
+def test_a_page_that_says_it_in_one_line_ranks_first(pages: KnowledgeAgentCore) -> None:
+    query = "Extract a compressed archive file into the target directory"
+    results = pages.search(query, limit=4)
+    assert results[0].item.title == "tar"
+    assert "target directory" in results[0].matched_chunks[0].content
+
+
+def test_passage_evidence_is_part_of_the_score() -> None:
+    with KnowledgeAgentCore(search_config={"coverage_weight": 0, "proximity_weight": 0}) as core:
+        for name, text in PAGES.items():
+            core.add_text(text, title=name)
+        plain = core.search("Extract a compressed archive file into the target directory")
+    details = plain[0].explanation.details if plain[0].explanation else {}
+    assert details["passage_bonus"] == 0
+
+
+# -- confidence -----------------------------------------------------------------------------
+
+
+def test_an_unrelated_question_has_a_low_confidence(pages: KnowledgeAgentCore) -> None:
+    good = pages.search("extract an archive into the current directory")[0].confidence
+    unrelated = pages.search("what is the weather like in paris and how do I bake a cake")
+    assert good > 0.5
+    assert all(result.confidence < 0.3 for result in unrelated)
+    # Words the base does not have at all count against it.
+    assert pages.search("weather in paris and the archive", min_confidence=0.5) == []
+    kept = pages.search("extract an archive into the current directory", min_confidence=0.5)
+    assert kept and all(result.confidence >= 0.5 for result in kept)
+
+
+def test_confidence_at_item_level_is_the_share_of_the_best_bm25(
+    pages: KnowledgeAgentCore,
+) -> None:
+    results = pages.search("extract archive directory", level="item")
+    assert results and all(0 < result.confidence <= 1 for result in results)
+    assert results == sorted(results, key=lambda result: -result.relevance_score)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5])
+def test_min_confidence_out_of_range_is_refused(pages: KnowledgeAgentCore, bad: float) -> None:
+    with pytest.raises(QueryError, match="min_confidence"):
+        pages.search("archive", min_confidence=bad)
