@@ -60,6 +60,7 @@ from whoosh.analysis import Token as _WhooshToken
 from knowledge_agent.errors import ConfigError
 
 __all__ = [
+    "CJK_CHARACTERS",
     "DEFAULT_STOP_WORDS",
     "AnalyzerConfig",
     "TextAnalyzer",
@@ -82,6 +83,8 @@ _HAN = "\u3005-\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U000323a
 _KANA = "\u3041-\u309f\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\uff66-\uff9f"
 _HANGUL = "\u1100-\u11ff\u3131-\u318e\ua960-\ua97f\uac00-\ud7a3\ud7b0-\ud7ff\uffa0-\uffdc"
 _CJK = _HAN + _KANA + _HANGUL
+CJK_CHARACTERS = _CJK
+"""Han, Kana and Hangul as the body of a regular-expression character class."""
 
 
 def _mark_class() -> str:

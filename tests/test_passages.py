@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import QueryError
+from knowledge_agent.search.expansion import expanded_query
 from knowledge_agent.search.passages import PassageEvidence, confidence, passage_evidence, units
 
 ANALYZER = TextAnalyzer()
@@ -116,6 +117,14 @@ def test_scattered_words_cover_the_query_but_are_not_near() -> None:
     assert found.coverage == 1.0 and found.proximity == 0.0
 
 
+def test_overlapping_cjk_bigrams_are_not_pairs() -> None:
+    # Within one run, nearness of its bigrams is coverage already; separate words pair up.
+    run = evidence("如何重置密码", "如何重置密码。")
+    assert (run.coverage, run.proximity) == (1.0, 0.0)
+    words = evidence("重置 密码", "请重置密码。")
+    assert (words.coverage, words.proximity) == (1.0, 1.0)
+
+
 def test_evidence_counts_query_terms_by_idf() -> None:
     terms = ANALYZER.terms("rare common")
     found = passage_evidence(terms, "common words only", {"rare": 3.0, "common": 1.0}, ANALYZER)
@@ -177,3 +186,36 @@ def test_confidence_at_item_level_is_the_share_of_the_best_bm25(
 def test_min_confidence_out_of_range_is_refused(pages: KnowledgeAgentCore, bad: float) -> None:
     with pytest.raises(QueryError, match="min_confidence"):
         pages.search("archive", min_confidence=bad)
+
+
+# -- query expansion (RM3, opt-in) ----------------------------------------------------------
+
+
+def test_expanded_query_keeps_the_query_and_adds_the_first_hits_words() -> None:
+    feedback = [(2.0, ["wing", "flutter", "flutter", "panel"]), (1.0, ["wing", "buckle"])]
+    weights = expanded_query(["wing", "load"], feedback, 2, 0.5)
+    assert weights["wing"] == 1.0 and weights["load"] == 1.0
+    assert set(weights) == {"wing", "load", "flutter", "panel"}  # the two strongest new words
+    # The added words share as much weight as the query's own (original weight 0.5).
+    assert sum(weights.values()) == pytest.approx(4.0)
+    assert expanded_query(["wing"], [], 5, 0.5) == {"wing": 1.0}
+
+
+def test_a_widened_query_reaches_a_page_that_shares_only_the_topic() -> None:
+    texts = {
+        "a": "Aeroelastic flutter of thin panels at supersonic speed; panel flutter boundaries.",
+        "b": "Panel flutter boundaries were measured for thin panels in the wind tunnel.",
+        "c": "Boundaries of supersonic flutter for thin plates.",
+        "d": "Cooking pasta in salted boiling water.",
+    }
+
+    def found(config: dict[str, object]) -> list[str]:
+        with KnowledgeAgentCore(search_config=config) as core:
+            for name, text in texts.items():
+                core.add_text(text, title=name)
+            results = core.search("aeroelastic panels problems", limit=4)
+            return [result.item.title for result in results]
+
+    assert "c" not in found({})
+    widened = found({"expansion_terms": 5, "expansion_gate": 1.0})
+    assert "c" in widened and "d" not in widened

@@ -25,12 +25,23 @@ class SearchConfig:
     max_query_terms: int = 512
     passage_depth: int = 20
     """How many of the best fused chunks are re-scored by their best line or sentence."""
-    coverage_weight: float = 0.2
+    coverage_weight: float = 0.1
     """Added × the share of the query's terms (idf-weighted) the chunk's best unit holds."""
     proximity_weight: float = 0.2
     """Added × the share of the query's word pairs found together in that unit."""
     document_weight: float = 0.1
     """Added × the BM25 of the chunk's whole document, scaled to the best document's."""
+    expansion_terms: int = 0
+    """Words of the first hits added to a query whose first pass found no confident match
+    (pseudo-relevance feedback, RM3); 0 turns it off."""
+    expansion_gate: float = 0.5
+    """A query is widened only when its best first-pass confidence is below this …"""
+    expansion_min_terms: int = 1
+    """… and it has at least this many distinct terms."""
+    expansion_original_weight: float = 0.5
+    """The share of the query's own terms in a widened query."""
+    feedback_chunks: int = 5
+    """How many first-pass chunks the added words are taken from."""
     doc_type_weights: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Multiplies the score of items of a doc type (e.g. ``{"adr": 1.2, "draft": 0.5}``)."""
 
@@ -53,10 +64,24 @@ class SearchConfig:
             "max_chunks_per_item",
             "max_query_terms",
             "passage_depth",
+            "feedback_chunks",
+            "expansion_min_terms",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if isinstance(self.expansion_terms, bool) or not isinstance(self.expansion_terms, int):
+            raise ConfigError(f"expansion_terms must be an integer, got {self.expansion_terms!r}")
+        if self.expansion_terms < 0:
+            raise ConfigError(f"expansion_terms must be >= 0, got {self.expansion_terms!r}")
+        for name in ("expansion_gate", "expansion_original_weight"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value <= 1
+            ):
+                raise ConfigError(f"{name} must be a number within 0 and 1, got {value!r}")
         if not isinstance(self.doc_type_weights, Mapping):
             raise ConfigError(f"doc_type_weights must be a mapping, got {self.doc_type_weights!r}")
         for doc_type, weight in self.doc_type_weights.items():

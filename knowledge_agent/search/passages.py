@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.analysis import CJK_CHARACTERS, TextAnalyzer
 
 __all__ = ["PAIR_WINDOW", "PassageEvidence", "confidence", "passage_evidence", "units"]
 
@@ -28,6 +28,7 @@ PAIR_WINDOW = 2
 # A unit ends at a line break, or after a sentence end followed by a space.
 _UNIT_RE = re.compile(r"[^\n]+?(?:[.!?。！？；;](?=\s)|[。！？]|$)", re.MULTILINE)
 _UNIT_MIN_CHARS = 3
+_CJK_RE = re.compile(f"[{CJK_CHARACTERS}]")
 # Share of the keyword evidence in a confidence; the passage evidence has the rest. Measured
 # on queries against their own corpus and against another (benchmarks/quality.py).
 _KEYWORD_SHARE = 0.7
@@ -80,7 +81,7 @@ def passage_evidence(
     """The evidence of the unit of ``text`` that scores best for the analysed query ``terms``."""
     wanted = {term: max(idf.get(term, 0.0), 0.0) for term in terms}
     total = sum(wanted.values())
-    pairs = [(a, b) for a, b in itertools.pairwise(terms) if a != b]
+    pairs = [(a, b) for a, b in itertools.pairwise(terms) if a != b and not _overlap(a, b)]
     pair_weights = [min(wanted[a], wanted[b]) for a, b in pairs]
     pair_total = sum(pair_weights)
     best = PassageEvidence(0.0, 0.0, 0, 0)
@@ -107,6 +108,18 @@ def passage_evidence(
             best = PassageEvidence(coverage, proximity, start, end)
             best_score = coverage + proximity
     return best
+
+
+def _overlap(first: str, second: str) -> bool:
+    """Whether two terms are overlapping CJK bigrams of one run (如何, 何重): near each other
+    they only repeat what coverage says, and they made question words (什么, 哪些) count as
+    phrases (CMRC 2018 R@1 0.971 with them, 0.980 without)."""
+    return (
+        len(first) == len(second) == 2
+        and first[1] == second[0]
+        and not first.isascii()
+        and _CJK_RE.match(first) is not None
+    )
 
 
 def _follows(first: list[int] | None, second: list[int] | None) -> bool:

@@ -27,6 +27,7 @@ from knowledge_agent.models import (
 )
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
 from knowledge_agent.search.config import SearchConfig
+from knowledge_agent.search.expansion import expanded_query
 from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.fusion import fuse
@@ -345,9 +346,22 @@ class SearchEngineImpl:
         )
         idf = self.keyword_index.idf(terms)
         fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf)
+        best_possible = self.keyword_index.best_possible_score(terms, idf)
+        # Confidence is judged on the query as asked, even when it is widened below.
+        first_keyword = rankings.keyword
+        first_fused = fused
+        widened = self._widened(terms, rankings, fused, evidence, idf, best_possible)
+        if widened is not None:
+            rankings = self._rankings(
+                lambda: self.keyword_index.search_chunks(widened, count, filters),
+                lambda: self.semantic_searcher.search_chunks(terms, count, 0.0, filters),
+                locate,
+                mode,
+            )
+            rankings.details["expanded_with"] = [t for t in widened if t not in terms]
+            fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf)
         documents = self._document_shares(terms, count, filters)
         fused = self._with_document_evidence(fused, documents, located)
-        best_possible = self.keyword_index.best_possible_score(terms, idf)
 
         candidates: dict[str, _Candidate] = {}
         for chunk_id, score in fused.items():
@@ -356,12 +370,18 @@ class SearchEngineImpl:
         for item_id, weight in self._doc_type_weights(candidates).items():
             chunks = candidates[item_id].chunks
             chunks[:] = [(score * weight, chunk_id) for score, chunk_id in chunks]
+        # A document ranks by its best chunk; when the query was widened, which of its
+        # chunks answer is still judged on the query as asked.
+        document_score = {item_id: max(c.chunks)[0] for item_id, c in candidates.items()}
+        as_asked = first_fused if first_fused is not fused else {}
         for candidate in candidates.values():
-            candidate.chunks.sort(key=lambda entry: (-entry[0], located[entry[1]][1]))
+            candidate.chunks.sort(
+                key=lambda entry: (-as_asked.get(entry[1], 0.0), -entry[0], located[entry[1]][1])
+            )
             del candidate.chunks[self.config.max_chunks_per_item :]
         # A stable sort on the score alone: ties keep the engines' order, which follows the
         # index order, so the same corpus and query give the same results every run.
-        ranked = sorted(candidates.values(), key=lambda candidate: -candidate.score)
+        ranked = sorted(candidates.values(), key=lambda c: -document_score[c.item_id])
         if min_score is not None:
             ranked = [candidate for candidate in ranked if candidate.score >= min_score]
 
@@ -383,12 +403,8 @@ class SearchEngineImpl:
                 if item is None or not matched:
                     continue
                 best_score, best = matched[0]
-                sure = confidence(
-                    rankings.keyword.get(best.id, 0.0) / best_possible
-                    if rankings.keyword and best_possible > 0
-                    else None,
-                    evidence.get(best.id)
-                    or passage_evidence(terms, best.content, idf, self.analyzer),
+                sure = self._confidence(
+                    first_keyword, best.id, best.content, terms, idf, best_possible, evidence
                 )
                 if min_confidence is not None and sure < min_confidence:
                     continue
@@ -420,6 +436,55 @@ class SearchEngineImpl:
                 if len(results) == limit:
                     return results
         return results
+
+    def _confidence(
+        self,
+        keyword: dict[str, float],
+        chunk_id: str,
+        content: str,
+        terms: list[str],
+        idf: dict[str, float],
+        best_possible: float,
+        evidence: dict[str, PassageEvidence],
+    ) -> float:
+        share = keyword.get(chunk_id, 0.0) / best_possible if keyword and best_possible else None
+        found = evidence.get(chunk_id) or passage_evidence(terms, content, idf, self.analyzer)
+        return confidence(share, found)
+
+    def _widened(
+        self,
+        terms: list[str],
+        rankings: _Rankings,
+        fused: dict[str, float],
+        evidence: dict[str, PassageEvidence],
+        idf: dict[str, float],
+        best_possible: float,
+    ) -> dict[str, float] | None:
+        """The query widened by its first hits' words (RM3), when it is on, the keyword
+        engine ran, and the first pass found no confident match; else None."""
+        config = self.config
+        if not config.expansion_terms or not rankings.keyword or not fused:
+            return None
+        if len(set(terms)) < config.expansion_min_terms:
+            return None
+        feedback_ids = list(rankings.keyword)[: config.feedback_chunks]
+        chunks = self.storage.get_chunks([*feedback_ids, next(iter(fused))])
+        top = chunks.get(next(iter(fused)))
+        if top is None:
+            return None
+        sure = self._confidence(
+            rankings.keyword, top.id, top.content, terms, idf, best_possible, evidence
+        )
+        if sure >= config.expansion_gate:
+            return None
+        feedback = [
+            (rankings.keyword[chunk_id], self.analyzer.terms(chunks[chunk_id].content))
+            for chunk_id in feedback_ids
+            if chunk_id in chunks
+        ]
+        return expanded_query(
+            terms, feedback, config.expansion_terms, config.expansion_original_weight
+        )
 
     def _with_passage_evidence(
         self, fused: dict[str, float], terms: list[str], idf: dict[str, float]

@@ -119,7 +119,15 @@ _FILTER_CACHE_SIZE = 16  # distinct SearchFilters remembered per searcher genera
 Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
 
 
-def _term_weights(terms: Sequence[str]) -> Counter[str]:
+def _term_weights(terms: Sequence[str] | Mapping[str, float]) -> Mapping[str, float]:
+    """Each term's weight: its count, or the weight given (a widened query)."""
+    if isinstance(terms, Mapping):
+        for term, weight in terms.items():
+            if not isinstance(term, str) or isinstance(weight, bool):
+                raise QueryError(f"a weighted term must be a string with a number: {term!r}")
+            if not isinstance(weight, (int, float)) or not weight >= 0:
+                raise QueryError(f"the weight of {term!r} must be a number >= 0, got {weight!r}")
+        return {term: float(weight) for term, weight in terms.items() if term and weight > 0}
     if isinstance(terms, str):
         raise QueryError("terms must be a sequence of analysed terms, not a single string")
     weights: Counter[str] = Counter()
@@ -553,9 +561,13 @@ class SearchIndexManager:
     # -- reading -----------------------------------------------------------------------------
 
     def search_chunks(
-        self, terms: Sequence[str], limit: int, filters: SearchFilters | None = None
+        self,
+        terms: Sequence[str] | Mapping[str, float],
+        limit: int,
+        filters: SearchFilters | None = None,
     ) -> list[ChunkHit]:
-        """The best ``limit`` chunks for analysed ``terms`` among those ``filters`` allow."""
+        """The best ``limit`` chunks for analysed ``terms`` (or term → weight) among those
+        ``filters`` allow."""
         return [
             ChunkHit(
                 chunk_id=str(fields_["chunk_id"]),
@@ -606,7 +618,11 @@ class SearchIndexManager:
         ]
 
     def _search(
-        self, idx: _Index, terms: Sequence[str], limit: int, filters: SearchFilters | None
+        self,
+        idx: _Index,
+        terms: Sequence[str] | Mapping[str, float],
+        limit: int,
+        filters: SearchFilters | None,
     ) -> list[tuple[float, dict[str, Any]]]:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise QueryError(f"limit must be an integer, got {limit!r}")
