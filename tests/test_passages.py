@@ -219,3 +219,12 @@ def test_a_widened_query_reaches_a_page_that_shares_only_the_topic() -> None:
     assert "c" not in found({})
     widened = found({"expansion_terms": 5, "expansion_gate": 1.0})
     assert "c" in widened and "d" not in widened
+
+
+def test_semantic_mode_takes_no_keyword_document_evidence(pages: KnowledgeAgentCore) -> None:
+    hybrid = pages.search("extract an archive into the current directory")[0].explanation
+    semantic = pages.search("extract an archive into the current directory", mode="semantic")
+    assert hybrid is not None and hybrid.details["document_bonus"] > 0
+    assert semantic and all(
+        r.explanation is not None and r.explanation.details["document_bonus"] == 0 for r in semantic
+    )

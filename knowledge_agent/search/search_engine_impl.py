@@ -360,7 +360,7 @@ class SearchEngineImpl:
             )
             rankings.details["expanded_with"] = [t for t in widened if t not in terms]
             fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf)
-        documents = self._document_shares(terms, count, filters)
+        documents = self._document_shares(terms, count, filters) if mode != "semantic" else {}
         fused = self._with_document_evidence(fused, documents, located)
 
         candidates: dict[str, _Candidate] = {}

@@ -95,7 +95,7 @@ MinScore = Annotated[
         ge=0,
         le=1,
         description="Leave out documents whose confidence is below this (0-1, the same scale "
-        "for any query; about 0.3 leaves out what does not really match).",
+        "for any query): 0.2 drops most of what does not match, 0.3 keeps clear matches only.",
     ),
 ]
 MaxTokens = Annotated[
