@@ -58,7 +58,17 @@ LOCAL_DATA_DIR = ".knowledge-agent"
 APP_NAME = "knowledge-agent"
 
 # The [search] keys a project file may set: the ranking knobs users tune.
-SEARCH_KEYS = ("fusion", "keyword_weight", "semantic_weight", "rrf_k", "doc_type_weights")
+SEARCH_KEYS = (
+    "fusion",
+    "keyword_weight",
+    "semantic_weight",
+    "rrf_k",
+    "coverage_weight",
+    "proximity_weight",
+    "document_weight",
+    "expansion_terms",
+    "doc_type_weights",
+)
 CHUNK_KEYS = tuple(f.name for f in fields(ChunkConfig))
 SCAN_KEYS = ("path", "kb", "include", "exclude")
 
@@ -268,6 +278,10 @@ _SEARCH_COMMENTS = {
     "keyword_weight": "weight of the keyword (BM25F) ranking",
     "semantic_weight": "weight of the semantic (TF-IDF) ranking",
     "rrf_k": "reciprocal rank fusion constant: higher flattens the rank differences",
+    "coverage_weight": "bonus for the share of the query one line or sentence of a chunk holds",
+    "proximity_weight": "bonus for the query's words standing together in that line",
+    "document_weight": "bonus for how well the chunk's whole document matches",
+    "expansion_terms": "words of the first hits added to long, unclear queries (0: off)",
 }
 
 

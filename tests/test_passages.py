@@ -217,7 +217,7 @@ def test_a_widened_query_reaches_a_page_that_shares_only_the_topic() -> None:
             return [result.item.title for result in results]
 
     assert "c" not in found({})
-    widened = found({"expansion_terms": 5, "expansion_gate": 1.0})
+    widened = found({"expansion_terms": 5, "expansion_gate": 1.0, "expansion_min_terms": 1})
     assert "c" in widened and "d" not in widened
 
 

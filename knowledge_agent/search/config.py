@@ -34,9 +34,9 @@ class SearchConfig:
     expansion_terms: int = 0
     """Words of the first hits added to a query whose first pass found no confident match
     (pseudo-relevance feedback, RM3); 0 turns it off."""
-    expansion_gate: float = 0.5
+    expansion_gate: float = 0.6
     """A query is widened only when its best first-pass confidence is below this …"""
-    expansion_min_terms: int = 1
+    expansion_min_terms: int = 8
     """… and it has at least this many distinct terms."""
     expansion_original_weight: float = 0.5
     """The share of the query's own terms in a widened query."""

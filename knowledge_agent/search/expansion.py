@@ -5,8 +5,8 @@ shares few words with the passages that answer it, while those passages share ma
 with the best hits of a first pass. RM3 weighs each word of the first hits by how much of
 each hit it makes up and how well that hit scored, keeps the strongest few, and mixes them
 into the query. It costs a second keyword search, and it hurts a precise question whose
-first pass already found the answer, so the engine uses it only when that pass found no
-confident match.
+first pass already found the answer, so it is off by default, and when on the engine uses it
+only for long queries whose first pass found no confident match.
 """
 
 from __future__ import annotations

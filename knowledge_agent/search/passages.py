@@ -30,7 +30,7 @@ _UNIT_RE = re.compile(r"[^\n]+?(?:[.!?。！？；;](?=\s)|[。！？]|$)", re.M
 _UNIT_MIN_CHARS = 3
 _CJK_RE = re.compile(f"[{CJK_CHARACTERS}]")
 # Share of the keyword evidence in a confidence; the passage evidence has the rest. Measured
-# on queries against their own corpus and against another (benchmarks/quality.py).
+# on queries against their own corpus and against another (benchmarks/confidence.py).
 _KEYWORD_SHARE = 0.7
 
 
