@@ -148,7 +148,11 @@ def test_a_page_that_says_it_in_one_line_ranks_first(pages: KnowledgeAgentCore) 
     query = "Extract a compressed archive file into the target directory"
     results = pages.search(query, limit=4)
     assert results[0].item.title == "tar"
-    assert "target directory" in results[0].matched_chunks[0].content
+    best = results[0].matched_chunks[0].content
+    assert results[0].explanation is not None
+    start, end = results[0].explanation.details["passage_span"]
+    line = "- E[x]tract a (compressed) archive [f]ile into the target directory:"
+    assert best[start:end].strip() == line
 
 
 def test_passage_evidence_is_part_of_the_score() -> None:

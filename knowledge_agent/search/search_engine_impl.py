@@ -548,6 +548,7 @@ class SearchEngineImpl:
         if evidence is not None:
             details["passage_coverage"] = evidence.coverage
             details["passage_proximity"] = evidence.proximity
+            details["passage_span"] = [evidence.start, evidence.end]  # the best line, in the chunk
         return details
 
     def _doc_type_weights(self, item_ids: Iterable[str]) -> dict[str, float]:
