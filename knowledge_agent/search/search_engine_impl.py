@@ -11,6 +11,7 @@ journal, and :meth:`SearchEngineImpl.sync` replays what the indexes have not app
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ class _Rankings:
     keyword: dict[str, float]
     semantic: dict[str, float]
     fused: dict[str, float]
-    details: dict[str, str]
+    details: dict[str, Any]
 
     def explain(self, key: str, terms: dict[str, int], **details: Any) -> ScoreExplanation:
         return ScoreExplanation(
@@ -338,28 +339,35 @@ class SearchEngineImpl:
             located[hit.chunk_id] = (hit.item_id, hit.chunk_index)
             return hit.chunk_id
 
+        # The semantic engine does not see a widened query: it runs once.
+        semantic = functools.cache(
+            lambda: self.semantic_searcher.search_chunks(terms, count, 0.0, filters)
+        )
         rankings = self._rankings(
             lambda: self.keyword_index.search_chunks(terms, count, filters),
-            lambda: self.semantic_searcher.search_chunks(terms, count, 0.0, filters),
+            semantic,
             locate,
             mode,
         )
+        loaded: dict[str, KnowledgeChunk] = {}  # chunks read from SQLite for this query
         idf = self.keyword_index.idf(terms)
-        fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf)
+        fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf, loaded)
         best_possible = self.keyword_index.best_possible_score(terms, idf)
-        # Confidence is judged on the query as asked, even when it is widened below.
+        # Confidence is judged on the query as asked, even when it is widened below, and so
+        # is which of a document's chunks answer.
         first_keyword = rankings.keyword
-        first_fused = fused
-        widened = self._widened(terms, rankings, fused, evidence, idf, best_possible)
+        as_asked: dict[str, float] = {}
+        widened = self._widened(terms, rankings, fused, evidence, idf, best_possible, loaded)
         if widened is not None:
+            as_asked = fused
             rankings = self._rankings(
                 lambda: self.keyword_index.search_chunks(widened, count, filters),
-                lambda: self.semantic_searcher.search_chunks(terms, count, 0.0, filters),
+                semantic,
                 locate,
                 mode,
             )
             rankings.details["expanded_with"] = [t for t in widened if t not in terms]
-            fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf)
+            fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf, loaded)
         documents = self._document_shares(terms, count, filters) if mode != "semantic" else {}
         fused = self._with_document_evidence(fused, documents, located)
 
@@ -370,10 +378,7 @@ class SearchEngineImpl:
         for item_id, weight in self._doc_type_weights(candidates).items():
             chunks = candidates[item_id].chunks
             chunks[:] = [(score * weight, chunk_id) for score, chunk_id in chunks]
-        # A document ranks by its best chunk; when the query was widened, which of its
-        # chunks answer is still judged on the query as asked.
         document_score = {item_id: max(c.chunks)[0] for item_id, c in candidates.items()}
-        as_asked = first_fused if first_fused is not fused else {}
         for candidate in candidates.values():
             candidate.chunks.sort(
                 key=lambda entry: (-as_asked.get(entry[1], 0.0), -entry[0], located[entry[1]][1])
@@ -390,8 +395,8 @@ class SearchEngineImpl:
         for start in range(0, len(ranked), limit):
             page = ranked[start : start + limit]
             items = self.storage.get_items(candidate.item_id for candidate in page)
-            chunks = self.storage.get_chunks(
-                chunk_id for candidate in page for _, chunk_id in candidate.chunks
+            chunks = self._read_chunks(
+                [chunk_id for candidate in page for _, chunk_id in candidate.chunks], loaded
             )
             for candidate in page:
                 item = items.get(candidate.item_id)
@@ -459,6 +464,7 @@ class SearchEngineImpl:
         evidence: dict[str, PassageEvidence],
         idf: dict[str, float],
         best_possible: float,
+        loaded: dict[str, KnowledgeChunk],
     ) -> dict[str, float] | None:
         """The query widened by its first hits' words (RM3), when it is on, the keyword
         engine ran, and the first pass found no confident match; else None."""
@@ -468,8 +474,9 @@ class SearchEngineImpl:
         if len(set(terms)) < config.expansion_min_terms:
             return None
         feedback_ids = list(rankings.keyword)[: config.feedback_chunks]
-        chunks = self.storage.get_chunks([*feedback_ids, next(iter(fused))])
-        top = chunks.get(next(iter(fused)))
+        first = next(iter(fused))
+        chunks = self._read_chunks([*feedback_ids, first], loaded)
+        top = chunks.get(first)
         if top is None:
             return None
         sure = self._confidence(
@@ -486,8 +493,21 @@ class SearchEngineImpl:
             terms, feedback, config.expansion_terms, config.expansion_original_weight
         )
 
+    def _read_chunks(
+        self, chunk_ids: list[str], loaded: dict[str, KnowledgeChunk]
+    ) -> dict[str, KnowledgeChunk]:
+        """These chunks by id (those gone from SQLite absent), each read once per query."""
+        missing = [chunk_id for chunk_id in chunk_ids if chunk_id not in loaded]
+        if missing:
+            loaded.update(self.storage.get_chunks(missing))
+        return {chunk_id: loaded[chunk_id] for chunk_id in chunk_ids if chunk_id in loaded}
+
     def _with_passage_evidence(
-        self, fused: dict[str, float], terms: list[str], idf: dict[str, float]
+        self,
+        fused: dict[str, float],
+        terms: list[str],
+        idf: dict[str, float],
+        loaded: dict[str, KnowledgeChunk],
     ) -> tuple[dict[str, float], dict[str, PassageEvidence]]:
         """``fused`` with the best chunks' passage evidence added (best first again), and
         that evidence by chunk id."""
@@ -497,7 +517,7 @@ class SearchEngineImpl:
         top = list(fused)[: config.passage_depth]
         evidence = {
             chunk_id: passage_evidence(terms, chunk.content, idf, self.analyzer)
-            for chunk_id, chunk in self.storage.get_chunks(top).items()
+            for chunk_id, chunk in self._read_chunks(top, loaded).items()
         }
         scores = dict(fused)
         for chunk_id, found in evidence.items():

@@ -62,7 +62,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import shutil
 import threading
@@ -580,23 +579,19 @@ class SearchIndexManager:
 
     def idf(self, terms: Iterable[str], *, items: bool = False) -> dict[str, float]:
         """The BM25 idf of each term over the chunks' (or items') text. A term no text has
-        gets the idf of a term of frequency zero: it is the rarest of all, and a query word
-        the base does not know must count against a match, not vanish."""
+        gets the idf of frequency zero, the highest: a query word the base does not know
+        counts against a match instead of vanishing."""
         with self._lock:
             searcher = self._searcher(self._items if items else self._chunks)
             field = searcher.schema["content"]
-            total = searcher.doc_count_all()
-            unknown = math.log(1 + (total + 0.5) / 0.5)
             found: dict[str, float] = {}
             for term in terms:
                 if term not in found:
                     try:
                         btext = field.to_bytes(term)
-                    except ValueError:
-                        found[term] = unknown
-                        continue
-                    present = searcher.doc_frequency("content", btext) > 0
-                    found[term] = float(searcher.idf("content", btext)) if present else unknown
+                    except ValueError:  # a lone surrogate: no text has it
+                        btext = b""
+                    found[term] = float(searcher.idf("content", btext))
             return found
 
     def best_possible_score(self, terms: Sequence[str], idf: Mapping[str, float]) -> float:
