@@ -425,6 +425,8 @@ class Collector:
         step: Callable[[str, str, int], None],
     ) -> None:
         """Store extracted files in one transaction; progress once they are committed."""
+        if not group:
+            return
         stored: list[tuple[str, str, int]] = []
         with _committing():
             try:

@@ -436,10 +436,7 @@ class SQLiteStorageManager(SourceTrackingMixin):
 
     @contextmanager
     def _writing(self, operation: str) -> Iterator[sqlite3.Connection]:
-        if self._read_only_reason is not None:
-            raise StorageError(
-                f"cannot write {self._db_path} ({operation}): {self._read_only_reason}"
-            )
+        self._check_writable(operation)
         with self._reading(operation) as conn:
             if self._grouped:
                 # One all-or-nothing step of the group's transaction.
@@ -463,16 +460,19 @@ class SQLiteStorageManager(SourceTrackingMixin):
                 self._rollback(conn, operation)
                 raise
 
+    def _check_writable(self, operation: str) -> None:
+        if self._read_only_reason is not None:
+            raise StorageError(
+                f"cannot write {self._db_path} ({operation}): {self._read_only_reason}"
+            )
+
     @contextmanager
     def write_group(self, operation: str) -> Iterator[None]:
         """Commit the writes made inside in one transaction (a commit per file is a third of
         a folder ingest). Each write stays all-or-nothing on its own: one that fails is
         rolled back alone, and those that completed are committed even if the block raises.
         Other threads wait for the group to end, so keep it short."""
-        if self._read_only_reason is not None:
-            raise StorageError(
-                f"cannot write {self._db_path} ({operation}): {self._read_only_reason}"
-            )
+        self._check_writable(operation)
         with self._reading(operation) as conn:
             if self._grouped:
                 yield
