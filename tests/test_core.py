@@ -151,11 +151,13 @@ def test_chinese_query_finds_the_paragraph(
 def test_explanation_highlights_and_matched_fields(
     core: KnowledgeAgentCore, corpus: dict[str, KnowledgeItem]
 ) -> None:
-    result = core.search("ultrasonic cracks")[0]
+    # A word no text has keeps the query from being a known item: both engines rank it.
+    result = core.search("ultrasonic cracks zeppelin")[0]
     explanation = result.explanation
     assert explanation is not None
     assert explanation.matched_terms == {"crack": 2, "ultrason": 1}
     assert explanation.keyword_score > 0 and explanation.semantic_score > 0
+    assert "known_item" not in explanation.details
     # The final score: the fusion plus what the passage and document evidence added.
     details = explanation.details
     assert details["passage_bonus"] > 0 and details["document_bonus"] > 0
@@ -170,6 +172,24 @@ def test_explanation_highlights_and_matched_fields(
     assert "heading" in heading_hit.matched_fields
     title_hit = core.search("coffee", limit=1)[0]
     assert "title" in title_hit.matched_fields
+
+
+def test_a_known_item_query_is_ranked_by_keywords_alone(
+    corpus: dict[str, KnowledgeItem],
+) -> None:
+    with KnowledgeAgentCore() as core:
+        for item in corpus.values():
+            core.add_text(item.content, title=item.title, source_uri=item.source_uri)
+        known = core.search("ultrasonic cracks")[0].explanation
+        assert known is not None
+        assert known.details["known_item"] is True and known.details["mode"] == "hybrid"
+        assert known.keyword_score > 0 and known.semantic_score == 0.0
+    with KnowledgeAgentCore(search_config={"known_item_share": 0}) as core:
+        for item in corpus.values():
+            core.add_text(item.content, title=item.title, source_uri=item.source_uri)
+        fused = core.search("ultrasonic cracks")[0].explanation
+        assert fused is not None
+        assert "known_item" not in fused.details and fused.semantic_score > 0
 
 
 def test_modes_and_explicit_levels(

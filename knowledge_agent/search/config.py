@@ -31,6 +31,9 @@ class SearchConfig:
     """Added × the share of the query's word pairs found together in that unit."""
     document_weight: float = 0.1
     """Added × the BM25 of the chunk's whole document, scaled to the best document's."""
+    known_item_share: float = 0.4
+    """A hybrid query whose best keyword chunk scores at least this share of the best BM25
+    the query could reach is ranked by keywords alone; 0 turns this off."""
     expansion_terms: int = 0
     """Words of the first hits added to a query whose first pass found no confident match
     (pseudo-relevance feedback, RM3); 0 turns it off."""
@@ -74,7 +77,7 @@ class SearchConfig:
             raise ConfigError(f"expansion_terms must be an integer, got {self.expansion_terms!r}")
         if self.expansion_terms < 0:
             raise ConfigError(f"expansion_terms must be >= 0, got {self.expansion_terms!r}")
-        for name in ("expansion_gate", "expansion_original_weight"):
+        for name in ("expansion_gate", "expansion_original_weight", "known_item_share"):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)

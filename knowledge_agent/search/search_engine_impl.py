@@ -343,16 +343,15 @@ class SearchEngineImpl:
         semantic = functools.cache(
             lambda: self.semantic_searcher.search_chunks(terms, count, 0.0, filters)
         )
-        rankings = self._rankings(
-            lambda: self.keyword_index.search_chunks(terms, count, filters),
-            semantic,
-            locate,
-            mode,
-        )
-        loaded: dict[str, KnowledgeChunk] = {}  # chunks read from SQLite for this query
+        keyword = functools.cache(lambda: self.keyword_index.search_chunks(terms, count, filters))
         idf = self.keyword_index.idf(terms)
-        fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf, loaded)
         best_possible = self.keyword_index.best_possible_score(terms, idf)
+        known_item = mode == "hybrid" and self._known_item(keyword(), best_possible)
+        rankings = self._rankings(keyword, semantic, locate, "keyword" if known_item else mode)
+        if known_item:
+            rankings.details.update(mode=mode, known_item=True)
+        loaded: dict[str, KnowledgeChunk] = {}  # chunks read from SQLite for this query
+        fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf, loaded)
         # Confidence is judged on the query as asked, even when it is widened below, and so
         # is which of a document's chunks answer.
         first_keyword = rankings.keyword
@@ -365,7 +364,7 @@ class SearchEngineImpl:
                 semantic,
                 locate,
                 mode,
-            )
+            )  # a widened query is not a known item: it found no confident match
             rankings.details["expanded_with"] = [t for t in widened if t not in terms]
             fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf, loaded)
         documents = self._document_shares(terms, count, filters) if mode != "semantic" else {}
@@ -441,6 +440,13 @@ class SearchEngineImpl:
                 if len(results) == limit:
                     return results
         return results
+
+    def _known_item(self, hits: Sequence[ChunkHit], best_possible: float) -> bool:
+        """Whether the best keyword chunk holds the query nearly as a whole (a known-item
+        query): it is then ranked by keywords alone, as cosine similarity over the same
+        words only adds the near-duplicates of the page sought."""
+        gate = self.config.known_item_share
+        return bool(gate and hits and best_possible > 0 and hits[0].score / best_possible >= gate)
 
     def _confidence(
         self,
