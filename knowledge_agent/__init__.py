@@ -8,10 +8,12 @@ from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, 
 
 if _typing.TYPE_CHECKING:
     from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
+    from knowledge_agent.crawl import CrawlOptions
 
 __all__ = [
     "ChunkConfig",
     "ContentChunker",
+    "CrawlOptions",
     "KnowledgeAgentCore",
     "KnowledgeChunk",
     "KnowledgeItem",
@@ -28,6 +30,10 @@ def __getattr__(name: str) -> _typing.Any:
         from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
 
         return KnowledgeAgentCore
+    if name == "CrawlOptions":
+        from knowledge_agent.crawl import CrawlOptions
+
+        return CrawlOptions
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -62,6 +62,7 @@ import click
 from rich.console import Console
 
 from knowledge_agent import cli_render as render
+from knowledge_agent.cli_crawl import crawl_options, crawl_options_from, given, is_url
 from knowledge_agent.core.status import ChunkContext
 from knowledge_agent.core.text_search import compile_pattern
 from knowledge_agent.errors import (
@@ -79,7 +80,7 @@ from knowledge_agent.settings import (
     resolve_settings,
     write_default_config,
 )
-from knowledge_agent.storage.sources import KnowledgeBaseInfo
+from knowledge_agent.storage.sources import KnowledgeBaseInfo, path_to_db
 
 if TYPE_CHECKING:
     from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
@@ -478,6 +479,14 @@ Examples:
   knowledge-agent add src/ --include '*.py' --include '*.md'
   knowledge-agent add site/ --include '*.svg' --include '*.html'
   git log -1 --format=%B | knowledge-agent add - --title "Last commit"
+  knowledge-agent add https://docs.python.org/3/library/json.html --depth 0
+  knowledge-agent add https://fastapi.tiangolo.com/ --kb fastapi --exclude '*/de/*'
+
+\b
+A URL is a doc source: one page, a sitemap.xml, or a site crawled from that page
+(same origin, depth 3, robots.txt respected; the URL options change that, and
+--include/--exclude are URL globs for it). Adding it again re-crawls it at once;
+`sync` re-crawls it when due. Unchanged pages cost one conditional request.
 
 \b
 Skipped files are counted by kind (images, fonts, binary, over the size limit …);
@@ -490,11 +499,12 @@ minified bundles are left out as not text unless an --include glob names them.
 "reason", "count", "extensions"}]}, "failed": [{"path", "reason"}], "removed",
 "chunks_added", "chunks_removed", "bytes_processed", "duration_s", "item_ids"}."""
 )
-@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH|URL...")
 @kb_option("Knowledge base to add to (default: the project's default_kb, else 'default').")
 @walk_options
 @click.option("--full", is_flag=True, help="Re-extract every file, not only changed ones.")
 @click.option("--title", metavar="TEXT", help="Title of the text read from stdin (PATH '-').")
+@crawl_options
 @verbose_option
 @json_option
 @pass_app
@@ -508,15 +518,21 @@ def add(
     title: str | None,
     verbose: bool,
     as_json: bool,
+    **crawl: Any,
 ) -> None:
-    """Collect files and folders (or text from stdin: '-') into a knowledge base.
+    """Collect files, folders, web pages or sites (or text from stdin: '-') into a
+    knowledge base.
 
     Folders are walked honouring .gitignore; a re-run only extracts new and changed files
-    and removes the items of deleted ones. Files that fail are listed; the exit code is 0
-    unless a PATH does not exist.
+    and removes the items of deleted ones. Files and pages that fail are listed; the exit
+    code is 0 unless a PATH does not exist.
     """
+    urls = [path for path in paths if is_url(path)]
+    if not urls and (flags := given(crawl)):
+        raise click.UsageError(f"{', '.join(flags)} apply only to a URL")
+    options, source = crawl_options_from(crawl) if urls else (None, {})
     with app.collecting_files():
-        _missing_paths(paths)
+        _missing_paths([path for path in paths if not is_url(path)])
         if paths.count("-") > 1:
             raise click.UsageError("'-' (stdin) can be given only once")
         stdin_text = sys.stdin.read() if "-" in paths else None
@@ -531,6 +547,20 @@ def add(
                 if path == "-":
                     reports.append(_add_stdin(core, stdin_text or "", title, name))
                     app.count_report(reports[-1])
+                    continue
+                if is_url(path):
+                    reports.append(
+                        core.collect_knowledge(
+                            path,
+                            kb=name,
+                            include=include,
+                            exclude=exclude,
+                            full=full,
+                            progress=progress,
+                            crawl=options,
+                            **source,
+                        )
+                    )
                     continue
                 target = Path(os.path.expanduser(path))
                 reports.append(
@@ -734,16 +764,18 @@ def watch(
 Examples:
   knowledge-agent remove 4cc65d4d-6d8e-4b54-b7a1-714ea321e416
   knowledge-agent remove docs/old/ --kb handbook
+  knowledge-agent remove https://fastapi.tiangolo.com/
 
 \b
 --json prints {"target", "kind": "item" | "path", "removed"}."""
 )
-@click.argument("target", metavar="ITEM_ID|PATH")
+@click.argument("target", metavar="ITEM_ID|PATH|URL")
 @kb_option("Only remove from this knowledge base.")
 @json_option
 @pass_app
 def remove(app: App, target: str, kb: str | None, as_json: bool) -> None:
-    """Delete an item by id, or forget a collected file or folder and its items."""
+    """Delete an item by id, or forget a collected file, folder or doc source (its start
+    URL) and its items."""
     with app.open_core() as core:
         item = core.get_item(target)
         if item is not None and (kb is None or item.kb == kb):
@@ -755,12 +787,46 @@ def remove(app: App, target: str, kb: str | None, as_json: bool) -> None:
             except NotFoundError:
                 where = f" in {kb!r}" if kb else ""
                 raise NotFoundError(f"no item or collected path {target!r}{where}") from None
-            kind = "path"
+            kind = "url" if is_url(target) else "path"
     if as_json:
         render.print_json({"target": target, "kind": kind, "removed": removed})
     else:
         noun = "item" if removed == 1 else "items"
         click.echo(f"Removed {removed} {noun} ({'item id' if kind == 'item' else 'path'}).")
+
+
+@cli.command(
+    epilog="""\b
+--json prints {"folders": [{"kb", "root", "added_at", "synced_at"}], "doc_sources":
+[{"kb", "url", "name", "options", "tags", "enabled", "refresh_interval", "added_at",
+"crawled_at", "last_error", "pages", "due"}]}."""
+)
+@kb_option("Only the sources of this knowledge base.")
+@json_option
+@pass_app
+def sources(app: App, kb: str | None, as_json: bool) -> None:
+    """List what was collected: folders and files, and doc sources crawled from the web."""
+    with app.open_core() as core:
+        _check_kbs(core, kb)
+        roots = core.storage.get_roots(kb)
+        docs = core.doc_sources(kb=kb)
+    if as_json:
+        render.print_json(
+            {
+                "folders": [
+                    {
+                        "kb": root.kb,
+                        "root": path_to_db(root.root),
+                        "added_at": root.added_at.isoformat(),
+                        "synced_at": root.synced_at.isoformat() if root.synced_at else None,
+                    }
+                    for root in roots
+                ],
+                "doc_sources": [{**doc.to_dict(), "due": doc.due()} for doc in docs],
+            }
+        )
+        return
+    render.print_sources(render.make_console(), roots, docs)
 
 
 @cli.command(epilog='--json prints {"chunks_indexed": N}.')
@@ -1252,17 +1318,26 @@ Example (an MCP client configuration):
     metavar="DIR",
     help="A folder the server's tools may collect from (repeatable).",
 )
+@click.option(
+    "--allow-url",
+    "allow_urls",
+    multiple=True,
+    metavar="PREFIX",
+    help="A URL prefix the server's tools may crawl, e.g. https://docs.python.org/3/ "
+    "(repeatable). Private, loopback and link-local hosts only when a prefix names them.",
+)
 @pass_app
-def serve(app: App, roots: tuple[Path, ...]) -> None:
+def serve(app: App, roots: tuple[Path, ...], allow_urls: tuple[str, ...]) -> None:
     """Run the MCP server over stdio, for agents (needs the [mcp] extra).
 
-    Stdout carries only the protocol; logs go to stderr.
+    Stdout carries only the protocol; logs go to stderr. Agents may add files only under
+    --root folders and web pages only under --allow-url prefixes.
     """
     app.settings  # noqa: B018 - a bad project file fails here, before the protocol starts
     try:
         from knowledge_agent.server import run_stdio
 
-        run_stdio(app.new_core, roots=[root.resolve() for root in roots])
+        run_stdio(app.new_core, roots=[root.resolve() for root in roots], allow_urls=allow_urls)
     except ImportError as exc:
         if _missing_mcp(exc):
             raise ConfigError(MCP_EXTRA_MESSAGE) from exc

@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -37,7 +37,8 @@ from knowledge_agent.ingest.report import (
     SkipGroup,
 )
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, SearchResult
-from knowledge_agent.storage.sources import KnowledgeBaseInfo
+from knowledge_agent.storage.doc_sources import DocSource
+from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot, path_to_db
 
 __all__ = [
     "collect_progress",
@@ -840,6 +841,34 @@ def print_kbs(console: Console, kbs: Sequence[KnowledgeBaseInfo]) -> None:
             _when(info.last_indexed_at),
             info.description,
         )
+    console.print(table)
+
+
+def print_sources(console: Console, roots: Sequence[SourceRoot], docs: Sequence[DocSource]) -> None:
+    """A table of what was collected: folders and files, then doc sources from the web."""
+    if not roots and not docs:
+        console.print("Nothing collected yet. Add some with: knowledge-agent add PATH|URL")
+        return
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("kb", no_wrap=True, style="cyan")
+    table.add_column("source")
+    table.add_column("pages", justify="right", no_wrap=True)
+    table.add_column("last run", no_wrap=True)
+    table.add_column("next", no_wrap=True)
+    for root in roots:
+        table.add_row(root.kb, path_to_db(root.root), "", _when(root.synced_at), "sync")
+    for doc in docs:
+        label = doc.url + (f" ({doc.name})" if doc.name else "")
+        if not doc.enabled:
+            state = "disabled"
+        elif doc.due():
+            state = "due"
+        elif doc.refresh_interval <= 0 or doc.crawled_at is None:
+            state = "on request"
+        else:
+            state = _when(doc.crawled_at + timedelta(seconds=doc.refresh_interval))
+        last = _when(doc.crawled_at) + (f" ({doc.last_error})" if doc.last_error else "")
+        table.add_row(doc.kb, label, str(doc.pages), last, state)
     console.print(table)
 
 

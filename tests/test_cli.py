@@ -752,7 +752,7 @@ def test_serve_without_the_mcp_extra(data_dir: Path, monkeypatch: pytest.MonkeyP
     assert result.stdout == ""
 
 
-def test_serve_hands_a_core_opener_and_roots_to_the_server(
+def test_serve_hands_a_core_opener_roots_and_url_prefixes_to_the_server(
     tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("mcp")
@@ -760,16 +760,23 @@ def test_serve_hands_a_core_opener_and_roots_to_the_server(
 
     seen: dict[str, object] = {}
 
-    def fake_run_stdio(open_core, *, roots):  # type: ignore[no-untyped-def]
+    def fake_run_stdio(open_core, *, roots, allow_urls):  # type: ignore[no-untyped-def]
         with open_core() as core:
             seen["data_dir"] = core.data_dir
         seen["roots"] = roots
+        seen["allow_urls"] = allow_urls
 
     monkeypatch.setattr(server, "run_stdio", fake_run_stdio)
-    result = invoke(data_dir, "serve", "--root", str(tmp_path))
+    result = invoke(
+        data_dir, "serve", "--root", str(tmp_path), "--allow-url", "https://docs.python.org/3/"
+    )
     assert result.exit_code == 0
     assert result.stdout == ""  # stdout belongs to the protocol
-    assert seen == {"data_dir": data_dir, "roots": [tmp_path.resolve()]}
+    assert seen == {
+        "data_dir": data_dir,
+        "roots": [tmp_path.resolve()],
+        "allow_urls": ("https://docs.python.org/3/",),
+    }
     assert invoke(data_dir, "serve", "--root", str(tmp_path / "missing")).exit_code == 2
 
 
@@ -778,7 +785,7 @@ def test_the_command_and_the_package_start_without_the_engines() -> None:
         "import sys\n"
         "import knowledge_agent, knowledge_agent.cli\n"
         "from knowledge_agent import ChunkConfig, ContentChunker, KnowledgeItem, errors\n"
-        "heavy = ('scipy', 'sklearn', 'whoosh', 'numpy')\n"
+        "heavy = ('scipy', 'sklearn', 'whoosh', 'numpy', 'httpx', 'bs4')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
         "from knowledge_agent import KnowledgeAgentCore\n"
         "print(KnowledgeAgentCore.__name__, 'whoosh' in sys.modules)\n"

@@ -22,6 +22,7 @@ from knowledge_agent import cli as cli_module
 from knowledge_agent.chunking import ChunkConfig
 from knowledge_agent.errors import CollectInterrupted
 from knowledge_agent.ingest import collector as collector_module
+from knowledge_agent.ingest import interrupts as interrupts_module
 from knowledge_agent.ingest.collector import Collector, graceful_interrupts
 from knowledge_agent.ingest.report import CollectProgress
 from knowledge_agent.ingest.walker import WalkOptions
@@ -216,7 +217,7 @@ def test_ctrl_c_stops_a_collection_on_another_thread(
             started.set()
             if event.done == 2:
                 # What the Ctrl-C handler does for threads other than the main one.
-                collector_module._interrupt_requested.set()
+                interrupts_module.interrupt_requested_event.set()
 
         try:
             collector.collect("default", str(folder), WalkOptions(), progress=progress)
@@ -227,7 +228,7 @@ def test_ctrl_c_stops_a_collection_on_another_thread(
         thread = threading.Thread(target=run)
         thread.start()
         thread.join(30)
-    assert not collector_module._interrupt_requested.is_set()  # cleared on the way out
+    assert not interrupts_module.interrupt_requested_event.is_set()  # cleared on the way out
     assert len(outcome) == 1 and isinstance(outcome[0], CollectInterrupted)
     assert outcome[0].report.processed == 2 == storage.count_items()
 
@@ -305,7 +306,7 @@ def test_ctrl_c_that_cuts_a_watch_update_short_exits_130(
         status = real_store(self, *args)  # type: ignore[arg-type]
         stores += 1
         if stores == 1 + 3:  # the first pass, then three files of the update
-            collector_module._interrupt_requested.set()  # Ctrl-C, as the handler sets it
+            interrupts_module.interrupt_requested_event.set()  # Ctrl-C, as the handler sets it
             cut.set()
         return status
 

@@ -21,6 +21,7 @@ pytest.importorskip("mcp.server.mcpserver")
 from mcp import Client
 from mcp.types import CallToolResult
 from test_processors_pdf import make_pdf
+from web_site import SiteServer
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.errors import ConfigError, IngestError
@@ -544,6 +545,32 @@ async def test_a_missing_path_inside_a_root_is_a_tool_error(roots: dict[str, Pat
         async with Client(create_server(core, roots=[roots["allowed"]])) as client:
             message = await fail(client, "add_knowledge", kb="kb", path="nothing-here.md")
     assert "no such file or directory" in message
+
+
+async def test_web_pages_are_added_only_under_an_allowed_prefix() -> None:
+    with SiteServer() as site, KnowledgeAgentCore() as core:
+        site.set_page("/guide/", '<title>Guide</title><p>The okapi guide.</p><a href="x/">x</a>')
+        site.set_page("/guide/x/", "<title>X</title><p>More about okapi herds.</p>")
+        site.set_page("/admin/", "<p>admin</p>")
+        async with Client(create_server(core)) as client:
+            message = await fail(client, "add_knowledge", kb="web", url=site.url("/guide/"))
+            assert "started without --allow-url" in message
+            message = await fail(client, "add_knowledge", kb="web", path=site.url("/guide/"))
+            assert "pass it as url" in message
+        # A prefix that allows every http URL does not allow a loopback host …
+        async with Client(create_server(core, allow_urls=["http://"])) as client:
+            message = await fail(client, "add_knowledge", kb="web", url=site.url("/guide/"))
+            assert "private or reserved address" in message
+        # … one that names the host does, and only under it.
+        allowed = [site.url("/guide/")]
+        async with Client(create_server(core, allow_urls=allowed)) as client:
+            message = await fail(client, "add_knowledge", kb="web", url=site.url("/admin/"))
+            assert "not under an allowed URL prefix" in message
+            report = await call(client, "add_knowledge", kb="web", url=site.url("/guide/"))
+            assert report["processed"] == 2
+            found = await call(client, "search_docs", query="okapi herds", kb="web")
+            assert found["results"][0]["uri"] == site.url("/guide/x/")
+        assert site.hits("/admin/") == 0
 
 
 # -- the server's lifecycle ------------------------------------------------------------------

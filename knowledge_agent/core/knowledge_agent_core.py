@@ -19,6 +19,7 @@ from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.core.shared_indexes import SharedIndexes
 from knowledge_agent.core.status import ChunkContext, IndexStatus
 from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
+from knowledge_agent.crawl import CrawlOptions, UrlPolicy, normalize_url
 from knowledge_agent.errors import (
     ConfigError,
     IngestError,
@@ -30,6 +31,7 @@ from knowledge_agent.ingest.collector import Collector, ProgressCallback
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.ingest.watcher import ChangeSet, FolderWatcher
+from knowledge_agent.ingest.web import WebCollector
 from knowledge_agent.models import KnowledgeItem, SearchResult
 from knowledge_agent.models.knowledge_item import utc_now
 from knowledge_agent.search.filters import SearchFilters
@@ -37,6 +39,7 @@ from knowledge_agent.search.search_engine_impl import SearchConfig, SearchEngine
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import SQLiteStorageManager
+from knowledge_agent.storage.doc_sources import DEFAULT_REFRESH_INTERVAL, DocSource
 from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot, path_to_db
 
 __all__ = ["KnowledgeAgentCore"]
@@ -85,6 +88,11 @@ def _source_path(source: str | os.PathLike[str]) -> str | None:
     if not os.path.exists(full):
         raise IngestError(full, "no such file or directory")
     return full
+
+
+def _is_web_url(source: object) -> bool:
+    """Whether a source names a web page (an ``http(s)://`` URL) rather than a path or text."""
+    return isinstance(source, str) and source[:8].lower().startswith(("http://", "https://"))
 
 
 def _config(value: _T | Mapping[str, Any] | None, kind: Callable[..., _T], name: str) -> _T:
@@ -169,6 +177,9 @@ class KnowledgeAgentCore:
                 self.chunker.config,
                 doc_type_rules=doc_type_rules,
                 workers=workers,
+            )
+            self.web_collector = WebCollector(
+                self.storage, self.chunker.config, doc_type_rules=doc_type_rules
             )
             self._indexes.open()
         except BaseException:
@@ -265,16 +276,38 @@ class KnowledgeAgentCore:
         full: bool = False,
         progress: ProgressCallback | None = None,
         title: str = "",
+        crawl: CrawlOptions | Mapping[str, Any] | None = None,
+        url_policy: UrlPolicy | None = None,
+        name: str = "",
+        tags: Sequence[str] = (),
+        refresh_interval: float | None = None,
     ) -> CollectReport:
-        """Collect a file, a folder, or raw text into knowledge base ``kb``.
+        """Collect a file, a folder, a web page or site, or raw text into knowledge base ``kb``.
 
         Folders are walked with ``include`` / ``exclude`` globs on top of the defaults
         (or with ``walk_options``), honouring ``.gitignore``. A re-run only extracts new
         and changed files and removes the items of files that disappeared; ``full``
         re-extracts everything. One bad file is reported, never raised. A path that does
         not exist raises ``IngestError``; a string that is not a path is stored as text.
+
+        An ``http(s)://`` URL is a doc source: one page, a sitemap, or a site crawled with
+        ``crawl`` options (``include`` / ``exclude`` are URL globs then), registered with
+        ``name``, ``tags`` and ``refresh_interval`` (seconds before ``sync`` crawls it
+        again). Collecting it again re-crawls it at once; unchanged pages cost a
+        conditional request. ``url_policy`` limits which URLs may be fetched at all.
         """
         _kb_name(kb)
+        if isinstance(source, str) and _is_web_url(source):
+            options = _config(crawl, CrawlOptions, "crawl")
+            if include or exclude:
+                options = dataclasses.replace(
+                    options,
+                    include=(*options.include, *include),
+                    exclude=(*options.exclude, *exclude),
+                )
+            return self._collect_url(
+                kb, source, options, url_policy, full, progress, name, tags, refresh_interval
+            )
         root = _source_path(source)
         if root is None:
             report = CollectReport(kb=kb)
@@ -289,6 +322,51 @@ class KnowledgeAgentCore:
             report = self._collect_root(kb, root, options, full, progress)
             self._index_with_progress(progress)
         report.duration_s = time.perf_counter() - started  # indexing included
+        return report
+
+    def _collect_url(
+        self,
+        kb: str,
+        url: str,
+        options: CrawlOptions,
+        policy: UrlPolicy | None,
+        full: bool,
+        progress: ProgressCallback | None,
+        name: str,
+        tags: Sequence[str],
+        refresh_interval: float | None,
+    ) -> CollectReport:
+        try:
+            start = normalize_url(url)
+        except ValueError as exc:
+            raise IngestError(url, str(exc)) from exc
+        if refresh_interval is not None and not refresh_interval >= 0:
+            raise ConfigError(f"refresh_interval must be >= 0 seconds, got {refresh_interval!r}")
+        if policy is not None and (refusal := policy.refusal(start)) is not None:
+            raise IngestError(start, refusal)
+        started = time.perf_counter()
+        with self.batch():
+            known = self.storage.get_doc_source(kb, start)
+            source = DocSource(
+                kb=kb,
+                url=start,
+                name=name or (known.name if known else ""),
+                options=options.to_dict(),
+                tags=tuple(tags) if tags else (known.tags if known else ()),
+                refresh_interval=(
+                    refresh_interval
+                    if refresh_interval is not None
+                    else (known.refresh_interval if known else DEFAULT_REFRESH_INTERVAL)
+                ),
+                added_at=known.added_at if known else utc_now(),
+                crawled_at=known.crawled_at if known else None,
+            )
+            self.storage.save_doc_source(source)
+            report = self.web_collector.collect(
+                source, full=full, policy=policy, progress=self._indexing_along(progress)
+            )
+            self._index_with_progress(progress)
+        report.duration_s = time.perf_counter() - started
         return report
 
     def _index_with_progress(self, progress: ProgressCallback | None) -> None:
@@ -358,7 +436,9 @@ class KnowledgeAgentCore:
         full: bool = False,
         progress: ProgressCallback | None = None,
     ) -> CollectReport:
-        """Re-scan every collected folder and file (of one knowledge base, if given).
+        """Re-scan every collected folder and file, and re-crawl the doc sources that are
+        due (of one knowledge base, if given); with ``full``, every enabled doc source, every
+        page re-processed.
 
         A collected file that no longer exists is removed; a collected folder that no
         longer exists is reported as failed and its items are kept (an unmounted drive
@@ -380,6 +460,10 @@ class KnowledgeAgentCore:
                 else:
                     reason = "folder no longer exists; its items are kept"
                     report.failed.append(FileIssue(stored.root, reason))
+            now = utc_now()
+            for doc in self.storage.get_doc_sources(kb):
+                if doc.due(now) or (full and doc.enabled):
+                    report.merge(self.web_collector.collect(doc, full=full, progress=progress))
             self._index_with_progress(progress)
         report.duration_s = time.perf_counter() - started
         return report
@@ -426,13 +510,16 @@ class KnowledgeAgentCore:
         return watcher
 
     def remove_source(self, path: str | os.PathLike[str], *, kb: str | None = None) -> int:
-        """Forget a collected file or folder and delete its items; returns how many.
+        """Forget a collected file, folder or doc source (its URL) and delete its items;
+        returns how many.
 
         A folder that was collected as a root is forgotten with everything under it (a
         later ``sync`` will not bring it back); tracked files at or under ``path`` inside a
         root are removed until that root is synced again. ``NotFoundError`` when nothing is
         tracked there.
         """
+        if isinstance(path, str) and _is_web_url(path):
+            return self._remove_doc_source(path, kb)
         full = os.path.abspath(os.path.expanduser(os.fspath(path)))
         with self._indexes.writing():
             removed: list[str] = []
@@ -447,6 +534,27 @@ class KnowledgeAgentCore:
                 raise NotFoundError(f"nothing collected at {full}")
             self._indexes.defer()
         return len(removed)
+
+    def _remove_doc_source(self, url: str, kb: str | None) -> int:
+        try:
+            start = normalize_url(url)
+        except ValueError as exc:
+            raise NotFoundError(f"no doc source at {url}: {exc}") from exc
+        with self._indexes.writing():
+            removed: list[str] = []
+            sources = [s for s in self.storage.get_doc_sources(kb) if s.url == start]
+            for doc in sources:
+                removed.extend(self.storage.delete_doc_source(doc.kb, doc.url))
+            if not sources:
+                raise NotFoundError(f"no doc source at {start}")
+            self._indexes.defer()
+        return len(removed)
+
+    def doc_sources(self, *, kb: str | None = None) -> list[DocSource]:
+        """The doc sources crawled into the knowledge bases (or one), by kb and URL."""
+        if kb is not None:
+            self.get_kb(kb)
+        return self.storage.get_doc_sources(kb)
 
     # -- knowledge bases ---------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -33,8 +32,15 @@ from typing import TYPE_CHECKING
 
 from knowledge_agent.analysis import detect_language
 from knowledge_agent.chunking import ChunkConfig
-from knowledge_agent.errors import CollectInterrupted, IngestError, UnsupportedSourceError
+from knowledge_agent.errors import IngestError, UnsupportedSourceError
 from knowledge_agent.ingest.doc_types import doc_type_for
+from knowledge_agent.ingest.interrupts import (
+    check_interrupt,
+    committing,
+    graceful_interrupts,
+    interrupt_requested,
+    timed,
+)
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 from knowledge_agent.ingest.walker import FoundFile, WalkOptions, walk
 from knowledge_agent.models import KnowledgeItem
@@ -66,77 +72,6 @@ _CHUNK = 4
 _GROUP_FILES = 256
 _GROUP_BYTES = 4_000_000
 _GROUP_SECONDS = 0.25
-
-# Set by the graceful_interrupts handler on Ctrl-C: runs on any thread stop at their next file.
-_interrupt_requested = threading.Event()
-# Per thread: how deep in a commit section it is, and whether a Ctrl-C waits for its end.
-_commit_state = threading.local()
-
-
-@contextlib.contextmanager
-def graceful_interrupts() -> Iterator[None]:
-    """Ctrl-C handling for a command-line run of collections; a no-op off the main thread.
-
-    SIGINT still raises ``KeyboardInterrupt`` at once, except while a file is being committed
-    and counted, where it is raised as soon as that file is done, so the count in the
-    resulting ``CollectInterrupted`` is exactly what the database holds. Collections on
-    other threads (a watcher's) stop at their next file. A handler other than Python's
-    default is left alone.
-    """
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
-        yield
-        return
-    _interrupt_requested.clear()
-    previous = signal.signal(signal.SIGINT, _on_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        _interrupt_requested.clear()
-
-
-def _on_sigint(signum: int, frame: object) -> None:
-    _interrupt_requested.set()
-    if getattr(_commit_state, "depth", 0):
-        _commit_state.pending = True
-        return
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _committing() -> Iterator[None]:
-    """A commit, its counts and its progress events, not split by Ctrl-C."""
-    state = _commit_state
-    state.depth = getattr(state, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        state.depth -= 1
-        if not state.depth and getattr(state, "pending", False):
-            state.pending = False
-            raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _timed(report: CollectReport) -> Iterator[None]:
-    """Set ``report.duration_s``; Ctrl-C becomes ``CollectInterrupted`` carrying the report."""
-    started = time.perf_counter()
-    try:
-        yield
-    except KeyboardInterrupt as exc:
-        report.duration_s = time.perf_counter() - started
-        raise CollectInterrupted(report) from exc
-    report.duration_s = time.perf_counter() - started
-
-
-def _check_interrupt() -> None:
-    """Stop a run at a file boundary once Ctrl-C was pressed (for runs off the main thread)."""
-    if _interrupt_requested.is_set():
-        raise KeyboardInterrupt
-
 
 # In a worker process: set by the parent when the run was interrupted.
 _worker_cancel: EventType | None = None
@@ -270,7 +205,7 @@ class Collector:
         def not_text(relative: str, kind: str) -> None:
             report.not_text.add(os.path.join(root, *relative.split("/")), kind)
 
-        with _timed(report):
+        with timed(report):
             found = list(walk(root, options, on_excluded=not_text))
             known = self.storage.get_sources(kb, root)
             present = {str(file.path) for file in found}
@@ -289,7 +224,7 @@ class Collector:
     ) -> CollectReport:
         """Index these changed files and remove these deleted ones (the watcher's path)."""
         report = CollectReport(kb=kb)
-        with _timed(report):
+        with timed(report):
             self._apply(kb, root, options, changed, deleted, report, progress)
         return report
 
@@ -362,22 +297,22 @@ class Collector:
                 progress(CollectProgress(path, status, done, total, bytes_done, bytes_total))
 
         for path in vanished:
-            _check_interrupt()
-            with _committing():
+            check_interrupt()
+            with committing():
                 self._remove(kb, path, report)
                 report.removed += 1
                 step(path, "removed")
 
         todo: list[tuple[FoundFile, SourceRecord | None]] = []
         for file in found:
-            _check_interrupt()
+            check_interrupt()
             # A file tracked under another root of this kb keeps its item (no duplicate).
             record = known.get(str(file.path)) or self.storage.get_source(kb, str(file.path))
             if file.too_large:
                 reason = (
                     f"{_size_text(file.size)} is over the {_size_text(options.max_file_size)} limit"
                 )
-                with _committing():
+                with committing():
                     self._skip(kb, root, file, record, reason, report, kind="too large")
                     step(str(file.path), "skipped", file.size)
             elif not full and record is not None and _same_stat(record, file):
@@ -403,7 +338,7 @@ class Collector:
             group_bytes = 0
             started = time.monotonic()
             for outcome in outcomes:
-                _check_interrupt()
+                check_interrupt()
                 group.append(outcome)
                 group_bytes += records[outcome.path][0].size
                 if (
@@ -428,11 +363,11 @@ class Collector:
         if not group:
             return
         stored: list[tuple[str, str, int]] = []
-        with _committing():
+        with committing():
             try:
                 with self.storage.write_group("collect"):
                     for outcome in group:
-                        if _interrupt_requested.is_set():
+                        if interrupt_requested():
                             break  # the rest of the group is simply not done yet
                         file, record = records[outcome.path]
                         status = self._store(kb, root, file, record, outcome, report)
@@ -440,7 +375,7 @@ class Collector:
             finally:
                 for path, status, size in stored:
                     step(path, status, size)
-        _check_interrupt()
+        check_interrupt()
 
     def _extract_all(self, jobs: list[_Job]) -> Iterator[_Outcome]:
         """Outcomes in job order; worker processes when there are many jobs."""

@@ -25,6 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from knowledge_agent.core import KnowledgeAgentCore
+from knowledge_agent.crawl import UrlPolicy
 from knowledge_agent.errors import KnowledgeAgentError
 from knowledge_agent.server import mcp_tools
 
@@ -50,34 +51,36 @@ _WRITING = {
     ),
 }
 # Filled in by the server, not by the agent (see _as_tool).
-_INJECTED = ("core", "roots")
+_INJECTED = ("core", "roots", "url_policy")
 
 
 @dataclass(frozen=True)
 class ServerState:
-    """What the lifespan hands to every tool call: the open core and the allowed roots."""
+    """What the lifespan hands to every tool call: the open core, the folders and the URLs
+    it may collect from."""
 
     core: KnowledgeAgentCore
     roots: tuple[str, ...]
+    url_policy: UrlPolicy | None = None
 
 
 CoreSource = KnowledgeAgentCore | Callable[[], KnowledgeAgentCore]
 
 
 def _lifespan(
-    source: CoreSource, roots: tuple[str, ...]
+    source: CoreSource, roots: tuple[str, ...], url_policy: UrlPolicy | None
 ) -> Callable[[MCPServer[ServerState]], AbstractAsyncContextManager[ServerState]]:
     """Open the core at startup and close it at shutdown — unless it was handed over open."""
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer[ServerState]) -> AsyncIterator[ServerState]:
         if isinstance(source, KnowledgeAgentCore):
-            yield ServerState(source, roots)
+            yield ServerState(source, roots, url_policy)
             return
         # Opening may rebuild an index: keep the event loop free meanwhile.
         core = await anyio.to_thread.run_sync(source)
         try:
-            yield ServerState(core, roots)
+            yield ServerState(core, roots, url_policy)
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(core.close)
@@ -139,12 +142,15 @@ def create_server(
     core: CoreSource,
     *,
     roots: Sequence[str | os.PathLike[str]] = (),
+    allow_urls: Sequence[str] = (),
 ) -> MCPServer[ServerState]:
     """An MCP server exposing ``core`` through the tools of :mod:`.mcp_tools`.
 
     ``core`` is an open core (used as is, never closed here) or a callable that opens one:
     then the server's lifespan opens it at startup and closes it at shutdown. ``roots`` are
     the folders ``add_knowledge`` may read files from; without any, it accepts text only.
+    ``allow_urls`` are the URL prefixes it may crawl (none: no web pages at all); a host on
+    a private, loopback or link-local address only when a prefix names that host.
     ``ConfigError`` if a root is not a folder.
     """
     if not isinstance(core, KnowledgeAgentCore) and not callable(core):
@@ -155,7 +161,7 @@ def create_server(
         title="Knowledge Agent",
         instructions=INSTRUCTIONS,
         version=_version(),
-        lifespan=_lifespan(core, allowed),
+        lifespan=_lifespan(core, allowed, UrlPolicy(tuple(allow_urls)) if allow_urls else None),
     )
     for function in mcp_tools.TOOLS:
         server.add_tool(
@@ -170,12 +176,17 @@ def run_stdio(
     open_core: Callable[[], KnowledgeAgentCore],
     *,
     roots: Sequence[str | os.PathLike[str]] = (),
+    allow_urls: Sequence[str] = (),
 ) -> None:
     """Serve over stdin/stdout until the client disconnects (blocking).
 
     The core is opened once the server starts and closed when it stops. Logs go to stderr;
     stdout carries the protocol only.
     """
-    server = create_server(open_core, roots=roots)
-    logger.info("serving the knowledge base over stdio (roots: %s)", list(roots) or "none")
+    server = create_server(open_core, roots=roots, allow_urls=allow_urls)
+    logger.info(
+        "serving the knowledge base over stdio (roots: %s; URLs: %s)",
+        list(roots) or "none",
+        list(allow_urls) or "none",
+    )
     anyio.run(server.run_stdio_async)

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from knowledge_agent.core import KnowledgeAgentCore
+from knowledge_agent.crawl import CrawlOptions, UrlPolicy
 from knowledge_agent.errors import ConfigError, IngestError, NotFoundError, QueryError
 from knowledge_agent.ingest.report import CollectReport
 from knowledge_agent.ingest.walker import WalkOptions
@@ -186,6 +187,20 @@ SourcePath = Annotated[
         description="A file or folder to index (folders recursively, honouring .gitignore); "
         "it must lie inside a folder the server was started with (--root)."
     ),
+]
+Url = Annotated[
+    str | None,
+    Field(
+        description="A web page, sitemap.xml or documentation site to crawl and index, instead "
+        "of a path; only under a URL prefix the server was started with (--allow-url)."
+    ),
+]
+Depth = Annotated[
+    int,
+    Field(ge=0, le=10, description="For a url: follow links this deep (0: that page only)."),
+]
+MaxPages = Annotated[
+    int, Field(ge=1, le=10_000, description="For a url: fetch at most this many pages.")
 ]
 Text = Annotated[str | None, Field(description="Text to store, instead of a path.")]
 Title = Annotated[str, Field(description="Title of the text (ignored for a path).")]
@@ -673,18 +688,32 @@ def add_knowledge(
     *,
     kb: KbName,
     path: SourcePath = None,
+    url: Url = None,
     text: Text = None,
     title: Title = "",
+    depth: Depth = 1,
+    max_pages: MaxPages = 100,
     roots: Sequence[str] = (),
+    url_policy: UrlPolicy | None = None,
 ) -> dict[str, Any]:
-    """Add a file, a folder, or a piece of text to a knowledge base and index it.
+    """Add a file, a folder, a web page or doc site, or a piece of text to a knowledge base
+    and index it.
 
-    Give either path or text. Re-adding a folder only re-reads files that changed and drops
-    files that are gone. Returns the collect report: processed, unchanged, skipped and
-    failed files (with reasons), removed, chunks_added, item_ids.
+    Give one of path, url or text. Re-adding a folder only re-reads files that changed and
+    drops files that are gone; re-adding a url re-crawls it, fetching only changed pages.
+    Returns the collect report: processed, unchanged, skipped and failed files or pages
+    (with reasons), removed, chunks_added, item_ids.
     """
-    if (path is None) == (text is None):
-        raise ConfigError("give either path or text (exactly one of them)")
+    if sum(value is not None for value in (path, url, text)) != 1:
+        raise ConfigError("give one of path, url or text (exactly one of them)")
+    if url is not None:
+        if url_policy is None or not url_policy.allowed_prefixes:
+            raise ConfigError(
+                "adding web pages is disabled: this server was started without --allow-url "
+                "(restart it with `knowledge-agent serve --allow-url https://docs.example.com/`)"
+            )
+        crawl = CrawlOptions(max_depth=depth, max_pages=max_pages)
+        return core.collect_knowledge(url, kb=kb, crawl=crawl, url_policy=url_policy).to_dict()
     if text is not None:
         if not text.strip():
             raise IngestError(title or "<text>", "the text is empty")
@@ -694,6 +723,8 @@ def add_knowledge(
         report = CollectReport(kb=kb, processed=1, item_ids=[item.id])
         report.chunks_added = core.storage.count_chunks(item_id=item.id)
         return report.to_dict()
+    if path is not None and path[:8].lower().startswith(("http://", "https://")):
+        raise ConfigError(f"{path!r} is a web address: pass it as url, not path")
     real = path_within_roots(path, roots)  # type: ignore[arg-type]
     # Symlinks are not followed: one inside a root could otherwise lead outside it.
     options = WalkOptions(follow_symlinks=False)

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+from knowledge_agent.storage.doc_sources import DOC_SOURCES_MIGRATION, DocSourceMixin
 from knowledge_agent.storage.sources import SOURCES_MIGRATION, SourceTrackingMixin
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStorageManager"]
@@ -85,6 +86,8 @@ _MIGRATIONS: list[Migration] = [
     ],
     # Version 2: knowledge bases, collected roots and tracked source files.
     SOURCES_MIGRATION,
+    # Version 3: documentation sources crawled from the web, and their pages.
+    DOC_SOURCES_MIGRATION,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -268,10 +271,11 @@ def _wal_is_empty(path: str) -> bool:
         return False
 
 
-class SQLiteStorageManager(SourceTrackingMixin):
+class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
     """Items, chunks, the index journal and small settings, in one SQLite database.
 
-    Also the knowledge bases and the source files collected into them (see ``sources``).
+    Also the knowledge bases, the source files collected into them (see ``sources``) and the
+    documentation sources crawled from the web (see ``doc_sources``).
 
     Thread-safe: one connection, every public method serialised by a re-entrant lock.
     Use as a context manager or call ``close()``.

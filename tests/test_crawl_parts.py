@@ -1,0 +1,544 @@
+"""The crawl package's pure parts: URLs, options, the URL policy, links, sitemaps,
+robots.txt rules, error reasons and content selection (no server needed)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import subprocess
+import sys
+
+import httpcore
+import httpx
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import knowledge_agent.crawl as crawl
+from knowledge_agent.crawl import (
+    CrawlOptions,
+    UrlPolicy,
+    anchor_url,
+    normalize_url,
+    select_content,
+    url_key,
+)
+from knowledge_agent.crawl.fetch import (
+    describe_error,
+    parse_content_type,
+    sniff_bytes,
+    sniff_suffix,
+)
+from knowledge_agent.crawl.links import extract_links
+from knowledge_agent.crawl.policy import is_public_address
+from knowledge_agent.crawl.robots import MAX_CRAWL_DELAY, parse_robots
+from knowledge_agent.crawl.sitemap import gunzip, parse_sitemap
+from knowledge_agent.errors import ConfigError
+
+# -- the public surface --------------------------------------------------------------
+
+
+def test_all_is_exactly_the_public_api() -> None:
+    assert sorted(crawl.__all__) == sorted(
+        [
+            "CrawlFailure",
+            "CrawlOptions",
+            "CrawlPage",
+            "CrawlSummary",
+            "Crawler",
+            "KnownPage",
+            "UrlPolicy",
+            "anchor_url",
+            "normalize_url",
+            "select_content",
+            "url_key",
+        ]
+    )
+    for name in crawl.__all__:
+        assert getattr(crawl, name) is not None
+
+
+def test_importing_the_package_imports_no_http_or_html_library() -> None:
+    code = (
+        "import sys, knowledge_agent.crawl\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('httpx', 'httpcore', 'bs4', 'soupsieve'))\n"
+        "print(','.join(bad))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
+def test_a_crawler_without_httpx_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "httpx", None)  # makes `import httpx` fail
+    with pytest.raises(ConfigError, match=r"pip install 'knowledge-agent\[web\]'"):
+        crawl.Crawler("https://docs.example.com/")
+
+
+def test_a_start_url_that_is_not_http_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="ftp://"):
+        crawl.Crawler("ftp://example.com/file")
+
+
+# -- URLs -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("HTTP://Example.COM", "http://example.com/"),
+        ("http://example.com:80/a", "http://example.com/a"),
+        ("https://example.com:443/a", "https://example.com/a"),
+        ("https://example.com:8443/a", "https://example.com:8443/a"),
+        ("http://example.com/a/./b/../c", "http://example.com/a/c"),
+        ("http://example.com/a/%2e%2E/b", "http://example.com/b"),
+        ("http://example.com/%7euser/%c3%a9", "http://example.com/~user/%C3%A9"),
+        ("http://example.com/caf\u00e9 bar", "http://example.com/caf%C3%A9%20bar"),
+        ("http://example.com/a#section", "http://example.com/a"),
+        ("http://example.com/?b=2&a=1&a=0", "http://example.com/?a=1&a=0&b=2"),
+        (
+            "http://example.com/p?utm_source=x&UTM_Medium=y&gclid=1&fbclid=2&msclkid=3"
+            "&mc_cid=4&mc_eid=5&_ga=6&ref_src=7&keep=1",
+            "http://example.com/p?keep=1",
+        ),
+        ("http://example.com/p?utm_source=x", "http://example.com/p"),
+        ("http://example.com/p?q=100%", "http://example.com/p?q=100%25"),
+        ("http://user:secret@example.com/p", "http://example.com/p"),
+        ("http://[0:0::1]:8080/", "http://[::1]:8080/"),
+        ("http://b\u00fccher.de/", "http://xn--bcher-kva.de/"),
+        (" http://example.com/a\n/b ", "http://example.com/a/b"),
+    ],
+)
+def test_normalize_url_examples(url: str, expected: str) -> None:
+    assert normalize_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("href", "base", "expected"),
+    [
+        ("../x", "http://h/a/b/c", "http://h/a/x"),
+        ("/root", "http://h/a/b", "http://h/root"),
+        ("//other.org/p", "https://h/a", "https://other.org/p"),
+        ("?q=1", "http://h/a/b", "http://h/a/b?q=1"),
+        ("#frag", "http://h/a/b", "http://h/a/b"),
+        ("", "http://h/a/b?x=1", "http://h/a/b?x=1"),
+    ],
+)
+def test_normalize_url_resolves_against_a_base(href: str, base: str, expected: str) -> None:
+    assert normalize_url(href, base) == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://example.com/", "mailto:a@b.c", "javascript:void(0)", "http:///path", "/relative",
+     "http://exa mple.com/", "http://example.com:99999/", "http://example.com:port/"],
+)  # fmt: skip
+def test_normalize_url_refuses_what_cannot_be_fetched(url: str) -> None:
+    with pytest.raises(ValueError):
+        normalize_url(url)
+
+
+def test_url_key_merges_trailing_slash_variants_but_keeps_the_root() -> None:
+    assert url_key("http://h/docs/") == url_key("http://h/docs") == "http://h/docs"
+    assert url_key("http://h/") == url_key("http://h") == "http://h/"
+    assert url_key("http://h/a/?q=1") == "http://h/a?q=1"
+
+
+def test_anchor_url() -> None:
+    assert anchor_url("http://h/a", "install") == "http://h/a#install"
+    assert anchor_url("http://h/a", None) == "http://h/a"
+    assert anchor_url("http://h/a", "") == "http://h/a"
+
+
+_SEGMENT = st.one_of(
+    st.sampled_from([".", "..", "%2e", "%2E%2e", "", "a", "B", "~x", "%7E", "%41", "%zz", "%"]),
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="/?#\\"),
+        max_size=6,
+    ),
+)
+_QUERY_PART = st.one_of(
+    st.sampled_from(["a", "B", "utm_source", "gclid", "q", "x y", "%7e", "=", "+", "%26"]),
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="&=#"),
+        max_size=5,
+    ),
+)
+
+
+@st.composite
+def urls(draw: st.DrawFn) -> str:
+    scheme = draw(st.sampled_from(["http", "https", "HTTP", "hTTps"]))
+    host = draw(
+        st.sampled_from(
+            ["example.com", "EXAMPLE.com", "docs.example.org", "127.0.0.1", "[::1]",
+             "b\u00fccher.de", "xn--bcher-kva.de", "a-b.c_d.example"]
+        )
+    )  # fmt: skip
+    port = draw(st.sampled_from(["", ":80", ":443", ":8080", ":0080", ":"]))
+    path = "/" + "/".join(draw(st.lists(_SEGMENT, max_size=6)))
+    pairs = draw(st.lists(st.tuples(_QUERY_PART, _QUERY_PART), max_size=4))
+    query = "&".join(f"{name}={value}" for name, value in pairs)
+    fragment = draw(st.text(max_size=5))
+    url = f"{scheme}://{host}{port}{path}"
+    if query or draw(st.booleans()):
+        url += "?" + query
+    if fragment or draw(st.booleans()):
+        url += "#" + fragment
+    return url
+
+
+@given(urls())
+def test_normalize_url_is_idempotent_and_drops_the_fragment(url: str) -> None:
+    normalized = normalize_url(url)
+    assert normalize_url(normalized) == normalized
+    assert "#" not in normalized
+    assert url_key(normalized) == url_key(url)
+    assert url_key(url_key(url)) == url_key(url)
+    assert normalize_url(url_key(url)) == url_key(url)
+
+
+@given(urls(), st.text(max_size=8), st.sampled_from(["utm_source", "gclid", "fbclid", "_ga"]))
+def test_variants_of_one_page_share_its_key(url: str, fragment: str, tracking: str) -> None:
+    base = normalize_url(url)
+    key = url_key(base)
+    path, sep, query = base.partition("?")
+    assert url_key(f"{base}#{fragment}") == key
+    assert url_key(f"{base}{'&' if sep else '?'}{tracking}=abc") == key
+    scheme, rest = base.split("://", 1)
+    host, _, tail = rest.partition("/")
+    assert url_key(f"{scheme.upper()}://{host.upper()}/{tail}") == key
+    default = {"http": ":80", "https": ":443"}[scheme]
+    if ":" not in host.rsplit("]", 1)[-1]:
+        assert url_key(f"{scheme}://{host}{default}/{tail}") == key
+    # The other spelling of the trailing slash (not for the root, whose path is "/").
+    assume(path.count("/") >= 3 and not path.endswith("//"))
+    toggled = path[:-1] if path.endswith("/") else path + "/"
+    assert url_key(toggled + sep + query) == key
+
+
+@given(st.text(max_size=30), st.sampled_from(["http://h/a/b", "https://h:8443/x/?q=1"]))
+def test_any_href_either_fails_cleanly_or_normalises_stably(href: str, base: str) -> None:
+    try:
+        normalized = normalize_url(href, base)
+    except ValueError:
+        return
+    assert normalize_url(normalized) == normalized
+    assert "#" not in normalized
+
+
+# -- options --------------------------------------------------------------------------
+
+
+def test_default_options_carry_the_package_version_in_the_user_agent() -> None:
+    options = CrawlOptions()
+    assert options.user_agent.startswith("knowledge-agent/")
+    assert options.user_agent.endswith("(+offline knowledge base)")
+    assert options.max_depth == 3 and options.max_pages == 500 and options.concurrency == 4
+
+
+def test_options_round_trip_through_json() -> None:
+    options = CrawlOptions(
+        max_depth=1,
+        include=["https://docs.example.com/*"],
+        exclude=("*/changelog/*",),
+        headers={"Authorization": "Bearer x", "X-Team": "docs"},
+        content_selector="main",
+        drop_selectors=["nav", ".sidebar"],
+        delay=0.5,
+        timeout=3,
+    )
+    assert options.include == ("https://docs.example.com/*",)
+    assert options.headers == (("Authorization", "Bearer x"), ("X-Team", "docs"))
+    assert isinstance(options.timeout, float)
+    data = json.loads(json.dumps(options.to_dict()))
+    assert CrawlOptions.from_dict(data) == options
+
+
+def test_from_dict_names_an_unknown_key() -> None:
+    with pytest.raises(ConfigError, match="max_deph"):
+        CrawlOptions.from_dict({"max_deph": 2})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_depth", -1),
+        ("max_depth", 1.5),
+        ("max_pages", 0),
+        ("max_pages", True),
+        ("concurrency", 0),
+        ("concurrency", 1000),
+        ("timeout", 0),
+        ("timeout", -2.0),
+        ("timeout", float("nan")),
+        ("delay", -0.1),
+        ("max_redirects", -1),
+        ("max_page_bytes", 0),
+        ("same_origin", "yes"),
+        ("include", [""]),
+        ("exclude", [3]),
+        ("headers", {"Bad:Name": "x"}),
+        ("headers", {"X-Injected": "a\r\nHost: evil"}),
+        ("headers", [("only-one",)]),
+        ("user_agent", ""),
+        ("content_selector", "div[["),
+        ("drop_selectors", ["nav", "::bogus("]),
+    ],
+)
+def test_bad_options_raise_config_error_naming_the_option(field: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=field):
+        CrawlOptions(**{field: value})  # type: ignore[arg-type]
+
+
+# -- the URL policy -------------------------------------------------------------------
+
+_ADDRESSES = {
+    "docs.example.com": ["93.184.215.14"],
+    "v6.example.com": ["2606:2800:21f:cb07:6820:80da:af6b:8b2c"],
+    "internal.example.com": ["10.0.0.5"],
+    "split.example.com": ["93.184.215.14", "127.0.0.1"],
+    "localhost": ["127.0.0.1", "::1"],
+    "metadata.example.com": ["169.254.169.254"],
+}
+
+
+def fake_resolver(host: str) -> list[str]:
+    if host not in _ADDRESSES:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    return _ADDRESSES[host]
+
+
+def policy(*prefixes: str) -> UrlPolicy:
+    return UrlPolicy(allowed_prefixes=prefixes, resolver=fake_resolver)
+
+
+def test_policy_allows_a_public_host_under_a_prefix() -> None:
+    rules = policy("https://docs.example.com")
+    assert rules.refusal("https://docs.example.com/guide/install") is None
+    assert rules.refusal("HTTPS://DOCS.example.com:443/guide#x") is None
+    assert "not under an allowed URL prefix" in (
+        rules.refusal("https://docs.example.com.evil.net/") or ""
+    )
+    assert rules.refusal("http://docs.example.com/guide") is not None
+
+
+def test_policy_with_a_scheme_prefix_refuses_private_addresses() -> None:
+    rules = policy("http://", "https://")
+    assert rules.refusal("https://docs.example.com/") is None
+    assert rules.refusal("https://v6.example.com/") is None
+    for url in [
+        "http://localhost:8000/",
+        "http://127.0.0.1:8000/",
+        "http://[::1]/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://metadata.example.com/",
+        "http://internal.example.com/",
+        "http://split.example.com/",
+        "http://0.0.0.0/",
+        "http://224.0.0.1/",
+        "http://100.100.100.200/",  # carrier-grade NAT: a cloud metadata service lives here
+    ]:
+        reason = rules.refusal(url)
+        assert reason is not None and "private or reserved" in reason, url
+
+
+def test_policy_allows_a_private_host_only_when_a_prefix_names_it() -> None:
+    rules = policy("http://", "http://127.0.0.1:8000/")
+    assert rules.refusal("http://127.0.0.1:8000/docs/") is None
+    assert rules.refusal("http://127.0.0.1:9000/docs/") is not None
+    assert rules.refusal("http://localhost:8000/docs/") is not None
+    assert policy("http://127.0.0.1:8000/docs/").refusal("http://127.0.0.1:8000/admin") is not None
+
+
+def test_policy_refuses_hosts_that_do_not_resolve_and_urls_that_are_not_http() -> None:
+    rules = policy("http://", "https://")
+    assert "does not resolve" in (rules.refusal("https://nowhere.example.com/") or "")
+    assert rules.refusal("file:///etc/passwd") is not None
+    assert rules.refusal("gopher://docs.example.com/") is not None
+
+
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [("93.184.215.14", True), ("8.8.8.8", True), ("10.1.2.3", False), ("172.16.0.1", False),
+     ("192.168.1.1", False), ("127.0.0.1", False), ("169.254.169.254", False),
+     ("0.0.0.0", False), ("255.255.255.255", False), ("::1", False), ("fe80::1", False),
+     ("fc00::1", False), ("::ffff:10.0.0.1", False), ("2002:7f00:1::", False),
+     ("2606:4700:4700::1111", True), ("not an address", False)],
+)  # fmt: skip
+def test_is_public_address(address: str, public: bool) -> None:
+    assert is_public_address(address) is public
+
+
+# -- links ----------------------------------------------------------------------------
+
+
+def test_links_are_resolved_normalised_deduplicated_in_page_order() -> None:
+    html = b"""<html><head><base href="/docs/v2/"></head><body>
+    <a href="intro.html#top">Intro</a>
+    <a href="intro.html?utm_source=nav">Intro again</a>
+    <map><area href="../v1/old.html" alt="old"></map>
+    <a href="https://other.example.org/x">other</a>
+    <a href="mailto:someone@example.com">mail</a><a href="javascript:void(0)">js</a>
+    <a name="anchor-without-href">x</a><link href="/style.css" rel="stylesheet">
+    <A HREF="Guide.html">upper-case tag</A>
+    </body></html>"""
+    links = extract_links(html, "https://docs.example.com/start/page.html")
+    assert links == (
+        "https://docs.example.com/docs/v2/intro.html",
+        "https://docs.example.com/docs/v1/old.html",
+        "https://other.example.org/x",
+        "https://docs.example.com/docs/v2/Guide.html",
+    )
+
+
+def test_links_of_a_legacy_encoded_page() -> None:
+    html = '<meta charset="windows-1252"><a href="caf\u00e9.html">x</a>'.encode("cp1252")
+    assert extract_links(html, "http://h/") == ("http://h/caf%C3%A9.html",)
+
+
+# -- sitemaps -------------------------------------------------------------------------
+
+
+def test_sitemap_urlset_and_index_namespaced_or_not() -> None:
+    urlset = b"""<?xml version="1.0"?>
+    <urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+      <url><loc> https://h/a </loc><lastmod>2024-01-01</lastmod></url>
+      <url><loc>https://h/b?x=1&amp;y=2</loc></url><url></url>
+    </urlset>"""
+    parsed = parse_sitemap(urlset)
+    assert parsed.kind == "urlset"
+    assert parsed.locs == ("https://h/a", "https://h/b?x=1&y=2")
+    index = b"<sitemapindex><sitemap><loc>https://h/s1.xml</loc></sitemap></sitemapindex>"
+    assert parse_sitemap(gzip.compress(index)).locs == ("https://h/s1.xml",)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<rss><channel/></rss>",
+        b"<urlset><url><loc>x</loc>",
+        b'<!DOCTYPE x [<!ENTITY a "aaaa">]><urlset><url><loc>&a;</loc></url></urlset>',
+        b"\x1f\x8b not really gzip",
+    ],
+)
+def test_what_is_not_a_sitemap_is_a_value_error(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        parse_sitemap(body)
+
+
+def test_gunzip_stops_at_its_limit() -> None:
+    bomb = gzip.compress(b"\0" * 2_000_000)
+    assert len(bomb) < 10_000
+    with pytest.raises(ValueError, match="larger than"):
+        gunzip(bomb, limit=1_000_000)
+
+
+# -- robots.txt -----------------------------------------------------------------------
+
+
+def test_robots_rules_for_our_agent_and_crawl_delay() -> None:
+    text = """
+User-agent: *
+Disallow: /private/
+Crawl-delay: 2
+
+User-agent: knowledge-agent
+Disallow: /no-agents/
+Crawl-delay: 100000
+"""
+    ours = parse_robots(text, "knowledge-agent/1.0 (+offline knowledge base)")
+    assert not ours.allows("http://h/no-agents/page")
+    assert ours.allows("http://h/private/page")  # the specific group replaces the * one
+    assert ours.crawl_delay == MAX_CRAWL_DELAY
+    other = parse_robots(text, "other-bot/2.0")
+    assert not other.allows("http://h/private/page")
+    assert other.allows("http://h/docs/")
+    assert other.crawl_delay == 2.0
+
+
+# -- content types and error reasons --------------------------------------------------
+
+
+def test_content_type_parsing_and_sniffing() -> None:
+    assert parse_content_type('Text/HTML; Charset="ISO-8859-1"') == ("text/html", "ISO-8859-1")
+    assert parse_content_type(None) == ("", None)
+    assert sniff_suffix("http://h/a/readme.md") == "text/markdown"
+    assert sniff_suffix("http://h/a/img.PNG") == "image/png"
+    assert sniff_suffix("http://h/a/") is None
+    assert sniff_bytes(b"%PDF-1.7 ...") == "application/pdf"
+    assert sniff_bytes(b"\n  <!DOCTYPE html><html>") == "text/html"
+    assert sniff_bytes(b"\x89PNG\r\n\x1a\n\0\0") == "application/octet-stream"
+    assert sniff_bytes(b"Just some words.") == "text/plain"
+
+
+def _chained(outer: Exception, inner: BaseException) -> Exception:
+    middle = httpcore.ConnectError(str(inner))
+    middle.__cause__ = inner
+    outer.__cause__ = middle
+    return outer
+
+
+def test_error_reasons_name_the_cause() -> None:
+    gai = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    assert describe_error(_chained(httpx.ConnectError("x"), gai), 2) == (
+        "not found: name does not resolve"
+    )
+    refused = ConnectionRefusedError(111, "Connection refused")
+    assert describe_error(_chained(httpx.ConnectError("x"), refused), 2) == "connection refused"
+    assert describe_error(httpx.ReadTimeout("read"), 2.0) == "timed out after 2.0 s"
+    assert describe_error(httpx.ConnectTimeout("c"), 0.25) == "timed out after 0.25 s"
+    assert describe_error(httpx.RemoteProtocolError("bad status line"), 1).startswith(
+        "invalid response"
+    )
+    assert describe_error(httpx.ConnectError("[Errno -3] getaddrinfo failed"), 1) == (
+        "not found: name does not resolve"
+    )
+
+
+# -- content selection ----------------------------------------------------------------
+
+_PAGE = """<!DOCTYPE html><html lang="de"><head><title>Install &amp; run</title>
+<meta charset="windows-1252"></head><body>
+<nav class="sidebar"><a href="/">Home</a> sidebar words</nav>
+<main><h1 id="install">Install</h1><p>Gr\u00fc\u00dfe from the main text.</p>
+<div class="ad">buy things</div>
+<h2 id="run-it">Run it</h2><p>Run the thing.</p></main>
+<footer>footer words</footer></body></html>"""
+
+
+def test_select_content_keeps_the_selected_element_title_and_heading_ids() -> None:
+    out = select_content(_PAGE.encode("cp1252"), "windows-1252", "main", [".ad"]).decode("utf-8")
+    assert '<meta charset="utf-8">' in out
+    assert "<title>Install &amp; run</title>" in out
+    assert '<html lang="de">' in out
+    assert '<h1 id="install">' in out and '<h2 id="run-it">' in out
+    assert "Gr\u00fc\u00dfe from the main text." in out
+    for dropped in ("sidebar words", "footer words", "buy things"):
+        assert dropped not in out
+
+
+def test_select_content_falls_back_to_the_whole_body() -> None:
+    body = _PAGE.encode("cp1252")
+    for selector in (None, "article.missing"):
+        out = select_content(body, None, selector, ["nav", "footer"]).decode("utf-8")
+        assert "Gr\u00fc\u00dfe" in out and "buy things" in out
+        assert "sidebar words" not in out and "footer words" not in out
+        assert out.count("<body>") == 1
+
+
+def test_select_content_keeps_nested_matches_once() -> None:
+    html = (
+        b"<body><div class='c'>outer <div class='c'>inner</div></div><div class='c'>2</div></body>"
+    )
+    out = select_content(html, "utf-8", ".c", []).decode()
+    assert out.count("inner") == 1 and "2</div>" in out
+
+
+def test_select_content_rejects_a_bad_selector() -> None:
+    with pytest.raises(ConfigError, match="content_selector"):
+        select_content(b"<p>x</p>", None, "p[[", [])
