@@ -14,7 +14,9 @@ article's first page (depth 3 at most). Measured in one run, on the same pages:
   extract, chunk, store and index; the figure the README quotes;
 - ``re-crawl``: the same again with nothing changed (one conditional request a page);
 - ``files + index``: the same pages as .html files collected from a folder (what indexing
-  costs without the network).
+  costs without the network);
+
+and how long ``stop()`` (Ctrl-C) takes to end a crawl while a request hangs.
 
 Times on a shared machine are noise; the ratios between the rows carry across machines.
 """
@@ -97,6 +99,22 @@ def crawl_only(start: str, options: CrawlOptions) -> tuple[int, int]:
     return pages, size
 
 
+def stop_latency(server: SiteServer) -> float:
+    """Seconds from ``stop()`` to the end of the iteration while a request hangs (10 s)."""
+    server.set_page("/stop/", '<a href="/stop/slow.html">slow</a> <a href="/stop/a.html">a</a>')
+    server.set_page("/stop/a.html", "<p>a</p>")
+    server.set_slow("/stop/slow.html", 10.0)
+    stopped = 0.0
+    with Crawler(server.url("/stop/"), CrawlOptions(timeout=30)) as crawler:
+        for event in crawler:
+            if event.url.endswith("/a.html"):
+                while not server.hits("/stop/slow.html"):
+                    time.sleep(0.01)
+                stopped = time.perf_counter()
+                crawler.stop()
+    return time.perf_counter() - stopped
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", type=Path, default=None, help="folder of the data sets")
@@ -144,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         with KnowledgeAgentCore(Path(temp) / "files") as core:
             seconds, files = timed(lambda: core.collect_knowledge(folder))
             row("files + index", seconds, files.processed, files.bytes_processed)
+        stop = stop_latency(server)
 
     print(f"\n== {len(urls)} pages of squad-long text on 127.0.0.1, {chunks} chunks indexed")
     print(f"{'system':<22} {'s':>7} {'pages':>6} {'MB':>6} {'pages/s':>8} {'MB/s':>6}")
@@ -152,8 +171,10 @@ def main(argv: list[str] | None = None) -> None:
             f"{entry['system']:<22} {entry['seconds']:>7.2f} {entry['pages']:>6} "
             f"{entry['mb']:>6.2f} {entry['pages_per_s']:>8.1f} {entry['mb_per_s']:>6.2f}"
         )
+    print(f"stop() to the end of the crawl, a request hanging: {stop * 1000:.0f} ms")
     if args.json:
-        args.json.write_text(json.dumps({"pages": len(urls), "rows": rows}, indent=2))
+        figures = {"pages": len(urls), "rows": rows, "stop_ms": round(stop * 1000)}
+        args.json.write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

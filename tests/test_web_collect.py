@@ -16,7 +16,9 @@ from web_site import DocSite, SiteServer, make_doc_site
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.cli import cli
 from knowledge_agent.crawl import CrawlOptions, UrlPolicy
-from knowledge_agent.errors import ConfigError, IngestError, NotFoundError
+from knowledge_agent.errors import CollectInterrupted, ConfigError, IngestError, NotFoundError
+from knowledge_agent.ingest import interrupts, web
+from knowledge_agent.ingest.report import CollectProgress
 
 PDF = Path(__file__).resolve().parents[1] / "knowledge_agent" / "samples"
 
@@ -134,6 +136,31 @@ def test_every_bad_page_is_reported_with_its_reason_and_the_rest_is_indexed(
     assert top_urls(core, "wombat")[0] == server.url("/notes.md")
     pdf = core.items_at(server.url("/manual.pdf"))[0]
     assert pdf.source_type == "pdf" and pdf.content.strip()
+
+
+def test_ctrl_c_stops_a_crawl_with_what_was_committed(
+    server: SiteServer, core: KnowledgeAgentCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(web, "_GROUP_PAGES", 1)  # a commit per page
+    site = make_doc_site(server, 40)
+    seen: list[str] = []
+
+    def press_ctrl_c_after_two_pages(event: CollectProgress) -> None:
+        seen.append(event.status)
+        if seen.count("processed") == 2:
+            interrupts.interrupt_requested_event.set()  # what the Ctrl-C handler does
+
+    try:
+        with pytest.raises(CollectInterrupted) as caught:
+            core.collect_knowledge(site.start_url, progress=press_ctrl_c_after_two_pages)
+    finally:
+        interrupts.interrupt_requested_event.clear()
+    report = caught.value.report
+    assert 2 <= report.processed < len(site.pages)
+    assert core.storage.count_items() == report.processed  # exactly what was committed
+    again = core.collect_knowledge(site.start_url)  # the next run completes the crawl
+    assert again.unchanged == report.processed
+    assert again.processed == len(site.within(3)) - report.processed
 
 
 def test_a_sitemap_indexes_the_pages_it_lists(server: SiteServer, core: KnowledgeAgentCore) -> None:

@@ -32,7 +32,12 @@ from knowledge_agent.crawl import (
 )
 from knowledge_agent.errors import IngestError, UnsupportedSourceError
 from knowledge_agent.ingest.doc_types import doc_type_for
-from knowledge_agent.ingest.interrupts import check_interrupt, committing, timed
+from knowledge_agent.ingest.interrupts import (
+    check_interrupt,
+    committing,
+    interrupt_requested,
+    timed,
+)
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 from knowledge_agent.ingest.web_pages import page_document
 from knowledge_agent.models import KnowledgeItem
@@ -169,12 +174,15 @@ class _Run:
             try:
                 with self.storage.write_group("crawl"):
                     for event in group:
+                        if interrupt_requested():
+                            break  # the rest of the group is simply not done yet
                         status = self._store(event)
                         size = len(event.body) if isinstance(event, CrawlPage) else 0
                         stored.append((event.url, status, size))
             finally:
                 for url, status, size in stored:
                     self._step(url, status, size)
+        check_interrupt()
 
     def remove_unseen(self, summary: CrawlSummary) -> None:
         """After a crawl that reached everything in scope: drop the pages it did not see."""

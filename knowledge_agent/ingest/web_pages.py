@@ -12,6 +12,7 @@ import bisect
 import posixpath
 import re
 from collections.abc import Sequence
+from html import unescape
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -36,7 +37,8 @@ _SUFFIXES = {
     "text/plain": ".txt",
     "application/pdf": ".pdf",
 }
-_HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+_ANCHOR_TAGS = re.compile(r"<(/?)(h[1-6]|section|a)\b([^>]*)>", re.IGNORECASE)
+_TAGS = re.compile(r"<[^>]*>")
 _MARKDOWN_HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*$", re.MULTILINE)
 _FENCE = re.compile(r"^[ \t]*(```|~~~)", re.MULTILINE)
 _NON_WORDS = re.compile(r"\W+")
@@ -72,29 +74,38 @@ def page_anchors(html: bytes) -> list[tuple[str, str]]:
     """``(heading words, anchor)`` of every heading with an id, in page order.
 
     The anchor is the heading's ``id``, else that of a link inside it (``<a id>`` or
-    ``<a name>``), else that of the ``<section>`` it opens (Sphinx puts ids there).
+    ``<a name>``), else that of the ``<section>`` it opens (Sphinx puts ids there). A scan
+    of the tags that matter, not a parse: a second parse of every page cost as much as
+    extracting it.
     """
-    import warnings
-
-    from bs4 import BeautifulSoup, Tag, XMLParsedAsHTMLWarning
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
-        soup = BeautifulSoup(decode_bytes(html, declared=declared_charset(html))[0], "html.parser")
+    text = decode_bytes(html, declared=declared_charset(html))[0]
     found: list[tuple[str, str]] = []
-    for heading in soup.find_all(_HEADING_TAGS):
-        anchor = heading.get("id")
-        if not anchor:
-            link = heading.find("a", attrs={"id": True}) or heading.find("a", attrs={"name": True})
-            if isinstance(link, Tag):
-                anchor = link.get("id") or link.get("name")
-        if not anchor and isinstance(heading.parent, Tag) and heading.parent.name == "section":
-            first = heading.parent.find(_HEADING_TAGS)
-            anchor = heading.parent.get("id") if first is heading else None
-        words = _words(heading.get_text(" "))
-        if isinstance(anchor, str) and anchor.strip() and words:
-            found.append((words, anchor.strip()))
+    section = ""  # the id of a <section> whose first heading has not come yet
+    heading: tuple[int, str] | None = None  # where the open heading's text starts, its anchor
+    for tag in _ANCHOR_TAGS.finditer(text):
+        closing, name, attributes = tag.group(1), tag.group(2).lower(), tag.group(3)
+        if name == "section":
+            section = "" if closing else _attribute(attributes, "id")
+        elif name == "a":
+            if heading is not None and not heading[1] and not closing:
+                anchor = _attribute(attributes, "id") or _attribute(attributes, "name")
+                heading = (heading[0], anchor)
+        elif not closing:
+            heading = (tag.end(), _attribute(attributes, "id") or section)
+            section = ""
+        elif heading is not None:
+            words = _words(unescape(_TAGS.sub(" ", text[heading[0] : tag.start()])))
+            if heading[1] and words:
+                found.append((words, heading[1]))
+            heading = None
     return found
+
+
+def _attribute(attributes: str, name: str) -> str:
+    match = re.search(
+        rf"""(?:^|\s){name}\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""", attributes, re.I
+    )
+    return unescape(next(g for g in match.groups() if g is not None)).strip() if match else ""
 
 
 def _words(text: str) -> str:
