@@ -136,7 +136,11 @@ def display_path(uri: str | None, base: str | None = None) -> str:
 
 
 def location(path: str, metadata: Mapping[str, Any]) -> str:
-    """``path:12-30`` for text, ``path p.3`` (or ``p.3-4``) for PDF pages, else ``path``."""
+    """``path:12-30`` for text, ``path p.3`` (or ``p.3-4``) for PDF pages, a crawled page's
+    ``url#section``, else ``path``."""
+    url = metadata.get("url")
+    if isinstance(url, str) and "#" in url:
+        return url
     page, page_end = metadata.get("page"), metadata.get("page_end")
     if isinstance(page, int):
         pages = f"{page}-{page_end}" if isinstance(page_end, int) and page_end != page else page

@@ -21,6 +21,10 @@ def test_location_lines_pages_and_nothing() -> None:
     assert render.location("r.pdf", {"page": 3, "page_end": 3, "start_line": 1}) == "r.pdf p.3"
     assert render.location("r.pdf", {"page": 2, "page_end": 4}) == "r.pdf p.2-4"
     assert render.location("x", {}) == "x"
+    page = {"url": "https://d.org/a#setup", "start_line": 3, "end_line": 9}
+    assert render.location("https://d.org/a", page) == "https://d.org/a#setup"
+    top = {"url": "https://d.org/a", "start_line": 1, "end_line": 2}  # before any heading
+    assert render.location("https://d.org/a", top) == "https://d.org/a:1-2"
 
 
 def test_display_path_is_relative_below_the_base_only() -> None:
