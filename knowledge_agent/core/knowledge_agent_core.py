@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer, detect_language
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
@@ -47,6 +47,13 @@ __all__ = ["KnowledgeAgentCore"]
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+
+class Reranker(Protocol):
+    """Scores texts against a query, higher is better (a cross-encoder, an HTTP service)."""
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]: ...
+
 _KB_NAME = re.compile(r"\w[\w.-]{0,63}")
 # A collect indexes what it stored so far after every this many bytes of files.
 _INDEX_ALONG_BYTES = 8_000_000
@@ -118,7 +125,8 @@ class KnowledgeAgentCore:
 
     ``doc_type_rules`` maps folder names to doc types (default: ``adr/`` → adr,
     ``runbooks/`` → runbook, …); ``workers`` caps the processes that extract files when
-    collecting a folder (default: up to 4).
+    collecting a folder (default: up to 4); ``reranker`` re-scores the best results when a
+    search asks for it (an object with ``rerank(query, texts) -> list[float]``).
 
     **Writes are indexed behind.** ``add_text`` and deletes commit to SQLite at once; the
     indexes apply them in one batch at this process's next search (which always sees them),
@@ -148,7 +156,9 @@ class KnowledgeAgentCore:
         workers: int | None = None,
         lock_timeout: float | None = None,
         on_lock_wait: Callable[[str], None] | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
+        self.reranker = reranker
         in_memory = data_dir is None or os.fspath(data_dir) == ":memory:"
         self.data_dir: Path | None = None if in_memory else Path(os.fspath(data_dir))  # type: ignore[arg-type]
         self.analyzer = TextAnalyzer(_config(analyzer_config, AnalyzerConfig, "analyzer_config"))
