@@ -829,6 +829,37 @@ def sources(app: App, kb: str | None, as_json: bool) -> None:
     render.print_sources(render.make_console(), roots, docs)
 
 
+@cli.command(
+    epilog="""\b
+Examples:
+  knowledge-agent explain 9b1f0c2e-… --query "rotate signing keys"
+  knowledge-agent explain 9b1f0c2e-… --json
+
+\b
+--json prints ScoreExplanation.to_dict(): {"matched_terms", "term_frequencies",
+"keyword_score", "semantic_score", "dense_score", "fused_score", "document_boost",
+"recency_boost", "rerank_delta", "keyword_rank", "semantic_rank", "dense_rank",
+"rank_before_rerank", "rank_after_rerank", "path", "lines", "page", "details",
+"final_score"}."""
+)
+@click.argument("chunk_id", metavar="CHUNK_ID")
+@click.option("--query", "-q", metavar="TEXT", help="Explain the chunk's score for this query.")
+@json_option
+@pass_app
+def explain(app: App, chunk_id: str, query: str | None, as_json: bool) -> None:
+    """Why a chunk ranks as it does for a query: each engine's score and rank, the fusion,
+    the passage and document evidence, the boosts and the matched terms; without --query,
+    where the chunk is and its document's boosts. The final score is
+    fused × document boost × recency boost + rerank delta."""
+    with app.open_core() as core:
+        explained = core.explain(chunk_id, query)
+    if as_json:
+        render.print_json(explained.to_dict())
+        return
+    console = render.make_console()
+    console.print(render.explanation_text(explained))
+
+
 @cli.command(epilog='--json prints {"chunks_indexed": N}.')
 @json_option
 @pass_app
@@ -1069,12 +1100,14 @@ Examples:
   knowledge-agent get 4cc65d4d-6d8e-4b54-b7a1-714ea321e416
   knowledge-agent get docs/deploy-guide.md --json
   knowledge-agent get --chunk 9b1f0c2e-… --neighbors 2
+  knowledge-agent get 'kb:9b1f0c2e-…:docs/deploy-guide.md#L12-L30@3f2a9c0b1d4e'
 
 \b
 --json prints {"items": [KnowledgeItem.to_dict()]}; with --chunk,
-{"chunk", "item" (without content), "before": [chunks], "after": [chunks]}."""
+{"chunk", "item" (without content), "before": [chunks], "after": [chunks]}; for an
+evidence reference, {"ref", "status", "current_ref", "item_id", "title", "chunk"}."""
 )
-@click.argument("target", required=False, metavar="[ITEM_ID|PATH]")
+@click.argument("target", required=False, metavar="[ITEM_ID|PATH|REF]")
 @click.option("--chunk", "chunk_id", metavar="CHUNK_ID", help="Show this chunk in context.")
 @click.option(
     "--neighbors",
@@ -1098,8 +1131,20 @@ def get(
     """Show an item (by id or collected file path) with its metadata and content.
 
     With --chunk, show that chunk and its neighbours instead (chunk ids are in the
-    search --json output and in search --explain).
+    search --json output and in search --explain). Given an evidence reference (kb:…@hash,
+    from search --json or the MCP tools), show the cited text now and whether it is
+    unchanged, moved, changed or gone since it was cited (exit code 1 when gone).
     """
+    if target is not None and target.startswith("kb:") and chunk_id is None:
+        with app.open_core() as core:
+            check = core.check_citation(target)
+        if as_json:
+            render.print_json(check.to_dict())
+        else:
+            render.print_citation(render.make_console(), check)
+        if check.status == "gone":
+            raise SystemExit(1)
+        return
     if chunk_id is not None:
         with app.open_core() as core:
             context = _chunk_of(core, chunk_id, neighbors, target)

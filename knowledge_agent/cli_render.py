@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
@@ -36,8 +36,17 @@ from knowledge_agent.ingest.report import (
     FileIssue,
     SkipGroup,
 )
-from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, SearchResult
+from knowledge_agent.models import (
+    KnowledgeChunk,
+    KnowledgeItem,
+    MatchedChunk,
+    ScoreExplanation,
+    SearchResult,
+)
 from knowledge_agent.storage.doc_sources import DocSource
+
+if TYPE_CHECKING:
+    from knowledge_agent.core.citations import CitationCheck
 from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot, path_to_db
 
 __all__ = [
@@ -240,29 +249,61 @@ def _context_text(chunk: MatchedChunk | KnowledgeChunk) -> Text:
 
 
 def _explanation(result: SearchResult) -> Text:
-    """The score breakdown: each engine's score and rank, the fusion, the matched terms."""
+    """The score breakdown: each engine's score and rank, the fusion, the boosts, the
+    rerank, the matched terms."""
     info = result.explanation
     text = Text.assemble(("   why: ", "bold"))
     if info is None:
         text.append(f"score {result.relevance_score:.4f}")
         return text
+    text.append_text(explanation_text(info, result.search_mode, result.matched_fields))
+    text.append(f"\n   item {result.item.id}")
+    chunk_id = info.details.get("chunk_id")
+    if chunk_id:
+        text.append(f" · chunk {chunk_id}")
+    return text
+
+
+def explanation_text(
+    info: ScoreExplanation, level: str = "chunk", fields: Sequence[str] = ()
+) -> Text:
+    """An explanation as lines: engines, fusion, evidence, boosts and rerank, terms."""
+    text = Text()
 
     def rank(value: int | None) -> str:
         return f" (rank {value})" if value is not None else " (not ranked)"
 
-    mode = info.details.get("mode", result.search_mode)
-    fusion = info.details.get("fusion", "")
+    details = info.details
+    mode = details.get("mode", level)
+    fusion = details.get("fusion", "")
     text.append(
         f"keyword {info.keyword_score:.4f}{rank(info.keyword_rank)} · "
         f"semantic {info.semantic_score:.4f}{rank(info.semantic_rank)} → "
-        f"fused {info.fused_score:.4f} ({fusion}, {mode}, {result.search_mode} level)"
+        f"fused {info.fused_score:.4f} ({fusion}, {mode}, {level} level)"
     )
-    terms = ", ".join(f"{term} ×{count}" for term, count in info.matched_terms.items())
+    evidence = [
+        f"{name} +{details[key]:.4f}"
+        for key, name in (("passage_bonus", "passage"), ("document_bonus", "document"))
+        if details.get(key)
+    ]
+    if evidence:
+        text.append(f"\n   evidence: rank fusion {details.get('rank_fusion', 0.0):.4f} + ")
+        text.append(" + ".join(evidence))
+    text.append(
+        f"\n   final {info.final_score:.4f} = fused × document {info.document_boost:g}"
+        f" × recency {info.recency_boost:.3g} + rerank {info.rerank_delta:.4f}"
+    )
+    if info.rank_before_rerank is not None:
+        text.append(f" (rank {info.rank_before_rerank} → {info.rank_after_rerank})")
+    terms = ", ".join(f"{term} ×{count}" for term, count in info.term_frequencies.items())
     text.append(f"\n   terms: {terms or '-'}")
-    if result.matched_fields:
-        text.append(f" · fields: {', '.join(result.matched_fields)}")
-    chunk_id = info.details.get("chunk_id")
-    text.append(f"\n   item {result.item.id}" + (f" · chunk {chunk_id}" if chunk_id else ""))
+    if fields:
+        text.append(f" · fields: {', '.join(fields)}")
+    if info.path:
+        where = " ".join(
+            part for part in (info.lines, f"p.{info.page}" if info.page else "") if part
+        )
+        text.append(f"\n   at {info.path}" + (f" {where}" if where else ""))
     return text
 
 
@@ -846,6 +887,21 @@ def print_kbs(console: Console, kbs: Sequence[KnowledgeBaseInfo]) -> None:
             info.description,
         )
     console.print(table)
+
+
+def print_citation(console: Console, check: CitationCheck) -> None:
+    """What became of a cited passage, and the text there now."""
+    style = {"unchanged": "green", "moved": "yellow", "changed": "bold yellow"}.get(
+        check.status, "bold red"
+    )
+    console.print(Text.assemble(("cited text ", DIM), (check.status, style)))
+    if check.chunk is None:
+        console.print(Text("  nothing at that place any more", style=DIM))
+        return
+    if check.current_ref != check.ref:
+        console.print(Text.assemble(("  now at ", DIM), check.current_ref))
+    for line in _lines(check.chunk.content, 40):
+        console.print(Text(f"  {line}"))
 
 
 def print_sources(console: Console, roots: Sequence[SourceRoot], docs: Sequence[DocSource]) -> None:

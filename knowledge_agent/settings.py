@@ -67,6 +67,13 @@ SEARCH_KEYS = (
     "proximity_weight",
     "document_weight",
     "expansion_terms",
+    "known_item_share",
+    "recency_weight",
+    "recency_days",
+    "decay_half_life",
+    "mmr_lambda",
+    "rerank_depth",
+    "rerank_weight",
     "doc_type_weights",
 )
 CHUNK_KEYS = tuple(f.name for f in fields(ChunkConfig))
@@ -282,6 +289,13 @@ _SEARCH_COMMENTS = {
     "proximity_weight": "bonus for the query's words standing together in that line",
     "document_weight": "bonus for how well the chunk's whole document matches",
     "expansion_terms": "words of the first hits added to long, unclear queries (0: off)",
+    "known_item_share": "a query nearly matched whole by one chunk is ranked by keywords alone",
+    "recency_weight": "boost of recently changed files: 1 + weight * exp(-age / recency_days)",
+    "recency_days": "how fast the recency boost fades, in days",
+    "decay_half_life": "temporal decay: scores halve every this many days of age (0: off)",
+    "mmr_lambda": "push near-duplicate results down: 1 keeps the order, 0.7 is typical (0: off)",
+    "rerank_depth": "results a reranker re-scores, when one is set and a search asks for it",
+    "rerank_weight": "how much the reranker's scores can move a result",
 }
 
 
@@ -317,10 +331,10 @@ def default_config_text() -> str:
         lines.append(f"{key} = {_toml_value(getattr(search, key))}  # {comment}")
     lines += [
         "",
-        "# Score multiplier per doc type (none by default), e.g. decisions above drafts.",
+        "# Score multiplier per doc type (the document boost). This table replaces the",
+        "# built-in one; an empty table turns it off.",
         "[search.doc_type_weights]",
-        "# adr = 1.2",
-        "# draft = 0.5",
+        *(f"{name} = {_toml_value(weight)}" for name, weight in search.doc_type_weights.items()),
     ]
     lines += [
         "",

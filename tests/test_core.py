@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -155,15 +156,20 @@ def test_explanation_highlights_and_matched_fields(
     result = core.search("ultrasonic cracks zeppelin")[0]
     explanation = result.explanation
     assert explanation is not None
-    assert explanation.matched_terms == {"crack": 2, "ultrason": 1}
+    assert explanation.matched_terms == ["crack", "ultrason"]
+    assert explanation.term_frequencies == {"crack": 2, "ultrason": 1}
     assert explanation.keyword_score > 0 and explanation.semantic_score > 0
     assert "known_item" not in explanation.details
-    # The final score: the fusion plus what the passage and document evidence added.
+    # The fused score: the rank fusion plus what the passage and document evidence added;
+    # the final score: that times the boosts plus the rerank delta.
     details = explanation.details
     assert details["passage_bonus"] > 0 and details["document_bonus"] > 0
-    assert result.relevance_score == pytest.approx(
-        explanation.fused_score + details["passage_bonus"] + details["document_bonus"]
+    assert explanation.fused_score == pytest.approx(
+        details["rank_fusion"] + details["passage_bonus"] + details["document_bonus"]
     )
+    assert result.relevance_score == pytest.approx(explanation.final_score)
+    assert explanation.path == "docs/report.md"
+    assert re.fullmatch(r"L\d+-L\d+", explanation.lines)
     assert details["confidence"] == result.confidence
     assert explanation.keyword_rank == 1
     assert "**ultrasonic**" in result.highlights[0]

@@ -8,6 +8,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -73,15 +74,26 @@ matched = st.builds(
     end_position=st.integers(min_value=0),
     score=st.floats(allow_nan=False),
     metadata=metadata,
+    evidence_ref=st.text(),
 )
+finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6)
 explanations = st.builds(
     ScoreExplanation,
-    matched_terms=st.dictionaries(st.text(), st.integers(0, 100), max_size=5),
-    keyword_score=st.floats(allow_nan=False),
-    semantic_score=st.floats(allow_nan=False),
-    fused_score=st.floats(allow_nan=False),
+    matched_terms=st.lists(st.text(), max_size=5),
+    term_frequencies=st.dictionaries(st.text(), st.integers(0, 100), max_size=5),
+    keyword_score=finite,
+    semantic_score=finite,
+    dense_score=st.none() | finite,
+    fused_score=finite,
+    document_boost=finite,
+    recency_boost=finite,
+    rerank_delta=finite,
     keyword_rank=st.none() | st.integers(1, 1000),
     semantic_rank=st.none() | st.integers(1, 1000),
+    rank_before_rerank=st.none() | st.integers(1, 1000),
+    path=st.text(),
+    lines=st.text(),
+    page=st.none() | st.integers(1, 1000),
     details=metadata,
 )
 results = st.builds(
@@ -187,7 +199,23 @@ def test_matched_chunk_from_chunk_copies_position_fields_r6_1() -> None:
         "end_position": 11,
         "score": 0.5,
         "metadata": {"start_line": 2},
+        "evidence_ref": "",
+        "explanation": None,
     }
+
+
+def test_the_final_score_is_fused_times_boosts_plus_the_rerank_delta() -> None:
+    explained = ScoreExplanation(
+        fused_score=0.8, document_boost=1.5, recency_boost=1.2, rerank_delta=-0.1
+    )
+    assert explained.final_score == pytest.approx(0.8 * 1.5 * 1.2 - 0.1)
+    assert explained.to_dict()["final_score"] == pytest.approx(explained.final_score)
+
+
+def test_an_explanation_of_the_older_shape_still_reads() -> None:
+    old = {"matched_terms": {"crack": 2}, "keyword_score": 3.0, "fused_score": 1.0}
+    read = ScoreExplanation.from_dict(old)
+    assert read.matched_terms == ["crack"] and read.term_frequencies == {"crack": 2}
 
 
 def test_search_result_keeps_item_level_fields_r6_3_r6_4() -> None:

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer, detect_language
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
+from knowledge_agent.core.citations import CitationCheck, check_citation
 from knowledge_agent.core.shared_indexes import SharedIndexes
 from knowledge_agent.core.status import ChunkContext, IndexStatus
 from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
@@ -32,10 +33,12 @@ from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIs
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.ingest.watcher import ChangeSet, FolderWatcher
 from knowledge_agent.ingest.web import WebCollector
-from knowledge_agent.models import KnowledgeItem, SearchResult
+from knowledge_agent.models import KnowledgeItem, ScoreExplanation, SearchResult
+from knowledge_agent.models.evidence import chunk_hash, lines_label
 from knowledge_agent.models.knowledge_item import utc_now
+from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
-from knowledge_agent.search.search_engine_impl import SearchConfig, SearchEngineImpl
+from knowledge_agent.search.search_engine_impl import NO_BOOST, SearchConfig, SearchEngineImpl
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import SQLiteStorageManager
@@ -53,6 +56,7 @@ class Reranker(Protocol):
     """Scores texts against a query, higher is better (a cross-encoder, an HTTP service)."""
 
     def rerank(self, query: str, texts: Sequence[str]) -> list[float]: ...
+
 
 _KB_NAME = re.compile(r"\w[\w.-]{0,63}")
 # A collect indexes what it stored so far after every this many bytes of files.
@@ -95,6 +99,17 @@ def _source_path(source: str | os.PathLike[str]) -> str | None:
     if not os.path.exists(full):
         raise IngestError(full, "no such file or directory")
     return full
+
+
+# How many results an explanation for a query looks through for the chunk.
+_EXPLAIN_DEPTH = 50
+# What a query's ``weights`` may name: this package's engines, and 000's names for them.
+_WEIGHT_NAMES = {
+    "keyword": "keyword_weight",
+    "fts": "keyword_weight",
+    "semantic": "semantic_weight",
+    "vector": "semantic_weight",
+}
 
 
 def _is_web_url(source: object) -> bool:
@@ -718,6 +733,10 @@ class KnowledgeAgentCore:
         level: str = "auto",
         mode: str = "hybrid",
         min_confidence: float | None = None,
+        options: SearchConfig | Mapping[str, Any] | None = None,
+        weights: Mapping[str, float] | None = None,
+        use_vector: bool | None = None,
+        rerank: bool = False,
     ) -> list[SearchResult]:
         """Search the knowledge base: best items first, each with its best chunks and context.
 
@@ -726,7 +745,18 @@ class KnowledgeAgentCore:
         ``"hybrid"``, ``"keyword"`` or ``"semantic"``. Any query text is accepted.
         ``min_confidence`` (0-1) leaves out results that do not answer the query well
         (see :attr:`SearchResult.confidence`): an empty list then means nothing here matches.
+
+        For this query only: ``options`` changes ``SearchConfig`` fields (e.g.
+        ``{"recency_weight": 0.5, "mmr_lambda": 0.7, "doc_type_weights": {}}``), ``weights``
+        the engines' (``{"keyword": 2, "semantic": 1}``; ``fts`` / ``vector`` also read),
+        ``use_vector=False`` ranks by keywords alone, and ``rerank`` has the core's
+        ``reranker`` re-score the best results (``ConfigError`` without one).
         """
+        config = self._query_config(options, weights)
+        if use_vector is False and mode == "hybrid":
+            mode = "keyword"
+        if rerank and self.reranker is None:
+            raise ConfigError("rerank=True needs a reranker: KnowledgeAgentCore(reranker=…)")
         filters = SearchFilters.build(
             kb=kb,
             source_type=source_type,
@@ -749,7 +779,77 @@ class KnowledgeAgentCore:
                 mode=mode,
                 min_score=min_score,
                 min_confidence=min_confidence,
+                config=config,
+                reranker=self.reranker if rerank else None,
             )
+
+    def _query_config(
+        self, options: SearchConfig | Mapping[str, Any] | None, weights: Mapping[str, float] | None
+    ) -> SearchConfig | None:
+        """The engine's settings with this query's changes, or None when there are none."""
+        if options is None and not weights:
+            return None
+        base = self.engine.config
+        if isinstance(options, SearchConfig):
+            base, options = options, None
+        changes = dict(options or {})
+        for name, weight in (weights or {}).items():
+            field_name = _WEIGHT_NAMES.get(name)
+            if field_name is None:
+                raise QueryError(f"weights: unknown engine {name!r}; use {sorted(_WEIGHT_NAMES)}")
+            changes[field_name] = weight
+        try:
+            return dataclasses.replace(base, **changes)
+        except TypeError as exc:
+            raise ConfigError(f"options: {exc}") from exc
+
+    def explain(self, chunk_id: str, query: str | None = None, **search: Any) -> ScoreExplanation:
+        """Why a chunk ranks for ``query`` as it does (``search`` takes :meth:`search`'s
+        options); without a query, where the chunk is and its document's boosts.
+
+        A chunk that is not among the best results for the query gets its term counts and
+        boosts, zero scores and ``details["ranked"] = False``. ``NotFoundError`` for an
+        unknown chunk.
+        """
+        chunk = self.storage.get_chunk_by_id(chunk_id)
+        item = self.storage.get_item(chunk.item_id) if chunk is not None else None
+        if chunk is None or item is None:
+            raise NotFoundError(f"no chunk with id {chunk_id!r}")
+        if query is not None:
+            search.setdefault("limit", _EXPLAIN_DEPTH)
+            for result in self.search(query, context_window=0, **search):
+                for matched in result.matched_chunks:
+                    if matched.chunk_id == chunk_id and matched.explanation is not None:
+                        return matched.explanation
+        boost = self.engine.item_boosts([item.id]).get(item.id, NO_BOOST)
+        terms = (
+            FieldMatches(
+                self.analyzer,
+                self.analyzer.terms(query),
+                {"heading": chunk.heading, "content": chunk.content},
+            ).terms("heading", "content")
+            if query
+            else {}
+        )
+        page = chunk.metadata.get("page")
+        details: dict[str, Any] = {"chunk_id": chunk.id, "content_hash": chunk_hash(chunk.content)}
+        if query is not None:
+            details["ranked"] = False
+        return ScoreExplanation(
+            matched_terms=list(terms),
+            term_frequencies=terms,
+            document_boost=boost.document,
+            recency_boost=boost.time,
+            path=item.source_uri or item.title or item.id,
+            lines=lines_label(chunk.metadata),
+            page=page if isinstance(page, int) else None,
+            details=details,
+        )
+
+    def check_citation(self, ref: str) -> CitationCheck:
+        """Whether the text an evidence reference cites is still there, moved, changed or
+        gone (``QueryError`` for a string that is not a reference)."""
+        return check_citation(self.storage, ref)
 
     def status(self) -> IndexStatus:
         """Counts, sizes on disk, and whether both indexes agree with SQLite."""

@@ -13,6 +13,73 @@ __all__ = ["MatchedChunk", "ScoreExplanation", "SearchResult"]
 
 
 @dataclass
+class ScoreExplanation:
+    """Why a chunk (or, at item level, a document) ranked where it did.
+
+    ``fused_score`` is the engines' fused score with what the passage and document evidence
+    added (``details`` has the parts); the final score is ``fused_score × document_boost ×
+    recency_boost + rerank_delta`` (:attr:`final_score`): ``document_boost`` is the weight of
+    the document's type, ``recency_boost`` its age's factor (recency boost × temporal decay),
+    ``rerank_delta`` what a reranker added. ``path``, ``lines`` (``L45-L68``) and ``page`` say
+    where the text is.
+    """
+
+    matched_terms: list[str] = field(default_factory=list)
+    term_frequencies: dict[str, int] = field(default_factory=dict)
+    keyword_score: float = 0.0
+    semantic_score: float = 0.0
+    dense_score: float | None = None
+    fused_score: float = 0.0
+    document_boost: float = 1.0
+    recency_boost: float = 1.0
+    rerank_delta: float = 0.0
+    keyword_rank: int | None = None
+    semantic_rank: int | None = None
+    dense_rank: int | None = None
+    rank_before_rerank: int | None = None
+    rank_after_rerank: int | None = None
+    path: str = ""
+    lines: str = ""
+    page: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def final_score(self) -> float:
+        """``fused_score × document_boost × recency_boost + rerank_delta``."""
+        return self.fused_score * self.document_boost * self.recency_boost + self.rerank_delta
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field, and the final score."""
+        data = {name: getattr(self, name) for name in _EXPLANATION_FIELDS}
+        data["matched_terms"] = list(self.matched_terms)
+        data["term_frequencies"] = dict(self.term_frequencies)
+        data["details"] = copy_json(self.details)
+        data["final_score"] = self.final_score
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScoreExplanation:
+        """Build an explanation from ``to_dict`` output."""
+        values = {name: data[name] for name in _EXPLANATION_FIELDS if name in data}
+        terms = values.get("matched_terms") or []
+        if isinstance(terms, dict):  # the older shape: term → count
+            values.setdefault("term_frequencies", dict(terms))
+            terms = list(terms)
+        values["matched_terms"] = list(terms)
+        values["term_frequencies"] = dict(values.get("term_frequencies") or {})
+        values["details"] = copy_json(values.get("details") or {})
+        return cls(**values)
+
+
+_EXPLANATION_FIELDS = (
+    "matched_terms", "term_frequencies", "keyword_score", "semantic_score", "dense_score",
+    "fused_score", "document_boost", "recency_boost", "rerank_delta", "keyword_rank",
+    "semantic_rank", "dense_rank", "rank_before_rerank", "rank_after_rerank", "path", "lines",
+    "page", "details",
+)  # fmt: skip
+
+
+@dataclass
 class MatchedChunk:
     """A chunk as it appears in a result: a match, or a context neighbour of one."""
 
@@ -24,6 +91,10 @@ class MatchedChunk:
     end_position: int = 0
     score: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
+    evidence_ref: str = ""
+    """``kb:<chunk_id>:<path>#L<start>-L<end>@<hash>``: where the text is and what it said."""
+    explanation: ScoreExplanation | None = None
+    """Why a matched chunk ranked where it did (None for context chunks)."""
 
     @classmethod
     def from_chunk(cls, chunk: KnowledgeChunk, score: float = 0.0) -> MatchedChunk:
@@ -50,6 +121,8 @@ class MatchedChunk:
             "end_position": self.end_position,
             "score": self.score,
             "metadata": copy_json(self.metadata),
+            "evidence_ref": self.evidence_ref,
+            "explanation": None if self.explanation is None else self.explanation.to_dict(),
         }
 
     @classmethod
@@ -60,49 +133,14 @@ class MatchedChunk:
             for name in ("heading", "chunk_index", "start_position", "end_position", "score")
             if name in data
         }
+        explanation = data.get("explanation")
         return cls(
             chunk_id=data["chunk_id"],
             content=data["content"],
             metadata=copy_json(data.get("metadata") or {}),
+            evidence_ref=data.get("evidence_ref") or "",
+            explanation=None if explanation is None else ScoreExplanation.from_dict(explanation),
             **kwargs,
-        )
-
-
-@dataclass
-class ScoreExplanation:
-    """Why a result ranked where it did: the terms that matched and each engine's score."""
-
-    matched_terms: dict[str, int] = field(default_factory=dict)
-    keyword_score: float = 0.0
-    semantic_score: float = 0.0
-    fused_score: float = 0.0
-    keyword_rank: int | None = None
-    semantic_rank: int | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
-        return {
-            "matched_terms": dict(self.matched_terms),
-            "keyword_score": self.keyword_score,
-            "semantic_score": self.semantic_score,
-            "fused_score": self.fused_score,
-            "keyword_rank": self.keyword_rank,
-            "semantic_rank": self.semantic_rank,
-            "details": copy_json(self.details),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ScoreExplanation:
-        """Build an explanation from ``to_dict`` output."""
-        return cls(
-            matched_terms=dict(data.get("matched_terms") or {}),
-            keyword_score=data.get("keyword_score", 0.0),
-            semantic_score=data.get("semantic_score", 0.0),
-            fused_score=data.get("fused_score", 0.0),
-            keyword_rank=data.get("keyword_rank"),
-            semantic_rank=data.get("semantic_rank"),
-            details=copy_json(data.get("details") or {}),
         )
 
 

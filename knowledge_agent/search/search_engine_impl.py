@@ -11,11 +11,15 @@ journal, and :meth:`SearchEngineImpl.sync` replays what the indexes have not app
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
+import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 from knowledge_agent.analysis import TextAnalyzer, highlight
 from knowledge_agent.errors import NotFoundError, QueryError, SearchIndexError
@@ -26,7 +30,9 @@ from knowledge_agent.models import (
     ScoreExplanation,
     SearchResult,
 )
+from knowledge_agent.models.evidence import evidence_ref, lines_label
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
+from knowledge_agent.search.boosts import age_days, mmr_order, time_boost
 from knowledge_agent.search.config import SearchConfig
 from knowledge_agent.search.expansion import expanded_query
 from knowledge_agent.search.explain import FieldMatches
@@ -37,6 +43,9 @@ from knowledge_agent.search.passages import PassageEvidence, confidence, passage
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import SQLiteStorageManager
+
+if TYPE_CHECKING:
+    from knowledge_agent.embeddings import Reranker
 
 __all__ = ["LEVELS", "MODES", "SearchConfig", "SearchEngineImpl"]
 
@@ -72,16 +81,64 @@ class _Rankings:
     fused: dict[str, float]
     details: dict[str, Any]
 
-    def explain(self, key: str, terms: dict[str, int], **details: Any) -> ScoreExplanation:
+    def explain(
+        self,
+        key: str,
+        terms: dict[str, int],
+        *,
+        fused: float | None = None,
+        boost: Boost | None = None,
+        **details: Any,
+    ) -> ScoreExplanation:
+        """Why ``key`` scored as it did; ``fused`` is its fused score with the evidence the
+        re-scoring added (the fusion alone when not given), ``boost`` its document's."""
+        boost = boost or NO_BOOST
         return ScoreExplanation(
-            matched_terms=terms,
+            matched_terms=list(terms),
+            term_frequencies=terms,
             keyword_score=self.keyword.get(key, 0.0),
             semantic_score=self.semantic.get(key, 0.0),
-            fused_score=self.fused[key],
+            fused_score=self.fused[key] if fused is None else fused,
+            document_boost=boost.document,
+            recency_boost=boost.time,
             keyword_rank=_rank(self.keyword, key),
             semantic_rank=_rank(self.semantic, key),
-            details={**details, **self.details},
+            details={"rank_fusion": self.fused[key], **details, **self.details},
         )
+
+
+@dataclass(frozen=True)
+class Boost:
+    """What an item's doc type and age multiply its scores by (its document and recency
+    boosts)."""
+
+    document: float = 1.0
+    time: float = 1.0
+
+    @property
+    def factor(self) -> float:
+        return self.document * self.time
+
+
+NO_BOOST = Boost()
+# MMR reorders this many times the results asked for: enough to bring a distinct one up.
+_MMR_POOL = 3
+
+
+def _path(item: KnowledgeItem) -> str:
+    """Where an item's text comes from, for citations: its path or URL, else its title."""
+    return item.source_uri or item.title or item.id
+
+
+def _rerank_text(result: SearchResult) -> str:
+    """What a reranker reads of a result: its best chunk under its heading, else the item."""
+    if result.matched_chunks:
+        best = result.matched_chunks[0]
+        return f"{best.heading}\n{best.content}" if best.heading else best.content
+    return f"{result.item.title}\n{result.item.content[:_RERANK_CHARS]}"
+
+
+_RERANK_CHARS = 4000
 
 
 def _rank(scores: dict[str, float], key: str) -> int | None:
@@ -271,6 +328,8 @@ class SearchEngineImpl:
         mode: str = "hybrid",
         min_score: float | None = None,
         min_confidence: float | None = None,
+        config: SearchConfig | None = None,
+        reranker: Reranker | None = None,
     ) -> list[SearchResult]:
         """The best items for ``query``, each with its best chunks and their context.
 
@@ -279,7 +338,36 @@ class SearchEngineImpl:
         ``"semantic"``. Any query text is accepted: text with no searchable terms gives [].
         ``min_score`` cuts on the ranking score, ``min_confidence`` on
         :attr:`SearchResult.confidence` (an empty list then means nothing matches well).
+        ``config`` replaces the engine's for this query; ``reranker`` re-scores the best
+        ``rerank_depth`` results (:meth:`rerank`).
         """
+        if config is not None and config != self.config:
+            engine = copy.copy(self)  # shares the indexes; only the settings differ
+            engine.config = config
+            return engine.search(
+                query,
+                limit=limit,
+                context_window=context_window,
+                filters=filters,
+                level=level,
+                mode=mode,
+                min_score=min_score,
+                min_confidence=min_confidence,
+                reranker=reranker,
+            )
+        if reranker is not None:
+            deeper = max(limit, self.config.rerank_depth)
+            results = self.search(
+                query,
+                limit=deeper,
+                context_window=context_window,
+                filters=filters,
+                level=level,
+                mode=mode,
+                min_score=min_score,
+                min_confidence=min_confidence,
+            )
+            return self.rerank(query, results, reranker)[:limit]
         _check_request(query, limit, context_window, level, mode)
         if min_confidence is not None and not 0 <= min_confidence <= 1:
             raise QueryError(f"min_confidence must be within 0 and 1, got {min_confidence!r}")
@@ -374,9 +462,11 @@ class SearchEngineImpl:
         for chunk_id, score in fused.items():
             item_id = located[chunk_id][0]
             candidates.setdefault(item_id, _Candidate(item_id)).chunks.append((score, chunk_id))
-        for item_id, weight in self._doc_type_weights(candidates).items():
-            chunks = candidates[item_id].chunks
-            chunks[:] = [(score * weight, chunk_id) for score, chunk_id in chunks]
+        boosts = self.item_boosts(candidates)
+        for item_id, candidate in candidates.items():
+            factor = boosts[item_id].factor if item_id in boosts else 1.0
+            if factor != 1.0:
+                candidate.chunks[:] = [(score * factor, chunk) for score, chunk in candidate.chunks]
         document_score = {item_id: max(c.chunks)[0] for item_id, c in candidates.items()}
         for candidate in candidates.values():
             candidate.chunks.sort(
@@ -388,6 +478,8 @@ class SearchEngineImpl:
         ranked = sorted(candidates.values(), key=lambda c: -document_score[c.item_id])
         if min_score is not None:
             ranked = [candidate for candidate in ranked if candidate.score >= min_score]
+        if self.config.mmr_lambda > 0:
+            ranked = self._diversified(ranked, limit, loaded)
 
         results: list[SearchResult] = []
         # Hydrate a page at a time: a hit whose item or chunk is gone from SQLite is dropped.
@@ -412,6 +504,31 @@ class SearchEngineImpl:
                 )
                 if min_confidence is not None and sure < min_confidence:
                     continue
+                boost = boosts.get(item.id, NO_BOOST)
+                views = [
+                    self._matched_view(
+                        chunk,
+                        score,
+                        item,
+                        rankings.explain(
+                            chunk.id,
+                            FieldMatches(
+                                self.analyzer,
+                                terms,
+                                {"heading": chunk.heading, "content": chunk.content},
+                            ).terms("heading", "content"),
+                            fused=fused[chunk.id],
+                            boost=boost,
+                            chunk_id=chunk.id,
+                            **self._evidence_details(
+                                evidence.get(chunk.id),
+                                documents.get(item.id, 0.0),
+                                sure if chunk is best else None,
+                            ),
+                        ),
+                    )
+                    for score, chunk in matched
+                ]
                 found = FieldMatches(
                     self.analyzer,
                     terms,
@@ -424,22 +541,104 @@ class SearchEngineImpl:
                         confidence=sure,
                         matched_fields=found.fields(),
                         highlights=[highlight(c.content, terms, self.analyzer) for _, c in matched],
-                        matched_chunks=[MatchedChunk.from_chunk(c, score) for score, c in matched],
-                        context_chunks=self._context(item.id, matched, context_window),
-                        explanation=rankings.explain(
-                            best.id,
-                            found.terms("heading", "content"),
-                            chunk_id=best.id,
-                            **self._evidence_details(
-                                evidence.get(best.id), documents.get(item.id, 0.0), sure
-                            ),
-                        ),
+                        matched_chunks=views,
+                        context_chunks=self._context(item, matched, context_window),
+                        explanation=views[0].explanation,
                         search_mode="chunk",
                     )
                 )
                 if len(results) == limit:
                     return results
         return results
+
+    def item_boosts(self, item_ids: Iterable[str]) -> dict[str, Boost]:
+        """The document and time boosts of the items that have any (read without text)."""
+        config = self.config
+        weights = config.doc_type_weights
+        timed = config.recency_weight > 0 or config.decay_half_life > 0
+        if not weights and not timed:
+            return {}
+        now = datetime.now(timezone.utc)
+        boosts: dict[str, Boost] = {}
+        for item_id, facts in self.storage.item_facts(item_ids).items():
+            document = float(weights.get(facts.doc_type, 1.0)) if facts.doc_type else 1.0
+            age = time_boost(
+                age_days(facts.changed_at, now),
+                config.recency_weight,
+                config.recency_days,
+                config.decay_half_life,
+            ) if timed else 1.0  # fmt: skip
+            if document != 1.0 or age != 1.0:
+                boosts[item_id] = Boost(document, age)
+        return boosts
+
+    def _diversified(
+        self, ranked: list[_Candidate], limit: int, loaded: dict[str, KnowledgeChunk]
+    ) -> list[_Candidate]:
+        """``ranked`` with its head reordered by maximal marginal relevance of best chunks."""
+        head = ranked[: limit * _MMR_POOL]
+        texts = self._read_chunks([candidate.chunks[0][1] for candidate in head], loaded)
+        vectors = [
+            Counter(self.analyzer.terms(texts[c.chunks[0][1]].content))
+            if c.chunks[0][1] in texts
+            else Counter()
+            for c in head
+        ]
+        order = mmr_order([c.score for c in head], vectors, self.config.mmr_lambda, len(head))
+        return [head[index] for index in order] + ranked[len(head) :]
+
+    def rerank(
+        self, query: str, results: list[SearchResult], reranker: Reranker
+    ) -> list[SearchResult]:
+        """The best ``rerank_depth`` results re-scored by ``reranker``, best first again.
+
+        Each gets ``rerank_weight`` × the best score × its rerank score scaled to 0–1 among
+        them (the rerank delta, in its explanation with its rank before and after). A
+        reranker that fails leaves the order as it was (logged).
+        """
+        head = results[: self.config.rerank_depth]
+        if len(head) < 2:
+            return results
+        texts = [_rerank_text(result) for result in head]
+        try:
+            scores = [float(score) for score in reranker.rerank(query, texts)]
+        except Exception as exc:  # a reranker service down must not fail the search
+            logger.warning("reranking failed, results left in their order: %s", exc)
+            return results
+        if len(scores) != len(head) or not all(map(math.isfinite, scores)):
+            logger.warning("the reranker gave %d scores for %d texts", len(scores), len(head))
+            return results
+        low, high = min(scores), max(scores)
+        scale = self.config.rerank_weight * max(result.relevance_score for result in head)
+        for rank, (result, score) in enumerate(zip(head, scores, strict=True), start=1):
+            delta = scale * (score - low) / (high - low) if high > low else 0.0
+            result.relevance_score += delta
+            explained = result.explanation or ScoreExplanation()
+            explained.rerank_delta = delta
+            explained.rank_before_rerank = rank
+            explained.details["rerank_score"] = score
+            result.explanation = explained
+            if result.matched_chunks:
+                result.matched_chunks[0].score += delta
+        head.sort(key=lambda result: -result.relevance_score)
+        for rank, result in enumerate(head, start=1):
+            if result.explanation is not None:
+                result.explanation.rank_after_rerank = rank
+        return head + results[len(head) :]
+
+    def _matched_view(
+        self, chunk: KnowledgeChunk, score: float, item: KnowledgeItem, explained: ScoreExplanation
+    ) -> MatchedChunk:
+        """A matched chunk with its evidence reference and its explanation."""
+        view = MatchedChunk.from_chunk(chunk, score)
+        path = _path(item)
+        view.evidence_ref = evidence_ref(chunk.id, path, chunk.metadata, chunk.content)
+        explained.path = path
+        explained.lines = lines_label(chunk.metadata)
+        page = chunk.metadata.get("page")
+        explained.page = page if isinstance(page, int) else None
+        view.explanation = explained
+        return view
 
     def _known_item(self, hits: Sequence[ChunkHit], best_possible: float) -> bool:
         """Whether the best keyword chunk holds the query nearly as a whole (a known-item
@@ -559,9 +758,9 @@ class SearchEngineImpl:
         return dict(sorted(scores.items(), key=lambda entry: -entry[1]))
 
     def _evidence_details(
-        self, evidence: PassageEvidence | None, document_share: float, sure: float
+        self, evidence: PassageEvidence | None, document_share: float, sure: float | None
     ) -> dict[str, Any]:
-        """What the re-scoring added to the fused score (before any doc-type weight)."""
+        """What the re-scoring added to the fusion (before the boosts)."""
         config = self.config
         passage = 0.0
         if evidence is not None:
@@ -569,26 +768,18 @@ class SearchEngineImpl:
         details: dict[str, Any] = {
             "passage_bonus": passage,
             "document_bonus": config.document_weight * document_share,
-            "confidence": sure,
         }
+        if sure is not None:
+            details["confidence"] = sure
         if evidence is not None:
             details["passage_coverage"] = evidence.coverage
             details["passage_proximity"] = evidence.proximity
             details["passage_span"] = [evidence.start, evidence.end]  # the best line, in the chunk
         return details
 
-    def _doc_type_weights(self, item_ids: Iterable[str]) -> dict[str, float]:
-        """The configured weight of each item whose doc type has one other than 1."""
-        weights = self.config.doc_type_weights
-        if not weights:
-            return {}
-        items = self.storage.get_items(item_ids)
-        found = {item_id: weights.get(item.doc_type, 1.0) for item_id, item in items.items()}
-        return {item_id: weight for item_id, weight in found.items() if weight != 1.0}
-
     def _context(
         self,
-        item_id: str,
+        item: KnowledgeItem,
         matched: list[tuple[float, KnowledgeChunk]],
         window: int,
     ) -> list[MatchedChunk]:
@@ -598,10 +789,16 @@ class SearchEngineImpl:
         matched_indexes = {chunk.chunk_index for _, chunk in matched}
         neighbours: dict[int, KnowledgeChunk] = {}
         for _, chunk in matched:
-            for neighbour in self.storage.get_adjacent_chunks(item_id, chunk.chunk_index, window):
+            for neighbour in self.storage.get_adjacent_chunks(item.id, chunk.chunk_index, window):
                 if neighbour.chunk_index not in matched_indexes:
                     neighbours[neighbour.chunk_index] = neighbour
-        return [MatchedChunk.from_chunk(neighbours[index]) for index in sorted(neighbours)]
+        views = []
+        for index in sorted(neighbours):
+            chunk = neighbours[index]
+            view = MatchedChunk.from_chunk(chunk)
+            view.evidence_ref = evidence_ref(chunk.id, _path(item), chunk.metadata, chunk.content)
+            views.append(view)
+        return views
 
     def _item_search(
         self,
@@ -621,9 +818,11 @@ class SearchEngineImpl:
             lambda hit: hit.item_id,
             mode,
         )
-        fused = dict(rankings.fused)
-        for item_id, weight in self._doc_type_weights(fused).items():
-            fused[item_id] *= weight
+        boosts = self.item_boosts(rankings.fused)
+        fused = {
+            item_id: score * (boosts[item_id].factor if item_id in boosts else 1.0)
+            for item_id, score in rankings.fused.items()
+        }
         ranked = sorted(fused.items(), key=lambda entry: -entry[1])
         if min_score is not None:
             ranked = [(item_id, score) for item_id, score in ranked if score >= min_score]
@@ -649,6 +848,10 @@ class SearchEngineImpl:
                 found = FieldMatches(
                     self.analyzer, terms, {"title": item.title, "content": item.content}
                 )
+                explained = rankings.explain(
+                    item_id, found.terms("title", "content"), boost=boosts.get(item_id)
+                )
+                explained.path = _path(item)
                 results.append(
                     SearchResult(
                         item=item,
@@ -656,7 +859,7 @@ class SearchEngineImpl:
                         confidence=sure,
                         matched_fields=found.fields(),
                         highlights=[highlight(item.content, terms, self.analyzer)],
-                        explanation=rankings.explain(item_id, found.terms("title", "content")),
+                        explanation=explained,
                         search_mode="item",
                     )
                 )

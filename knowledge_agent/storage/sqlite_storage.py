@@ -22,6 +22,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -125,6 +126,13 @@ _CHUNK_COLUMNS = (
     "metadata",
 )
 _ITEM_SELECT = f"SELECT {', '.join(_ITEM_COLUMNS)} FROM knowledge_items"
+# A file's modification time when it has one (what "recent" means to its author), else when
+# the item was last written.
+_FACTS_SELECT = (
+    "SELECT id, kb, doc_type, source_uri, title, "
+    "COALESCE(json_extract(metadata, '$.modified_at'), updated_at) AS changed_at "
+    "FROM knowledge_items"
+)
 _CHUNK_SELECT = f"SELECT {', '.join(_CHUNK_COLUMNS)} FROM knowledge_chunks"
 _ITEM_UPSERT = (
     f"INSERT INTO knowledge_items ({', '.join(_ITEM_COLUMNS)}) "
@@ -190,6 +198,24 @@ def _row_to_item(row: sqlite3.Row) -> KnowledgeItem:
         kb=row["kb"],
         created_at=created_at,
         updated_at=updated_at,
+    )
+
+
+@dataclass(frozen=True)
+class ItemFacts:
+    """An item's fields that ranking and result views need, without its text."""
+
+    id: str
+    kb: str
+    doc_type: str
+    source_uri: str | None
+    title: str
+    changed_at: str
+
+
+def _row_to_facts(row: sqlite3.Row) -> ItemFacts:
+    return ItemFacts(
+        row["id"], row["kb"], row["doc_type"], row["source_uri"], row["title"], row["changed_at"]
     )
 
 
@@ -641,6 +667,10 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
     def get_items(self, item_ids: Iterable[str]) -> dict[str, KnowledgeItem]:
         """The items found among these ids, by id; missing ids are absent."""
         return self._by_ids("get_items", _ITEM_SELECT, item_ids, _row_to_item)
+
+    def item_facts(self, item_ids: Iterable[str]) -> dict[str, ItemFacts]:
+        """What ranking needs of these items, without their text: doc type, path, age."""
+        return self._by_ids("item_facts", _FACTS_SELECT, item_ids, _row_to_facts)
 
     def delete_item(self, item_id: str) -> bool:
         """Delete an item and (by cascade) its chunks; True if it existed."""
