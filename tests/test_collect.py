@@ -424,3 +424,100 @@ def test_remove_source_forgets_a_root_a_subfolder_or_a_file(core, tree):
     assert core.remove_source(tree) == 4  # the root itself: forgotten for good
     assert core.storage.get_roots() == [] and core.storage.count_items() == 0
     assert core.sync().processed == 0
+
+
+# -- intro.md: the knowledge base's description ------------------------------------------------
+
+INTRO = "Runbooks and guides of the platform team (codename osprey)."
+
+
+def test_intro_md_at_the_root_is_the_description_and_not_a_document(core, tree):
+    write(tree / "intro.md", f"\ufeff{INTRO}\n\n")
+
+    report = core.collect_knowledge(tree, kb="ops")
+
+    assert core.get_kb("ops").description == INTRO
+    # Counted as processed (it was read and applied), but it is no item.
+    assert (report.processed, len(report.item_ids)) == (5, 4)
+    assert report.chunks_added == core.storage.count_chunks(kb="ops")
+    assert core.items_at(tree / "intro.md") == [] and core.storage.count_items() == 4
+    assert core.text_search("osprey", kb="ops") == []
+    assert core.get_kb("ops").sources == 5  # tracked like any file
+    assert report.to_dict()["processed"] == 5
+
+
+def test_a_changed_intro_md_updates_the_description_and_a_removed_one_clears_it(core, tree):
+    intro = write(tree / "intro.md", INTRO)
+    core.collect_knowledge(tree, kb="ops")
+
+    again = core.collect_knowledge(tree, kb="ops")
+    assert (again.processed, again.unchanged) == (0, 5)
+    bump_mtime(intro)  # touched, not changed
+    touched = core.collect_knowledge(tree, kb="ops")
+    assert (touched.processed, touched.unchanged) == (0, 5)
+
+    write(intro, "Only the deploy guide matters now.")
+    bump_mtime(intro)
+    changed = core.collect_knowledge(tree, kb="ops")
+    assert (changed.processed, changed.unchanged) == (1, 4)
+    assert core.get_kb("ops").description == "Only the deploy guide matters now."
+
+    intro.unlink()
+    removed = core.collect_knowledge(tree, kb="ops")
+    assert (removed.processed, removed.removed, removed.chunks_removed) == (0, 1, 0)
+    assert core.get_kb("ops").description == ""
+    assert core.storage.count_items() == 4  # the documents stay
+
+
+def test_a_description_set_by_hand_stays_without_an_intro_md(core, tree):
+    core.collect_knowledge(tree, kb="ops")
+    core.describe_kb("ops", "Set by hand.")
+    core.collect_knowledge(tree, kb="ops")
+    assert core.get_kb("ops").description == "Set by hand."
+
+
+def test_intro_md_below_the_root_is_an_ordinary_document(core, tree):
+    write(tree / "guides" / "intro.md", "# Guides\n\nHow the guides are written (osprey).\n")
+    report = core.collect_knowledge(tree, kb="ops")
+    assert (report.processed, len(report.item_ids)) == (5, 5)
+    assert core.get_kb("ops").description == ""
+    assert len(core.text_search("osprey", kb="ops")) == 1
+
+
+def test_an_intro_md_indexed_as_a_document_before_becomes_the_intro(core, tree):
+    # Collecting the parent first tracks tree/intro.md as a document of that root.
+    write(tree / "intro.md", INTRO)
+    core.collect_knowledge(tree.parent, kb="ops")
+    assert len(core.items_at(tree / "intro.md")) == 1
+
+    report = core.collect_knowledge(tree, kb="ops")
+
+    assert core.get_kb("ops").description == INTRO
+    assert core.items_at(tree / "intro.md") == [] and core.text_search("osprey") == []
+    assert report.processed == 1 and report.chunks_removed > 0
+
+
+def test_the_watcher_path_applies_intro_md_changes(core, tree):
+    core.collect_knowledge(tree, kb="ops")
+    root = str(tree)
+    options = WalkOptions()
+    intro = write(tree / "intro.md", INTRO)
+
+    with core.batch():
+        added = core.collector.apply_changes("ops", root, options, [intro], [])
+    assert added.processed == 1 and added.item_ids == []
+    assert core.get_kb("ops").description == INTRO
+
+    intro.unlink()
+    with core.batch():
+        gone = core.collector.apply_changes("ops", root, options, [], [intro])
+    assert gone.removed == 1 and core.get_kb("ops").description == ""
+
+
+def test_progress_counts_intro_md(core, tree):
+    write(tree / "intro.md", INTRO)
+    events: list[CollectProgress] = []
+    core.collect_knowledge(tree, progress=events.append)
+    files = [event for event in events if event.status != "indexing"]
+    assert len(files) == 5 and files[-1].done == files[-1].total == 5
+    assert (files[0].path, files[0].status) == (str(tree / "intro.md"), "processed")

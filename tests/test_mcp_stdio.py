@@ -60,6 +60,7 @@ def test_serve_over_stdio_end_to_end(tmp_path: Path) -> None:
         'backoff."""\n    return call()\n',
         encoding="utf-8",
     )
+    (docs / "intro.md").write_text("Deploy runbooks and retry helpers.\n", encoding="utf-8")
     command = ["-m", "knowledge_agent.cli", "--data-dir", str(tmp_path / "data"), "serve"]
     server = StdioServerParameters(
         command=sys.executable,
@@ -95,6 +96,15 @@ def test_serve_over_stdio_end_to_end(tmp_path: Path) -> None:
                 chunk_id = answer["results"][0]["matched_chunks"][0]["chunk_id"]
                 seen["read"] = await client.call_tool("read_chunk", {"chunk_id": chunk_id})
                 seen["code"] = await client.call_tool("search_code", {"query": "retry backoff"})
+                # The three tools of seed 002.
+                seen["list"] = await client.call_tool("knowledge_list", {})
+                seen["grep"] = await client.call_tool(
+                    "knowledge_text_search", {"knowledge_base": "d", "keyword": "symlink"}
+                )
+                seen["semantic"] = await client.call_tool(
+                    "knowledge_semantic_search",
+                    {"knowledge_base": "d", "query": "roll back a release", "top_k": 1},
+                )
                 return seen
 
     with (tmp_path / "stderr.log").open("w") as errlog:
@@ -103,8 +113,18 @@ def test_serve_over_stdio_end_to_end(tmp_path: Path) -> None:
     assert stray == [], (tmp_path / "stderr.log").read_text()
     assert seen["info"] is not None and seen["info"].name == "knowledge-agent"
     assert {"search_knowledge", "read_chunk", "add_knowledge", "index_status"} <= seen["tools"]
-    assert json.loads(seen["added"].content[0].text)["processed"] == 2, seen["added"].content
+    added = json.loads(seen["added"].content[0].text)
+    assert added["processed"] == 3 and len(added["item_ids"]) == 2, added  # intro.md: no item
     assert seen["refused"].is_error and "outside the folders" in seen["refused"].content[0].text
     assert seen["found"]["results"][0]["uri"] == str((docs / "deploy.md").resolve())
     assert "previous release" in json.loads(seen["read"].content[0].text)["chunk"]["content"]
     assert json.loads(seen["code"].content[0].text)["results"][0]["title"] == "retry.py"
+    listed = json.loads(seen["list"].content[0].text)
+    assert listed["items"][0]["name"] == "d"
+    assert listed["items"][0]["intro"] == "Deploy runbooks and retry helpers."
+    grep = json.loads(seen["grep"].content[0].text)
+    assert grep["count"] == 1 and grep["items"][0]["line"] == 5
+    assert grep["items"][0]["source"] == str((docs / "deploy.md").resolve())
+    semantic = json.loads(seen["semantic"].content[0].text)
+    assert semantic["ok"] is True and semantic["count"] == 1
+    assert "previous release" in semantic["items"][0]["text"]

@@ -6,6 +6,7 @@ once per module; tests that write use their own knowledge base names or their ow
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -162,6 +163,7 @@ def file_lines(path: str) -> list[str]:
     return Path(path).read_text(encoding="utf-8").split("\n")
 
 
+INJECTED = ("core", "roots", "url_policy")  # filled in by the server, not by the agent
 EVIDENCE = re.compile(r"kb:(?P<chunk>[^:]+):(?P<path>.+)#L(?P<start>\d+)-L(?P<end>\d+)")
 
 # -- the tool list ---------------------------------------------------------------------------
@@ -181,6 +183,35 @@ async def test_every_tool_is_listed_with_described_parameters(client: Client) ->
     assert listed["search_knowledge"].annotations.read_only_hint is True
     assert listed["delete_knowledge"].annotations.destructive_hint is True
     assert listed["add_knowledge"].input_schema["required"] == ["kb"]
+    # Clients learn from the schema too that no other argument is accepted.
+    assert all(tool.input_schema["additionalProperties"] is False for tool in listed.values())
+
+
+REQUIRED = {
+    "search_knowledge": {"query": "deploy"},
+    "search_code": {"query": "invoice"},
+    "search_docs": {"query": "deploy"},
+    "knowledge_text_search": {"knowledge_base": "docs", "keyword": "deploy"},
+    "knowledge_semantic_search": {"knowledge_base": "docs", "query": "deploy"},
+    "read_chunk": {"chunk_id": "missing"},
+    "get_knowledge_item": {"item_id": "missing"},
+    "add_knowledge": {"kb": "scratch", "text": "never stored"},
+    "delete_knowledge": {"item_id": "missing"},
+}
+
+
+@pytest.mark.parametrize("tool", [function.__name__ for function in tools.TOOLS])
+async def test_an_unknown_argument_is_an_error_naming_it_and_the_valid_ones(
+    client: Client, core: KnowledgeAgentCore, tool: str
+) -> None:
+    items = core.status().items
+    message = await fail(client, tool, **REQUIRED.get(tool, {}), colour="blue", Limit=3)
+
+    assert "unknown argument 'colour', 'Limit'" in message
+    function = next(f for f in tools.TOOLS if f.__name__ == tool)
+    valid = [name for name in inspect.signature(function).parameters if name not in INJECTED]
+    assert f"the valid arguments are: {', '.join(valid) or 'none'}" in message
+    assert core.status().items == items  # refused before the tool ran
 
 
 # -- search_knowledge ------------------------------------------------------------------------
@@ -368,44 +399,6 @@ async def test_search_docs_leaves_code_out_and_takes_path_prefixes(
 # -- browsing --------------------------------------------------------------------------------
 
 
-async def test_knowledge_list_shows_intros_and_counts(client: Client) -> None:
-    listed = await call(client, "knowledge_list", intro_max_chars=40)
-    only_notes = await call(client, "knowledge_list", name_keyword="NOT", include_intro=False)
-
-    by_name = {kb["name"]: kb for kb in listed["knowledge_bases"]}
-    assert {"docs", "notes"} <= set(by_name)
-    docs_kb = by_name["docs"]
-    assert docs_kb["intro"].startswith("Operations handbook") and docs_kb["intro"].endswith("…")
-    assert len(docs_kb["intro"]) <= 40
-    assert docs_kb["items"] == 10 and docs_kb["sources"] == 10 and docs_kb["chunks"] >= 10
-    assert docs_kb["last_indexed_at"]
-    assert [kb["name"] for kb in only_notes["knowledge_bases"]] == ["notes"]
-    assert "intro" not in only_notes["knowledge_bases"][0]
-
-
-async def test_text_search_returns_lines_with_their_numbers(client: Client) -> None:
-    answer = await call(client, "knowledge_text_search", keyword="current symlink", kb="docs")
-    regex = await call(
-        client, "knowledge_text_search", keyword=r"ETag|304 Not", regex=True, max_lines=1
-    )
-
-    assert answer["count"] == 2 and answer["more"] is False
-    for match in answer["matches"]:
-        assert "current symlink" in match["line"]
-        assert file_lines(match["path"])[match["line_number"] - 1] == match["line"]
-        assert match["ref"] == f"{match['path']}#L{match['line_number']}"
-    assert regex["count"] == 1 and regex["more"] is True
-
-
-async def test_text_search_errors(client: Client) -> None:
-    assert "invalid regular expression" in await fail(
-        client, "knowledge_text_search", keyword="(unclosed", regex=True
-    )
-    assert "no knowledge base named" in await fail(
-        client, "knowledge_text_search", keyword="x", kb="nope"
-    )
-
-
 async def test_read_chunk_returns_the_chunk_its_document_and_neighbours(client: Client) -> None:
     hit = (await call(client, "search_knowledge", query="roll back a failed deploy"))["results"][0]
     best = hit["matched_chunks"][0]
@@ -516,10 +509,10 @@ async def test_a_folder_inside_a_root_is_collected_without_following_symlinks_ou
     with KnowledgeAgentCore() as core:
         async with Client(create_server(core, roots=[allowed])) as client:
             report = await call(client, "add_knowledge", kb="kb", path=str(allowed))
-            hits = await call(client, "knowledge_text_search", keyword="zebra")
+            hits = await call(client, "knowledge_text_search", knowledge_base="kb", keyword="zebra")
 
     assert report["processed"] == 1 and report["failed"] == []
-    assert [Path(m["path"]).name for m in hits["matches"]] == ["guide.md"]
+    assert [Path(m["source"]).name for m in hits["items"]] == ["guide.md"]
 
 
 async def test_a_relative_path_is_taken_inside_the_roots(roots: dict[str, Path]) -> None:

@@ -6,6 +6,10 @@ when there are many — and writes each one to SQLite in its own transaction tog
 its source row. Files that disappeared are removed. The search indexes are not touched
 here: the caller syncs them once, from the journal, after the run.
 
+An ``intro.md`` directly under a folder root is not a document: its text is the knowledge
+base's description (its intro for agents). It is tracked like any file — a source row
+without an item — so a change updates the description and its removal clears it.
+
 Ctrl-C ends a run with ``CollectInterrupted`` carrying the report of the files committed so
 far; the worker processes stop after the file each is on, skipping their queued ones. Under
 :func:`graceful_interrupts` (the command line's) the signal never falls between a file's
@@ -46,17 +50,21 @@ from knowledge_agent.ingest.walker import FoundFile, WalkOptions, walk
 from knowledge_agent.models import KnowledgeItem
 from knowledge_agent.models.knowledge_item import utc_now
 from knowledge_agent.processors import ProcessedDocument, process_bytes
+from knowledge_agent.processors.encoding import decode_bytes
 from knowledge_agent.storage import SQLiteStorageManager
 from knowledge_agent.storage.sources import SourceRecord, path_to_db
 
 if TYPE_CHECKING:
     from multiprocessing.synchronize import Event as EventType
 
-__all__ = ["Collector", "ProgressCallback", "graceful_interrupts"]
+__all__ = ["INTRO_FILE", "Collector", "ProgressCallback", "graceful_interrupts"]
 
 logger = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[CollectProgress], None]
+
+INTRO_FILE = "intro.md"
+"""The file at a folder root whose text becomes the knowledge base's description."""
 
 # Below this many files, starting worker processes costs more than it saves.
 _PARALLEL_THRESHOLD = 32
@@ -285,8 +293,13 @@ class Collector:
         report: CollectReport,
         progress: ProgressCallback | None,
     ) -> None:
-        total = len(found) + len(vanished)
-        bytes_total = sum(f.size for f in found)
+        intro_path = os.path.join(root, INTRO_FILE)
+        intro = next((file for file in found if str(file.path) == intro_path), None)
+        intro_gone = intro_path in vanished
+        found = [file for file in found if file is not intro]
+        vanished = [path for path in vanished if path != intro_path]
+        total = len(found) + len(vanished) + (intro is not None or intro_gone)
+        bytes_total = sum(f.size for f in found) + (intro.size if intro else 0)
         done = bytes_done = 0
 
         def step(path: str, status: str, size: int = 0) -> None:
@@ -295,6 +308,16 @@ class Collector:
             bytes_done += size
             if progress is not None:
                 progress(CollectProgress(path, status, done, total, bytes_done, bytes_total))
+
+        if intro is not None or intro_gone:
+            check_interrupt()
+            with committing():
+                if intro is None:
+                    status = self._clear_intro(kb, intro_path, report)
+                else:
+                    record = known.get(intro_path) or self.storage.get_source(kb, intro_path)
+                    status = self._read_intro(kb, root, intro, record, options, full, report)
+                step(intro_path, status, intro.size if intro else 0)
 
         for path in vanished:
             check_interrupt()
@@ -309,9 +332,7 @@ class Collector:
             # A file tracked under another root of this kb keeps its item (no duplicate).
             record = known.get(str(file.path)) or self.storage.get_source(kb, str(file.path))
             if file.too_large:
-                reason = (
-                    f"{_size_text(file.size)} is over the {_size_text(options.max_file_size)} limit"
-                )
+                reason = _too_large(file, options)
                 with committing():
                     self._skip(kb, root, file, record, reason, report, kind="too large")
                     step(str(file.path), "skipped", file.size)
@@ -535,6 +556,61 @@ class Collector:
         )
         report.skipped.append(FileIssue(path, reason, kind))
 
+    def _read_intro(
+        self,
+        kb: str,
+        root: str,
+        file: FoundFile,
+        record: SourceRecord | None,
+        options: WalkOptions,
+        full: bool,
+        report: CollectReport,
+    ) -> str:
+        """Make the text of ``intro.md`` the knowledge base's description; the progress status.
+
+        Counted as processed when read (no item: it is not searchable text), unchanged when
+        its size and time, or its hash, say it is the one already applied.
+        """
+        path = str(file.path)
+        # The intro this row applied; a row with an item is an intro.md that was indexed as
+        # a document before this convention, and is replaced below.
+        applied = record if record and record.status == "indexed" and not record.item_id else None
+        if file.too_large:
+            self._skip(kb, root, file, record, _too_large(file, options), report, kind="too large")
+            return "skipped"
+        if applied is not None and not full and _same_stat(applied, file):
+            report.unchanged += 1
+            return "unchanged"
+        try:
+            data = file.path.read_bytes()
+        except OSError as exc:
+            report.failed.append(FileIssue(path, exc.strerror or str(exc)))
+            return "failed"
+        digest = hashlib.sha256(data).hexdigest()
+        base = SourceRecord(
+            kb, path, root, file.size, file.mtime_ns, "indexed", content_hash=digest
+        )
+        if applied is not None and not full and applied.content_hash == digest:
+            self.storage.save_source(base)  # touched, not changed: remember the new time
+            report.unchanged += 1
+            return "unchanged"
+        if record is not None and record.item_id:
+            self._remove(kb, path, report)
+        text, _ = decode_bytes(data)
+        self.storage.ensure_kb(kb, text.strip())
+        self.storage.save_source(base)
+        logger.info("%s: %s is the description of knowledge base %s", root, INTRO_FILE, kb)
+        report.processed += 1
+        report.bytes_processed += file.size
+        return "processed"
+
+    def _clear_intro(self, kb: str, path: str, report: CollectReport) -> str:
+        """``intro.md`` is gone: so is the description it gave (counted as removed)."""
+        self._remove(kb, path, report)
+        self.storage.ensure_kb(kb, "")
+        report.removed += 1
+        return "removed"
+
     def _remove(self, kb: str, path: str, report: CollectReport) -> None:
         record = self.storage.get_source(kb, path)
         if record is not None and record.item_id:
@@ -547,6 +623,10 @@ def _size_text(size: int) -> str:
         if size >= scale:
             return f"{size / scale:.1f} {unit}"
     return f"{size} bytes"
+
+
+def _too_large(file: FoundFile, options: WalkOptions) -> str:
+    return f"{_size_text(file.size)} is over the {_size_text(options.max_file_size)} limit"
 
 
 def _same_stat(record: SourceRecord, file: FoundFile) -> bool:

@@ -2,8 +2,10 @@
 
 Each plain function of :mod:`knowledge_agent.server.mcp_tools` becomes one tool: its
 signature (without ``core`` and ``roots``) is the input schema, its docstring the
-description. The core is owned by the server's lifespan when the server is given a way to
-open one; tools reach it through the request context, never through a global.
+description. An argument the schema does not name is an error that names it and lists the
+valid ones (the SDK would drop it silently: an agent's misspelt ``max_item`` must not quietly
+become the default). The core is owned by the server's lifespan when the server is given a
+way to open one; tools reach it through the request context, never through a global.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, ConfigDict, create_model, model_validator
+from pydantic_core import PydanticCustomError
 
 from knowledge_agent.core import KnowledgeAgentCore
 from knowledge_agent.crawl import UrlPolicy
@@ -35,10 +40,13 @@ logger = logging.getLogger(__name__)
 
 INSTRUCTIONS = """\
 An offline knowledge base of documents and code, searched by passage.
-Start with search_knowledge (or search_code / search_docs to search only code or only
-documents); every matched chunk has an evidence ref kb:<chunk_id>:<path>#L<start>-L<end> to
-cite. read_chunk shows a passage with its neighbours, get_knowledge_item a whole document,
-knowledge_text_search finds exact strings or regexes, knowledge_list names the knowledge bases.
+Call knowledge_list first: it names the knowledge bases with an intro saying what each is
+about. Then, in the knowledge base that fits, knowledge_semantic_search finds the passages
+that answer a question and knowledge_text_search finds exact text line by line, like grep.
+search_knowledge (or search_code / search_docs for only code or only documents) searches
+every knowledge base at once, with context; every matched chunk has an evidence ref
+kb:<chunk_id>:<path>#L<start>-L<end> to cite. read_chunk shows a passage with its
+neighbours, get_knowledge_item a whole document.
 """
 
 _READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -131,6 +139,44 @@ def _as_tool(function: Callable[..., dict[str, Any]]) -> Callable[..., Any]:
     return tool
 
 
+class _KnownArgumentsOnly(BaseModel):
+    """Mixed into a tool's argument model: an argument the tool does not take is an error
+    naming it and the valid ones (pydantic's default is to drop it without a word)."""
+
+    model_config = ConfigDict(extra="forbid")  # also says so in the schema
+
+    @model_validator(mode="before")
+    @classmethod
+    def known_arguments_only(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            valid = [field.alias or name for name, field in cls.model_fields.items()]
+            unknown = [key for key in data if key not in valid]
+            if unknown:
+                raise PydanticCustomError(
+                    "unknown_argument",
+                    "unknown argument {unknown}; the valid arguments are: {valid}",
+                    {
+                        "unknown": ", ".join(repr(key) for key in unknown),
+                        "valid": ", ".join(valid) or "none",
+                    },
+                )
+        return data
+
+
+def _strict(tool: Tool) -> Tool:
+    """``tool`` with an argument model (and input schema) that refuses unknown arguments.
+
+    The SDK derives the model from the signature with no say over its configuration, so
+    the model is replaced by a subclass of it; everything else about the tool stays.
+    """
+    loose = tool.fn_metadata.arg_model
+    strict = create_model(loose.__name__, __base__=(loose, _KnownArgumentsOnly))
+    metadata = tool.fn_metadata.model_copy(update={"arg_model": strict})
+    return tool.model_copy(
+        update={"fn_metadata": metadata, "parameters": strict.model_json_schema(by_alias=True)}
+    )
+
+
 def _version() -> str:
     try:
         return metadata.version("knowledge-agent")
@@ -156,20 +202,24 @@ def create_server(
     if not isinstance(core, KnowledgeAgentCore) and not callable(core):
         raise TypeError(f"core must be a KnowledgeAgentCore or a callable, got {core!r}")
     allowed = mcp_tools.resolve_roots(roots)
-    server: MCPServer[ServerState] = MCPServer(
+    tools = [
+        _strict(
+            Tool.from_function(
+                _as_tool(function),
+                name=function.__name__,
+                annotations=_WRITING.get(function.__name__, _READ_ONLY),
+            )
+        )
+        for function in mcp_tools.TOOLS
+    ]
+    return MCPServer(
         "knowledge-agent",
         title="Knowledge Agent",
         instructions=INSTRUCTIONS,
         version=_version(),
         lifespan=_lifespan(core, allowed, UrlPolicy(tuple(allow_urls)) if allow_urls else None),
+        tools=tools,
     )
-    for function in mcp_tools.TOOLS:
-        server.add_tool(
-            _as_tool(function),
-            name=function.__name__,
-            annotations=_WRITING.get(function.__name__, _READ_ONLY),
-        )
-    return server
 
 
 def run_stdio(

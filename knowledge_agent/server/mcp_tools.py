@@ -6,7 +6,9 @@ for bad arguments. They know nothing of MCP, so they are tested by calling them;
 signature below, minus ``core`` (and ``roots``), which the server fills in.
 
 The docstrings and the ``Field`` descriptions are what an agent reads before calling a tool:
-they say what it does, when to use it and what comes back.
+they say what it does, when to use it and what comes back. The three tools of seed 002
+(``knowledge_list``, ``knowledge_text_search``, ``knowledge_semantic_search``) live in
+:mod:`.knowledge_tools` and are listed here with the rest.
 
 Two policies live in the server rather than in the core, because only an agent-facing
 surface needs them: search answers stay under a token budget (:mod:`.budget`), and files may
@@ -29,6 +31,12 @@ from knowledge_agent.ingest.report import CollectReport
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, SearchResult
 from knowledge_agent.server.budget import dumps, estimate_tokens, fit_to_budget
+from knowledge_agent.server.knowledge_tools import (
+    knowledge_list,
+    knowledge_semantic_search,
+    knowledge_text_search,
+)
+from knowledge_agent.server.views import bounded, evidence_ref, item_path
 
 __all__ = [
     "DOCUMENT_SOURCE_TYPES",
@@ -42,6 +50,7 @@ __all__ = [
     "get_knowledge_item",
     "index_status",
     "knowledge_list",
+    "knowledge_semantic_search",
     "knowledge_text_search",
     "path_within_roots",
     "read_chunk",
@@ -143,27 +152,6 @@ FilePatterns = Annotated[
         "'*/tests/*']; '*' also crosses '/', and a relative pattern matches at any depth."
     ),
 ]
-NameKeyword = Annotated[
-    str | None, Field(description="Only knowledge bases whose name contains this text.")
-]
-IncludeIntro = Annotated[
-    bool, Field(description="Include each knowledge base's description (its intro).")
-]
-IntroMaxChars = Annotated[
-    int, Field(ge=0, le=4000, description="Cut each intro to this many characters.")
-]
-Keyword = Annotated[
-    str, Field(min_length=1, description="The exact text to find (a regex with regex=true).")
-]
-Regex = Annotated[bool, Field(description="Treat keyword as a Python regular expression.")]
-CaseSensitive = Annotated[bool, Field(description="Match letter case exactly.")]
-SourceKeyword = Annotated[
-    str | None, Field(description="Only documents whose path, URL or title contains this text.")
-]
-MaxLines = Annotated[int, Field(ge=1, le=500, description="Stop after this many matching lines.")]
-MaxCharsPerLine = Annotated[
-    int, Field(ge=20, le=2000, description="Cut each line to this many characters.")
-]
 ChunkId = Annotated[
     str, Field(min_length=1, description="A chunk_id from a search result or evidence ref.")
 ]
@@ -215,12 +203,6 @@ def _query(query: object) -> str:
     return query
 
 
-def _bounded(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise QueryError(f"{name} must be an integer from {low} to {high}, got {value!r}")
-    return value
-
-
 def _names(value: str | Sequence[str] | None, name: str) -> list[str] | None:
     """A name or list of names as a list; None (no restriction) for nothing given."""
     if value is None:
@@ -248,22 +230,6 @@ def _glob(pattern: str) -> str:
 
 
 # -- result views -----------------------------------------------------------------------------
-
-
-def _path(item: KnowledgeItem) -> str:
-    return item.source_uri or item.title or item.id
-
-
-def evidence_ref(chunk_id: str, path: str, metadata: dict[str, Any]) -> str:
-    """``kb:<chunk_id>:<path>#L<start>-L<end>``, plus ``;page=N`` (or ``;pages=N-M``) in a PDF."""
-    ref = f"kb:{chunk_id}:{path}"
-    start, end = metadata.get("start_line"), metadata.get("end_line")
-    if start is not None:
-        ref += f"#L{start}-L{end if end is not None else start}"
-    page, page_end = metadata.get("page"), metadata.get("page_end")
-    if page is not None:
-        ref += f";page={page}" if page_end in (None, page) else f";pages={page}-{page_end}"
-    return ref
 
 
 def _chunk_view(chunk: MatchedChunk, path: str, *, matched: bool) -> dict[str, Any]:
@@ -300,7 +266,7 @@ def _item_view(item: KnowledgeItem) -> dict[str, Any]:
 
 
 def _result_view(result: SearchResult, *, explain: bool) -> dict[str, Any]:
-    path = _path(result.item)
+    path = item_path(result.item)
     view = _item_view(result.item)
     view["score"] = round(result.relevance_score, 4)
     view["confidence"] = round(result.confidence, 4)
@@ -336,9 +302,9 @@ def _search(
     document found in several scopes keeps its best score.
     """
     _query(query)
-    _bounded("limit", limit, 1, MAX_LIMIT)
-    _bounded("context_window", context_window, 0, MAX_CONTEXT_WINDOW)
-    _bounded("max_tokens", max_tokens, MIN_MAX_TOKENS, MAX_MAX_TOKENS)
+    bounded("limit", limit, 1, MAX_LIMIT)
+    bounded("context_window", context_window, 0, MAX_CONTEXT_WINDOW)
+    bounded("max_tokens", max_tokens, MIN_MAX_TOKENS, MAX_MAX_TOKENS)
     if min_score is not None and (
         isinstance(min_score, bool)
         or not isinstance(min_score, (int, float))
@@ -498,86 +464,6 @@ def search_docs(
 # -- browsing ---------------------------------------------------------------------------------
 
 
-def _clip(text: str, max_chars: int) -> tuple[str, bool]:
-    """``text`` cut to ``max_chars`` (ending in "…" when cut), and whether it was cut."""
-    if len(text) <= max_chars:
-        return text, False
-    return (text[: max_chars - 1].rstrip() + "…") if max_chars > 0 else "", True
-
-
-def knowledge_list(
-    core: KnowledgeAgentCore,
-    *,
-    name_keyword: NameKeyword = None,
-    include_intro: IncludeIntro = True,
-    intro_max_chars: IntroMaxChars = 120,
-) -> dict[str, Any]:
-    """List the knowledge bases: name, intro, and how much each holds.
-
-    Per knowledge base: name, intro (its description, cut to intro_max_chars), items,
-    chunks, sources (tracked files), roots (collected folders) and last_indexed_at. Call it
-    first to learn which `kb` names the search tools accept.
-    """
-    _bounded("intro_max_chars", intro_max_chars, 0, 4000)
-    keyword = (name_keyword or "").strip().lower()
-    listed = []
-    for info in core.list_kbs():
-        if keyword and keyword not in info.name.lower():
-            continue
-        entry = info.to_dict()
-        description = entry.pop("description")
-        entry.pop("created_at")
-        if include_intro:
-            entry["intro"], _ = _clip(" ".join(description.split()), intro_max_chars)
-        listed.append(entry)
-    return {"knowledge_bases": listed, "count": len(listed)}
-
-
-def knowledge_text_search(
-    core: KnowledgeAgentCore,
-    keyword: Keyword,
-    *,
-    kb: KbNames = None,
-    regex: Regex = False,
-    case_sensitive: CaseSensitive = False,
-    source_keyword: SourceKeyword = None,
-    max_lines: MaxLines = 20,
-    max_chars_per_item: MaxCharsPerLine = 180,
-) -> dict[str, Any]:
-    """Find exact text (or a regex) line by line, like grep, across stored documents.
-
-    Unlike the search tools this is literal: every line containing keyword, in document
-    order, with its path, 1-based line number and a `ref` `<path>#L<n>`. Use it for
-    identifiers, error messages, version numbers; `more: true` means there were more lines.
-    """
-    _bounded("max_lines", max_lines, 1, 500)
-    _bounded("max_chars_per_item", max_chars_per_item, 20, 2000)
-    matches = core.text_search(
-        keyword,
-        kb=_kbs(core, kb),
-        regex=regex,
-        case_sensitive=case_sensitive,
-        source_keyword=source_keyword or None,
-        max_matches=max_lines + 1,  # one extra tells whether there are more
-        max_chars_per_line=max_chars_per_item,
-    )
-    lines = []
-    for match in matches[:max_lines]:
-        path = match.source_uri or match.title or match.item_id
-        lines.append(
-            {
-                "item_id": match.item_id,
-                "kb": match.kb,
-                "title": match.title,
-                "path": path,
-                "line_number": match.line_number,
-                "line": match.line,
-                "ref": f"{path}#L{match.line_number}",
-            }
-        )
-    return {"matches": lines, "count": len(lines), "more": len(matches) > max_lines}
-
-
 def read_chunk(
     core: KnowledgeAgentCore,
     chunk_id: ChunkId,
@@ -589,9 +475,9 @@ def read_chunk(
     Returns `chunk` (content, heading, lines, evidence ref), `item` (its document), and
     `before` / `after`: up to `neighbors` chunks on each side, in document order.
     """
-    _bounded("neighbors", neighbors, 0, 20)
+    bounded("neighbors", neighbors, 0, 20)
     found = core.read_chunk(chunk_id, neighbors=neighbors)
-    path = _path(found.item)
+    path = item_path(found.item)
 
     def view(chunk: KnowledgeChunk, *, matched: bool = False) -> dict[str, Any]:
         shown = _chunk_view(MatchedChunk.from_chunk(chunk), path, matched=matched)
@@ -617,8 +503,8 @@ def get_knowledge_item(
 
     `truncated: true` means the text goes on; call again with offset=`next_offset`.
     """
-    _bounded("max_chars", max_chars, 1, 200_000)
-    _bounded("offset", offset, 0, 2**62)
+    bounded("max_chars", max_chars, 1, 200_000)
+    bounded("offset", offset, 0, 2**62)
     item = core.get_item(item_id)
     if item is None:
         raise NotFoundError(f"no item with id {item_id!r}")
@@ -757,6 +643,7 @@ TOOLS = (
     search_docs,
     knowledge_list,
     knowledge_text_search,
+    knowledge_semantic_search,
     read_chunk,
     get_knowledge_item,
     add_knowledge,

@@ -1,0 +1,439 @@
+"""The three agent tools of seed 002, parameter for parameter as the spec gives them.
+
+``knowledge_list`` names the knowledge bases with their intros, ``knowledge_text_search``
+finds lines of stored text like grep, ``knowledge_semantic_search`` finds the passages that
+answer a question (with an optional rerank). Every answer is compact JSON,
+``{"ok": true, "count", "truncated", "items": [...]}`` — the searches also echo the
+knowledge base and the keyword or query — and a bad argument is a tool error.
+
+Like the other tools, these are plain functions over a :class:`KnowledgeAgentCore`; the
+server (:mod:`knowledge_agent.server.app`) turns each into an MCP tool whose input schema
+is its signature and whose description is its docstring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from knowledge_agent.analysis import highlight
+from knowledge_agent.core import KnowledgeAgentCore
+from knowledge_agent.errors import QueryError
+from knowledge_agent.models import SearchResult
+from knowledge_agent.server.rerank import plan_rerank, rerank_scores
+from knowledge_agent.server.views import bounded, clip, item_path
+
+__all__ = ["knowledge_list", "knowledge_semantic_search", "knowledge_text_search"]
+
+MAX_TOP_K = 50
+# The source_keyword pass over titles filters a search's results, so it looks this many
+# times deeper than top_k (paths are filtered inside the engines and need no margin).
+_TITLE_DEPTH = 5
+
+# -- parameter types: their bounds and descriptions are the tools' input schema -------------
+
+OnlyReady = Annotated[
+    bool,
+    Field(
+        description="Only knowledge bases that have an intro (an intro.md at the root of a "
+        "collected folder gives one); false lists every knowledge base."
+    ),
+]
+IncludeIntro = Annotated[bool, Field(description="Give each knowledge base's intro.")]
+IncludeHasIntro = Annotated[
+    bool, Field(description="Give has_intro: whether the knowledge base has an intro.")
+]
+IntroMaxChars = Annotated[
+    int, Field(ge=0, le=4000, description="Cut each intro to this many characters.")
+]
+MaxItems = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=1000,
+        description="Return at most this many knowledge bases (truncated: true if there are more).",
+    ),
+]
+NameKeyword = Annotated[
+    str | None,
+    Field(description="Only knowledge bases whose name contains this text (case-insensitive)."),
+]
+KnowledgeBase = Annotated[
+    str,
+    Field(min_length=1, description="The knowledge base to search: a name from knowledge_list."),
+]
+Keyword = Annotated[
+    str,
+    Field(min_length=1, description="The text to find, literally (a regex with regex=true)."),
+]
+MaxLines = Annotated[
+    int, Field(ge=1, le=500, description="Return at most this many matching lines.")
+]
+MaxChars = Annotated[
+    int,
+    Field(
+        ge=20,
+        le=200_000,
+        description="Budget for the whole answer: the texts of all lines together stay within "
+        "this many characters; lines past it are left out (truncated: true).",
+    ),
+]
+MaxCharsPerLine = Annotated[
+    int,
+    Field(ge=20, le=2000, description="Cut each line to this many characters around the match."),
+]
+CaseSensitive = Annotated[bool, Field(description="Match letter case exactly.")]
+SourceKeyword = Annotated[
+    str | None,
+    Field(
+        description="Only documents whose source — file path, URL or title — contains this "
+        "text (case-insensitive)."
+    ),
+]
+IncludeSource = Annotated[
+    bool, Field(description="Give each line's source (its file path or URL).")
+]
+IncludeLine = Annotated[bool, Field(description="Give each line's 1-based line number.")]
+Regex = Annotated[bool, Field(description="Treat keyword as a Python regular expression.")]
+Query = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="The question or topic, in any language (e.g. 'how do I reset my "
+        "password', '怎么重置密码').",
+    ),
+]
+TopK = Annotated[
+    int, Field(ge=1, le=MAX_TOP_K, description="How many passages to recall, best first.")
+]
+EnableRerank = Annotated[
+    bool | None,
+    Field(
+        description="Rerank the recalled passages with the server's reranker and keep the "
+        "best rerank_top_k; omitted: rerank whenever the server has a reranker."
+    ),
+]
+RerankTopK = Annotated[
+    int | None,
+    Field(
+        ge=1,
+        le=MAX_TOP_K,
+        description="Passages to keep after a rerank (default 3). It must be below top_k: "
+        "otherwise it is lowered to top_k - 1 (no rerank when top_k is 1) and a note says so.",
+    ),
+]
+MinRelevance = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=1,
+        description="Leave out passages whose relevance is below this (0-1, the same scale for "
+        "any query): 0.2 drops most of what does not match, 0.3 keeps clear matches only.",
+    ),
+]
+MaxCharsPerItem = Annotated[
+    int,
+    Field(
+        ge=20,
+        le=4000,
+        description="Cut each passage to this many characters around the query's words "
+        "(read_chunk(chunk_id) gives it whole).",
+    ),
+]
+IncludeRerankScore = Annotated[
+    bool, Field(description="Give each passage its rerank_score when a rerank ran.")
+]
+Deduplicate = Annotated[
+    bool, Field(description="Drop a passage whose source and text repeat an earlier one.")
+]
+
+
+# -- knowledge_list -----------------------------------------------------------------------------
+
+
+def knowledge_list(
+    core: KnowledgeAgentCore,
+    *,
+    only_ready: OnlyReady = True,
+    include_intro: IncludeIntro = True,
+    include_has_intro: IncludeHasIntro = False,
+    intro_max_chars: IntroMaxChars = 120,
+    max_items: MaxItems = 50,
+    name_keyword: NameKeyword = None,
+) -> dict[str, Any]:
+    """List the knowledge bases and what each is about. Call it first, then pick the
+    knowledge_base for knowledge_text_search / knowledge_semantic_search from the intros.
+
+    Returns {ok, count, truncated, items}: per knowledge base its name, intro (cut to
+    intro_max_chars; a knowledge base's intro is the intro.md at the root of its folder),
+    has_intro on request, and how much it holds: items, chunks, sources (tracked files),
+    roots (collected folders), last_indexed_at. By default only knowledge bases with an
+    intro are listed (a note counts the others). truncated: more than max_items matched.
+    """
+    bounded("intro_max_chars", intro_max_chars, 0, 4000)
+    bounded("max_items", max_items, 1, 1000)
+    keyword = (name_keyword or "").strip().lower()
+    matched: list[tuple[dict[str, Any], str]] = []
+    without_intro = 0
+    for info in core.list_kbs():
+        if keyword and keyword not in info.name.lower():
+            continue
+        intro = " ".join(info.description.split())
+        if only_ready and not intro:
+            without_intro += 1
+            continue
+        matched.append((info.to_dict(), intro))
+    items = []
+    for data, intro in matched[:max_items]:
+        entry: dict[str, Any] = {"name": data["name"]}
+        if include_intro:
+            entry["intro"], _ = clip(intro, intro_max_chars)
+        if include_has_intro:
+            entry["has_intro"] = bool(intro)
+        for key in ("items", "chunks", "sources", "roots", "last_indexed_at"):
+            entry[key] = data[key]
+        items.append(entry)
+    answer: dict[str, Any] = {
+        "ok": True,
+        "count": len(items),
+        "truncated": len(matched) > max_items,
+        "items": items,
+    }
+    if without_intro:
+        answer["note"] = (
+            f"{without_intro} knowledge base(s) without an intro not listed; only_ready=false "
+            "lists them too."
+        )
+    return answer
+
+
+# -- knowledge_text_search ----------------------------------------------------------------------
+
+
+def knowledge_text_search(
+    core: KnowledgeAgentCore,
+    knowledge_base: KnowledgeBase,
+    keyword: Keyword,
+    *,
+    max_lines: MaxLines = 20,
+    max_chars: MaxChars = 2000,
+    max_chars_per_item: MaxCharsPerLine = 180,
+    case_sensitive: CaseSensitive = False,
+    source_keyword: SourceKeyword = None,
+    include_source: IncludeSource = True,
+    include_line: IncludeLine = True,
+    regex: Regex = False,
+) -> dict[str, Any]:
+    """Find exact text in a knowledge base's stored documents, line by line, like grep.
+
+    Unlike knowledge_semantic_search this is literal: every line containing keyword, in
+    document order. Use it for names, identifiers, error messages, numbers. Returns {ok,
+    knowledge_base, keyword, count, truncated, items}: per line its source (file path or
+    URL), line (1-based) and text, cut to max_chars_per_item around the match.
+    truncated: more lines match than max_lines or the max_chars budget let through.
+    """
+    bounded("max_lines", max_lines, 1, 500)
+    bounded("max_chars", max_chars, 20, 200_000)
+    bounded("max_chars_per_item", max_chars_per_item, 20, 2000)
+    core.get_kb(knowledge_base)
+    # The core's cut adds up to two "…" around its width; a line may not outgrow the budget.
+    width = min(max_chars_per_item, max_chars) - 2
+    matches = core.text_search(
+        keyword,
+        kb=knowledge_base,
+        regex=regex,
+        case_sensitive=case_sensitive,
+        source_keyword=source_keyword or None,
+        max_matches=max_lines + 1,  # one extra tells whether there are more
+        max_chars_per_line=width,
+    )
+    items: list[dict[str, Any]] = []
+    used = 0
+    for match in matches:
+        if len(items) == max_lines or used + len(match.line) > max_chars:
+            break
+        used += len(match.line)
+        item: dict[str, Any] = {}
+        if include_source:
+            item["source"] = match.source_uri or match.title or match.item_id
+        if include_line:
+            item["line"] = match.line_number
+        item["text"] = match.line
+        items.append(item)
+    return {
+        "ok": True,
+        "knowledge_base": knowledge_base,
+        "keyword": keyword,
+        "count": len(items),
+        "truncated": len(items) < len(matches),
+        "items": items,
+    }
+
+
+# -- knowledge_semantic_search ------------------------------------------------------------------
+
+
+def _contains_glob(keyword: str) -> str:
+    """A glob matching any path that contains ``keyword``, whatever its letter case."""
+    parts = []
+    for char in keyword:
+        if char in "*?[":
+            parts.append(f"[{char}]")
+        elif char.lower() != char.upper() and len(char.lower()) == len(char.upper()) == 1:
+            parts.append(f"[{char.lower()}{char.upper()}]")
+        else:
+            parts.append(char)
+    return "*" + "".join(parts) + "*"
+
+
+def _recall(
+    core: KnowledgeAgentCore,
+    query: str,
+    knowledge_base: str,
+    top_k: int,
+    min_relevance: float,
+    source_keyword: str | None,
+) -> list[SearchResult]:
+    """The best ``top_k`` documents for ``query``, each with its best passage first.
+
+    ``source_keyword`` on the path or URL is a filter inside both engines (before ranking,
+    so a narrow scope still fills its top_k); the engines cannot filter titles, so titles
+    are matched over a deeper search of the whole knowledge base, filtered here.
+    """
+    common: dict[str, Any] = {
+        "kb": knowledge_base,
+        "context_window": 0,
+        "min_confidence": min_relevance or None,
+    }
+    keyword = (source_keyword or "").strip().lower()
+    if not keyword:
+        return core.search(query, limit=top_k, **common)
+    found = core.search(query, limit=top_k, path_glob=_contains_glob(keyword), **common)
+    by_title = core.search(query, limit=top_k * _TITLE_DEPTH, **common)
+    found += [result for result in by_title if keyword in result.item.title.lower()]
+    best: dict[str, SearchResult] = {}
+    for result in found:
+        kept = best.get(result.item.id)
+        if kept is None or result.relevance_score > kept.relevance_score:
+            best[result.item.id] = result
+    return sorted(best.values(), key=lambda result: -result.relevance_score)[:top_k]
+
+
+def _passages(results: Iterable[SearchResult], deduplicate: bool) -> list[dict[str, Any]]:
+    """Each result's best passage: its source, chunk, full text and relevance."""
+    passages: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for result in results:
+        source = item_path(result.item)
+        best = result.matched_chunks[0] if result.matched_chunks else None
+        # The item-level fallback (no chunk index yet) has no passages: the document is one.
+        text = (best.content if best else result.item.content).strip()
+        if deduplicate:
+            if (source, text) in seen:
+                continue
+            seen.add((source, text))
+        passages.append(
+            {
+                "source": source,
+                "chunk_id": best.chunk_id if best else None,
+                "text": text,
+                "relevance": result.confidence,
+            }
+        )
+    return passages
+
+
+def _excerpt(core: KnowledgeAgentCore, text: str, query: str, max_chars: int) -> tuple[str, bool]:
+    """``text`` cut to ``max_chars`` around the query's words, and whether it was cut."""
+    if len(text) <= max_chars:
+        return text, False
+    # highlight adds up to two "…" around the characters it keeps.
+    return highlight(text, [query], core.analyzer, marker=("", ""), max_chars=max_chars - 2), True
+
+
+def knowledge_semantic_search(
+    core: KnowledgeAgentCore,
+    knowledge_base: KnowledgeBase,
+    query: Query,
+    *,
+    top_k: TopK = 5,
+    enable_rerank: EnableRerank = None,
+    rerank_top_k: RerankTopK = None,
+    min_relevance: MinRelevance = 0.0,
+    source_keyword: SourceKeyword = None,
+    max_chars_per_item: MaxCharsPerItem = 220,
+    include_rerank_score: IncludeRerankScore = True,
+    deduplicate: Deduplicate = True,
+) -> dict[str, Any]:
+    """Find the passages of a knowledge base that answer a question, best first.
+
+    Recalls the top_k best documents (hybrid BM25 + TF-IDF over chunks, so the passage that
+    answers comes back even from a long document), one passage each; with a reranker on
+    the server, reranks them and keeps the best rerank_top_k. Returns {ok, knowledge_base,
+    query, count, truncated, reranked, items}: per passage its source (file path or URL),
+    text (cut to max_chars_per_item around the query's words), relevance (0-1, comparable
+    across queries), rerank_score after a rerank, and chunk_id for read_chunk.
+    truncated: a text was cut. A note explains a rerank that was adjusted or not done.
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise QueryError("query must be a non-empty string")
+    bounded("top_k", top_k, 1, MAX_TOP_K)
+    if rerank_top_k is not None:
+        bounded("rerank_top_k", rerank_top_k, 1, MAX_TOP_K)
+    bounded("max_chars_per_item", max_chars_per_item, 20, 4000)
+    if (
+        isinstance(min_relevance, bool)
+        or not isinstance(min_relevance, (int, float))
+        or not 0 <= min_relevance <= 1
+    ):
+        raise QueryError(f"min_relevance must be a number within 0 and 1, got {min_relevance!r}")
+    core.get_kb(knowledge_base)
+    plan = plan_rerank(
+        top_k=top_k,
+        enable_rerank=enable_rerank,
+        rerank_top_k=rerank_top_k,
+        available=core.reranker is not None,
+    )
+    notes = list(plan.notes)
+    results = _recall(core, query, knowledge_base, top_k, min_relevance, source_keyword)
+    passages = _passages(results, deduplicate)
+    reranked = False
+    if plan.enabled and passages and core.reranker is not None:
+        scores = rerank_scores(core.reranker, query, [p["text"] for p in passages])
+        if scores is None:
+            notes.append("the reranker failed: passages are in recall order")
+        else:
+            for passage, score in zip(passages, scores, strict=True):
+                passage["rerank_score"] = score
+            # A stable sort: equal scores keep the recall order.
+            passages = sorted(passages, key=lambda p: -p["rerank_score"])[: plan.keep]
+            reranked = True
+    items = []
+    truncated = False
+    for passage in passages:
+        text, cut = _excerpt(core, passage["text"], query, max_chars_per_item)
+        truncated = truncated or cut
+        item: dict[str, Any] = {
+            "source": passage["source"],
+            "text": text,
+            "relevance": round(passage["relevance"], 4),
+        }
+        if reranked and include_rerank_score:
+            item["rerank_score"] = round(passage["rerank_score"], 6)
+        if passage["chunk_id"] is not None:
+            item["chunk_id"] = passage["chunk_id"]
+        items.append(item)
+    answer: dict[str, Any] = {
+        "ok": True,
+        "knowledge_base": knowledge_base,
+        "query": query,
+        "count": len(items),
+        "truncated": truncated,
+        "reranked": reranked,
+        "items": items,
+    }
+    if notes:
+        answer["note"] = "; ".join(notes)
+    return answer
