@@ -164,7 +164,9 @@ def file_lines(path: str) -> list[str]:
 
 
 INJECTED = ("core", "roots", "url_policy")  # filled in by the server, not by the agent
-EVIDENCE = re.compile(r"kb:(?P<chunk>[^:]+):(?P<path>.+)#L(?P<start>\d+)-L(?P<end>\d+)")
+EVIDENCE = re.compile(
+    r"kb:(?P<chunk>[^:]+):(?P<path>.+)#L(?P<start>\d+)-L(?P<end>\d+)@(?P<hash>[0-9a-f]{12})"
+)
 
 # -- the tool list ---------------------------------------------------------------------------
 
@@ -326,7 +328,7 @@ async def test_a_pdf_passage_cites_its_page(tmp_path: Path) -> None:
     best = answer["results"][0]["matched_chunks"][0]
     assert answer["results"][0]["source_type"] == "pdf"
     assert best["page"] == 2 and "expired TLS certificate" in best["content"]
-    assert re.fullmatch(r"kb:[^:]+:.+postmortem\.pdf#L\d+-L\d+;page=2", best["evidence"])
+    assert re.fullmatch(r"kb:[^:]+:.+postmortem\.pdf#L\d+-L\d+@[0-9a-f]{12}", best["evidence"])
 
 
 async def test_an_unexpected_failure_is_a_tool_error_and_the_server_survives(
@@ -361,7 +363,7 @@ async def test_search_code_filters_before_ranking(client: Client, docs: Path) ->
     assert top["uri"] == str(docs / "src" / "billing.py") and top["language"] == "python"
     best = top["matched_chunks"][0]
     assert best["symbol"] == "compute_invoice_total" and best["symbol_type"] == "function"
-    assert best["evidence"].endswith("billing.py#L4-L7")
+    assert re.search(r"billing\.py#L4-L7@[0-9a-f]{12}$", best["evidence"])
     assert {r["source_type"] for r in code["results"]} == {"code"}
 
 
@@ -408,6 +410,12 @@ async def test_read_chunk_returns_the_chunk_its_document_and_neighbours(client: 
     assert answer["chunk"]["content"] == best["content"]
     assert answer["chunk"]["evidence"] == best["evidence"]
     assert answer["item"]["item_id"] == hit["item_id"]
+    assert "citation" not in answer
+    cited = await call(client, "read_chunk", chunk_id=best["evidence"], neighbors=0)
+    assert cited["citation"]["status"] == "unchanged"
+    assert cited["chunk"]["content"] == best["content"]
+    stale = best["evidence"].rsplit("@", 1)[0] + "@000000000000"
+    assert (await call(client, "read_chunk", chunk_id=stale))["citation"]["status"] == "changed"
     assert [c["chunk_index"] for c in answer["before"]] == [best["chunk_index"] - 1]
     assert [c["chunk_index"] for c in answer["after"]] == [best["chunk_index"] + 1]
     assert "no chunk with id 'missing'" in await fail(client, "read_chunk", chunk_id="missing")
@@ -613,21 +621,11 @@ def test_estimate_tokens_counts_cjk_characters_one_each() -> None:
     assert tools.estimate_tokens("重置 password") == 2 + 3
 
 
-def test_evidence_refs_carry_lines_and_pdf_pages() -> None:
-    assert tools.evidence_ref("c1", "/a.md", {"start_line": 3, "end_line": 9}) == (
-        "kb:c1:/a.md#L3-L9"
+def test_evidence_refs_carry_lines_and_a_hash_of_the_text() -> None:
+    assert tools.evidence_ref("c1", "/a.md", {"start_line": 3, "end_line": 9}, "text") == (
+        "kb:c1:/a.md#L3-L9@982d9e3eb996"
     )
-    assert (
-        tools.evidence_ref("c2", "/r.pdf", {"start_line": 1, "end_line": 4, "page": 2})
-        == "kb:c2:/r.pdf#L1-L4;page=2"
-    )
-    assert (
-        tools.evidence_ref(
-            "c3", "/r.pdf", {"start_line": 5, "end_line": 80, "page": 2, "page_end": 3}
-        )
-        == "kb:c3:/r.pdf#L5-L80;pages=2-3"
-    )
-    assert tools.evidence_ref("c4", "Notes", {}) == "kb:c4:Notes"
+    assert tools.evidence_ref("c4", "Notes", {}, "text") == "kb:c4:Notes@982d9e3eb996"
 
 
 def result(index: int, chunks: int, context: int, size: int) -> dict[str, Any]:

@@ -30,13 +30,14 @@ from knowledge_agent.errors import ConfigError, IngestError, NotFoundError, Quer
 from knowledge_agent.ingest.report import CollectReport
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, SearchResult
+from knowledge_agent.models.evidence import evidence_ref
 from knowledge_agent.server.budget import dumps, estimate_tokens, fit_to_budget
 from knowledge_agent.server.knowledge_tools import (
     knowledge_list,
     knowledge_semantic_search,
     knowledge_text_search,
 )
-from knowledge_agent.server.views import bounded, evidence_ref, item_path
+from knowledge_agent.server.views import bounded, item_path
 
 __all__ = [
     "DOCUMENT_SOURCE_TYPES",
@@ -153,7 +154,12 @@ FilePatterns = Annotated[
     ),
 ]
 ChunkId = Annotated[
-    str, Field(min_length=1, description="A chunk_id from a search result or evidence ref.")
+    str,
+    Field(
+        min_length=1,
+        description="A chunk_id from a search result, or a whole evidence ref "
+        "(kb:…@hash) to check whether the cited text is unchanged.",
+    ),
 ]
 Neighbors = Annotated[int, Field(ge=0, le=20, description="Chunks to include on each side.")]
 ItemId = Annotated[str, Field(min_length=1, description="An item_id from a search result.")]
@@ -236,7 +242,9 @@ def _chunk_view(chunk: MatchedChunk, path: str, *, matched: bool) -> dict[str, A
     meta = chunk.metadata
     view: dict[str, Any] = {"chunk_id": chunk.chunk_id}
     if matched:
-        view["evidence"] = evidence_ref(chunk.chunk_id, path, meta)
+        view["evidence"] = chunk.evidence_ref or evidence_ref(
+            chunk.chunk_id, path, meta, chunk.content
+        )
         view["score"] = round(chunk.score, 4)
     view.update(
         heading=chunk.heading,
@@ -473,9 +481,17 @@ def read_chunk(
     """Read one chunk in full, with its document and the chunks around it.
 
     Returns `chunk` (content, heading, lines, evidence ref), `item` (its document), and
-    `before` / `after`: up to `neighbors` chunks on each side, in document order.
+    `before` / `after`: up to `neighbors` chunks on each side, in document order. Given an
+    evidence ref, also `citation`: whether the cited text is unchanged, moved, changed or
+    gone since it was cited (the chunk shown is the text there now).
     """
     bounded("neighbors", neighbors, 0, 20)
+    citation = None
+    if chunk_id.startswith("kb:"):
+        citation = core.check_citation(chunk_id)
+        if citation.chunk is None:
+            return {"citation": {"ref": chunk_id, "status": citation.status}}
+        chunk_id = citation.chunk.id
     found = core.read_chunk(chunk_id, neighbors=neighbors)
     path = item_path(found.item)
 
@@ -484,12 +500,19 @@ def read_chunk(
         shown.pop("score", None)
         return shown
 
-    return {
+    answer: dict[str, Any] = {
         "chunk": view(found.chunk, matched=True),
         "item": _item_view(found.item),
         "before": [view(chunk) for chunk in found.before],
         "after": [view(chunk) for chunk in found.after],
     }
+    if citation is not None:
+        answer["citation"] = {
+            "ref": citation.ref,
+            "status": citation.status,
+            "current_ref": citation.current_ref,
+        }
+    return answer
 
 
 def get_knowledge_item(

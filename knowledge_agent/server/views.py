@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from knowledge_agent.errors import QueryError
 from knowledge_agent.models import KnowledgeItem
 
-__all__ = ["bounded", "clip", "evidence_ref", "item_path"]
+__all__ = ["bounded", "clip", "item_path"]
 
 
 def bounded(name: str, value: object, low: int, high: int) -> int:
@@ -30,15 +28,3 @@ def clip(text: str, max_chars: int) -> tuple[str, bool]:
 def item_path(item: KnowledgeItem) -> str:
     """What a result names as its source: the file path or URL, else the title, else the id."""
     return item.source_uri or item.title or item.id
-
-
-def evidence_ref(chunk_id: str, path: str, metadata: dict[str, Any]) -> str:
-    """``kb:<chunk_id>:<path>#L<start>-L<end>``, plus ``;page=N`` (or ``;pages=N-M``) in a PDF."""
-    ref = f"kb:{chunk_id}:{path}"
-    start, end = metadata.get("start_line"), metadata.get("end_line")
-    if start is not None:
-        ref += f"#L{start}-L{end if end is not None else start}"
-    page, page_end = metadata.get("page"), metadata.get("page_end")
-    if page is not None:
-        ref += f";page={page}" if page_end in (None, page) else f";pages={page}-{page_end}"
-    return ref
