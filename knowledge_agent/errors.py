@@ -12,7 +12,8 @@ errors from SQLite, Whoosh or the file system are mapped at the boundary with
     ├── IngestError          one source could not be turned into an item (names the path)
     │   └── UnsupportedSourceError   a source with nothing to index (binary, empty, too large)
     ├── QueryError           a query that cannot be run (never for odd query text)
-    └── NotFoundError        an item, chunk or knowledge base that does not exist
+    ├── NotFoundError        an item, chunk or knowledge base that does not exist
+    └── EmbeddingError       an embedding or rerank service failed (names the URL and why)
 
 Ctrl-C during a collection run raises ``CollectInterrupted``, a ``KeyboardInterrupt``
 (so code that stops on Ctrl-C keeps doing so) carrying the report of what was committed.
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CollectInterrupted",
     "ConfigError",
+    "EmbeddingError",
     "IngestError",
     "KnowledgeAgentError",
     "LockTimeoutError",
@@ -94,3 +96,20 @@ class CollectInterrupted(KeyboardInterrupt):
     def __init__(self, report: CollectReport) -> None:
         super().__init__(f"interrupted after {report.processed} files")
         self.report = report
+
+
+class EmbeddingError(KnowledgeAgentError):
+    """An embedding or rerank request failed; ``url`` names the endpoint, ``reason`` says why.
+
+    ``status`` is the HTTP status when the server answered, else ``None``.
+    """
+
+    def __init__(self, url: str, reason: str, *, status: int | None = None) -> None:
+        super().__init__(f"{url}: {reason}")
+        self.url = url
+        self.reason = reason
+        self.status = status
+
+    def __reduce__(self) -> tuple[type[EmbeddingError], tuple[str, str], dict[str, object]]:
+        # Keeps the error picklable across worker processes (``status`` is keyword-only).
+        return (type(self), (self.url, self.reason), {"status": self.status})

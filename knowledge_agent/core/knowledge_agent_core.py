@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer, detect_language
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
@@ -21,6 +21,7 @@ from knowledge_agent.core.shared_indexes import SharedIndexes
 from knowledge_agent.core.status import ChunkContext, IndexStatus
 from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
 from knowledge_agent.crawl import CrawlOptions, UrlPolicy, normalize_url
+from knowledge_agent.embeddings import Reranker
 from knowledge_agent.errors import (
     ConfigError,
     IngestError,
@@ -50,12 +51,6 @@ __all__ = ["KnowledgeAgentCore"]
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-
-class Reranker(Protocol):
-    """Scores texts against a query, higher is better (a cross-encoder, an HTTP service)."""
-
-    def rerank(self, query: str, texts: Sequence[str]) -> list[float]: ...
 
 
 _KB_NAME = re.compile(r"\w[\w.-]{0,63}")
