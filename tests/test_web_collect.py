@@ -163,6 +163,30 @@ def test_ctrl_c_stops_a_crawl_with_what_was_committed(
     assert again.processed == len(site.within(3)) - report.processed
 
 
+def test_odd_encodings_are_read_and_binary_pages_are_skipped(
+    server: SiteServer, core: KnowledgeAgentCore
+) -> None:
+    pages = ["/latin.html", "/mislabelled.html", "/binary.html"]
+    server.set_page("/", "".join(f'<a href="{page}">x</a>' for page in pages))
+    server.set_page(
+        "/latin.html",
+        "<p>Le caf\u00e9 du march\u00e9 ouvre t\u00f4t.</p>".encode("latin-1"),
+        content_type="text/html; charset=x-no-such-charset",
+    )
+    server.set_page(
+        "/mislabelled.html",
+        "<p>Die Stra\u00dfe ist gesperrt.</p>".encode("cp1252"),
+        content_type="text/html; charset=utf-8",
+    )
+    server.set_page("/binary.html", bytes(range(256)) * 64, content_type="text/html")
+    report = core.collect_knowledge(server.url("/"), crawl={"max_depth": 1})
+    assert "café du marché" in core.items_at(server.url("/latin.html"))[0].content
+    assert "Straße" in core.items_at(server.url("/mislabelled.html"))[0].content
+    skipped = {issue.path: issue.reason for issue in report.skipped}
+    assert "encoding" in skipped[server.url("/binary.html")]  # NUL bytes: not text
+    assert report.processed == 3 and not report.failed
+
+
 def test_a_sitemap_indexes_the_pages_it_lists(server: SiteServer, core: KnowledgeAgentCore) -> None:
     for name in ("a", "b", "c"):
         server.set_page(f"/{name}.html", f"<title>{name}</title><p>Page {name} of the atlas.</p>")
