@@ -168,7 +168,7 @@ counts = st.dictionaries(st.sampled_from("abcdef"), st.integers(1, 5), max_size=
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.01, 10), counts), min_size=1, max_size=8), st.floats(0, 1))
+@given(st.lists(st.tuples(st.floats(0.01, 10), counts), min_size=1, max_size=8), st.floats(0.01, 1))
 def test_mmr_returns_each_index_once_and_keeps_the_best_first(entries, lam) -> None:
     from collections import Counter
 

@@ -72,15 +72,12 @@ def mmr_order(
         return []
     top = max(scores) or 1.0
     left = list(range(len(scores)))
+    closest = [0.0] * len(scores)  # each entry's highest similarity to those taken so far
     taken: list[int] = []
     while left and len(taken) < k:
-        best = max(
-            left,
-            key=lambda i: (
-                lam * scores[i] / top
-                - (1 - lam) * max((cosine(vectors[i], vectors[j]) for j in taken), default=0.0)
-            ),
-        )
+        best = max(left, key=lambda i: lam * scores[i] / top - (1 - lam) * closest[i])
         taken.append(best)
         left.remove(best)
+        for i in left:
+            closest[i] = max(closest[i], cosine(vectors[i], vectors[best]))
     return taken

@@ -123,6 +123,7 @@ class Boost:
 NO_BOOST = Boost()
 # MMR reorders this many times the results asked for: enough to bring a distinct one up.
 _MMR_POOL = 3
+_MMR_POOL_MAX = 100
 
 
 def _path(item: KnowledgeItem) -> str:
@@ -576,7 +577,7 @@ class SearchEngineImpl:
         self, ranked: list[_Candidate], limit: int, loaded: dict[str, KnowledgeChunk]
     ) -> list[_Candidate]:
         """``ranked`` with its head reordered by maximal marginal relevance of best chunks."""
-        head = ranked[: limit * _MMR_POOL]
+        head = ranked[: min(limit * _MMR_POOL, _MMR_POOL_MAX)]
         texts = self._read_chunks([candidate.chunks[0][1] for candidate in head], loaded)
         vectors = [
             Counter(self.analyzer.terms(texts[c.chunks[0][1]].content))
