@@ -143,6 +143,7 @@ class App:
             search_config=settings.config.search_config,
             doc_type_rules=settings.config.doc_type_rules,
             on_lock_wait=_say_waiting,
+            reranker=settings.config.rerank,
         )
 
     @contextmanager
@@ -977,6 +978,11 @@ end_line (and page, page_end for PDFs)."""
     help="Rank with both engines, keywords (BM25F) only or TF-IDF only.",
 )
 @click.option("--explain", is_flag=True, help="Show the score breakdown and matched terms.")
+@click.option(
+    "--rerank",
+    is_flag=True,
+    help="Re-score the best results with the project file's [rerank] service.",
+)
 @json_option
 @pass_app
 def search(
@@ -994,6 +1000,7 @@ def search(
     min_score: float | None,
     mode: str,
     explain: bool,
+    rerank: bool,
     as_json: bool,
 ) -> None:
     """Find the passages that answer QUERY: best documents first, each with its best chunk.
@@ -1018,6 +1025,7 @@ def search(
             updated_before=updated_before,
             min_confidence=min_score,
             mode=mode,
+            rerank=rerank,
         )
     if as_json:
         render.print_json(

@@ -105,6 +105,10 @@ class ProjectConfig:
     chunk_config: ChunkConfig = field(default_factory=ChunkConfig)
     search_config: SearchConfig = field(default_factory=SearchConfig)
     doc_type_rules: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_DOC_TYPE_RULES))
+    embeddings: Mapping[str, Any] | None = field(default=None, hash=False)
+    """The ``[embeddings]`` table (``provider = "wordllama"`` …), checked when a core opens."""
+    rerank: Mapping[str, Any] | None = field(default=None, hash=False)
+    """The ``[rerank]`` table (``provider = "openai"`` …), checked when a core opens."""
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,16 @@ def load_config(path: str | os.PathLike[str]) -> ProjectConfig:
 
 def _project_config(data: dict[str, Any], base: Path) -> ProjectConfig:
     """The config from parsed TOML; paths are made absolute against ``base``."""
-    known = ("data_dir", "default_kb", "scan", "chunking", "search", "doc_types")
+    known = (
+        "data_dir",
+        "default_kb",
+        "scan",
+        "chunking",
+        "search",
+        "doc_types",
+        "embeddings",
+        "rerank",
+    )
     _no_unknown_keys(data, known, "")
     data_dir = _string(data, "data_dir", "")
     return ProjectConfig(
@@ -192,7 +205,19 @@ def _project_config(data: dict[str, Any], base: Path) -> ProjectConfig:
         chunk_config=_section(data, "chunking", CHUNK_KEYS, ChunkConfig),
         search_config=_section(data, "search", SEARCH_KEYS, SearchConfig),
         doc_type_rules=_doc_types(data.get("doc_types")),
+        embeddings=_provider(data, "embeddings"),
+        rerank=_provider(data, "rerank"),
     )
+
+
+def _provider(data: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """An ``[embeddings]`` or ``[rerank]`` table: it must name its provider."""
+    if name not in data:
+        return None
+    table = _table(data, name)
+    if not isinstance(table.get("provider"), str):
+        raise ConfigError(f'{name}.provider is required, e.g. provider = "wordllama"')
+    return dict(table)
 
 
 def _absolute(base: Path, path: str) -> Path:
@@ -344,6 +369,19 @@ def default_config_text() -> str:
     for folder, doc_type in defaults.doc_type_rules.items():
         lines.append(f"{folder} = {_toml_value(doc_type)}")
     lines += [
+        "",
+        "# Dense embeddings: a third ranking fused with the other two (off by default).",
+        '# "wordllama" runs offline (pip install "knowledge-agent[embed]"); "openai" calls an',
+        "# OpenAI-compatible /v1/embeddings server. Changing it re-embeds everything.",
+        "# [embeddings]",
+        '# provider = "wordllama"',
+        "",
+        "# A reranker for search(rerank=True) and knowledge_semantic_search (none by default).",
+        "# [rerank]",
+        '# provider = "openai"',
+        '# base_url = "http://127.0.0.1:8080/v1"',
+        '# model = "bge-reranker-v2-m3"',
+        '# api_key_env = "RERANK_API_KEY"',
         "",
         "# Folders `sync` collects (none by default). Paths are relative to this file;",
         "# include / exclude are gitignore-style globs. Repeat the block for more folders.",

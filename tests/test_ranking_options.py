@@ -264,3 +264,33 @@ def test_the_command_line_explains_a_chunk_and_checks_a_citation(tmp_path) -> No
     assert runner.invoke(cli, [*data, "sync"]).exit_code == 0
     gone = runner.invoke(cli, [*data, "get", chunk["evidence_ref"], "--json"])
     assert json.loads(gone.output)["status"] in ("changed", "gone")
+
+
+def test_a_project_file_reranker_reorders_command_line_searches(tmp_path, monkeypatch) -> None:
+    import json
+
+    from click.testing import CliRunner
+    from embedding_server import EmbeddingServer
+
+    from knowledge_agent.cli import cli
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nRotate the signing keys every quarter.\n", "utf-8")
+    (docs / "b.md").write_text("# B\n\nKeys: rotate them; signing keys rotate yearly.\n", "utf-8")
+    with EmbeddingServer() as server:
+        (tmp_path / ".knowledge-agent.toml").write_text(
+            'data_dir = "kb"\n[rerank]\nprovider = "openai"\n'
+            f'base_url = "{server.base_url}"\nmodel = "overlap"\n',
+            "utf-8",
+        )
+        runner = CliRunner()
+        monkeypatch.chdir(tmp_path)  # the project file is found from the working folder
+        monkeypatch.delenv("KNOWLEDGE_AGENT_HOME", raising=False)
+        assert runner.invoke(cli, ["add", str(docs)]).exit_code == 0
+        query = ["search", "rotate signing keys every quarter", "--json"]
+        reranked = runner.invoke(cli, [*query, "--rerank"])
+        assert reranked.exit_code == 0, reranked.output
+        best = json.loads(reranked.output)["results"][0]["matched_chunks"][0]["explanation"]
+        assert best["rank_after_rerank"] == 1 and "rerank_score" in best["details"]
+        assert server.bodies("/v1/rerank")  # the service was asked

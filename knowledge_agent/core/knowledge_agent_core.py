@@ -21,7 +21,7 @@ from knowledge_agent.core.shared_indexes import SharedIndexes
 from knowledge_agent.core.status import ChunkContext, IndexStatus
 from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
 from knowledge_agent.crawl import CrawlOptions, UrlPolicy, normalize_url
-from knowledge_agent.embeddings import Reranker
+from knowledge_agent.embeddings import Reranker, reranker_from_config
 from knowledge_agent.errors import (
     ConfigError,
     IngestError,
@@ -136,7 +136,8 @@ class KnowledgeAgentCore:
     ``doc_type_rules`` maps folder names to doc types (default: ``adr/`` → adr,
     ``runbooks/`` → runbook, …); ``workers`` caps the processes that extract files when
     collecting a folder (default: up to 4); ``reranker`` re-scores the best results when a
-    search asks for it (an object with ``rerank(query, texts) -> list[float]``).
+    search asks for it (an object with ``rerank(query, texts) -> list[float]``, or the
+    settings of one: ``{"provider": "openai", "base_url": …, "model": …}``).
 
     **Writes are indexed behind.** ``add_text`` and deletes commit to SQLite at once; the
     indexes apply them in one batch at this process's next search (which always sees them),
@@ -166,9 +167,11 @@ class KnowledgeAgentCore:
         workers: int | None = None,
         lock_timeout: float | None = None,
         on_lock_wait: Callable[[str], None] | None = None,
-        reranker: Reranker | None = None,
+        reranker: Reranker | Mapping[str, Any] | None = None,
     ) -> None:
-        self.reranker = reranker
+        self.reranker = (
+            reranker_from_config(reranker) if isinstance(reranker, Mapping) else reranker
+        )
         in_memory = data_dir is None or os.fspath(data_dir) == ":memory:"
         self.data_dir: Path | None = None if in_memory else Path(os.fspath(data_dir))  # type: ignore[arg-type]
         self.analyzer = TextAnalyzer(_config(analyzer_config, AnalyzerConfig, "analyzer_config"))
