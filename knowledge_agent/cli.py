@@ -144,6 +144,7 @@ class App:
             doc_type_rules=settings.config.doc_type_rules,
             on_lock_wait=_say_waiting,
             reranker=settings.config.rerank,
+            embedder=settings.config.embeddings,
         )
 
     @contextmanager

@@ -21,7 +21,12 @@ from knowledge_agent.core.shared_indexes import SharedIndexes
 from knowledge_agent.core.status import ChunkContext, IndexStatus
 from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
 from knowledge_agent.crawl import CrawlOptions, UrlPolicy, normalize_url
-from knowledge_agent.embeddings import Reranker, reranker_from_config
+from knowledge_agent.embeddings import (
+    Embedder,
+    Reranker,
+    embedder_from_config,
+    reranker_from_config,
+)
 from knowledge_agent.errors import (
     ConfigError,
     IngestError,
@@ -137,7 +142,9 @@ class KnowledgeAgentCore:
     ``runbooks/`` → runbook, …); ``workers`` caps the processes that extract files when
     collecting a folder (default: up to 4); ``reranker`` re-scores the best results when a
     search asks for it (an object with ``rerank(query, texts) -> list[float]``, or the
-    settings of one: ``{"provider": "openai", "base_url": …, "model": …}``).
+    settings of one: ``{"provider": "openai", "base_url": …, "model": …}``); ``embedder``
+    adds a third ranking, dense vectors of every chunk (``{"provider": "wordllama"}`` runs
+    offline): set or changed, it embeds every chunk again, once.
 
     **Writes are indexed behind.** ``add_text`` and deletes commit to SQLite at once; the
     indexes apply them in one batch at this process's next search (which always sees them),
@@ -168,10 +175,13 @@ class KnowledgeAgentCore:
         lock_timeout: float | None = None,
         on_lock_wait: Callable[[str], None] | None = None,
         reranker: Reranker | Mapping[str, Any] | None = None,
+        embedder: Embedder | Mapping[str, Any] | None = None,
     ) -> None:
         self.reranker = (
             reranker_from_config(reranker) if isinstance(reranker, Mapping) else reranker
         )
+        if isinstance(embedder, Mapping):
+            embedder = embedder_from_config(embedder)
         in_memory = data_dir is None or os.fspath(data_dir) == ":memory:"
         self.data_dir: Path | None = None if in_memory else Path(os.fspath(data_dir))  # type: ignore[arg-type]
         self.analyzer = TextAnalyzer(_config(analyzer_config, AnalyzerConfig, "analyzer_config"))
@@ -192,6 +202,7 @@ class KnowledgeAgentCore:
                 semantic_options=semantic_options or {},
                 lock_timeout=lock_timeout,
                 on_lock_wait=on_lock_wait,
+                embedder=embedder,
             )
             # One reader or writer at a time: the watcher calls in from its own thread.
             self._lock = self._indexes.lock

@@ -36,15 +36,19 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.core.folder_lock import FolderLock
 from knowledge_agent.errors import KnowledgeAgentError, SearchIndexError
+from knowledge_agent.search.dense_index import DenseIndex
 from knowledge_agent.search.search_engine_impl import SearchConfig, SearchEngineImpl
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import SQLiteStorageManager
+
+if TYPE_CHECKING:
+    from knowledge_agent.embeddings import Embedder
 
 __all__ = ["SharedIndexes"]
 
@@ -73,8 +77,10 @@ class SharedIndexes:
         semantic_options: Mapping[str, Any],
         lock_timeout: float | None,
         on_lock_wait: Callable[[str], None] | None,
+        embedder: Embedder | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.embedder = embedder
         self.storage = storage
         self.analyzer = analyzer
         self.lock_timeout = lock_timeout
@@ -93,15 +99,20 @@ class SharedIndexes:
         keyword_index = self._open_index(
             "whoosh", self._new_keyword_index, lambda: SearchIndexManager(None, analyzer)
         )
+        dense_index: DenseIndex | None = None
         try:
             semantic_searcher = self._open_index(
                 "tfidf", self._new_semantic_searcher, lambda: SemanticSearcher(None, analyzer)
             )
+            if embedder is not None:
+                dense_index = self._open_index(
+                    "dense", self._new_dense_index, lambda: DenseIndex(None, embedder)
+                )
         except BaseException:
             keyword_index.close()
             raise
         self.engine = SearchEngineImpl(
-            storage, keyword_index, semantic_searcher, analyzer, search_config
+            storage, keyword_index, semantic_searcher, analyzer, search_config, dense_index
         )
 
     @property
@@ -111,6 +122,16 @@ class SharedIndexes:
     @property
     def semantic_searcher(self) -> SemanticSearcher:
         return self.engine.semantic_searcher
+
+    def _indexes(self) -> list[tuple[str, Any]]:
+        """Every derived index by its folder name: whoosh, tfidf, and dense when embedding."""
+        found: list[tuple[str, Any]] = [
+            ("whoosh", self.keyword_index),
+            ("tfidf", self.semantic_searcher),
+        ]
+        if self.engine.dense_index is not None:
+            found.append(("dense", self.engine.dense_index))
+        return found
 
     # -- opening -------------------------------------------------------------------------
 
@@ -135,8 +156,7 @@ class SharedIndexes:
             return True
         counts = (self.storage.count_items(), self.storage.count_chunks())
         return any(
-            (index.item_count(), index.chunk_count()) != counts
-            for index in (self.keyword_index, self.semantic_searcher)
+            (index.item_count(), index.chunk_count()) != counts for _, index in self._indexes()
         )
 
     def _index_dir(self, name: str) -> Path | None:
@@ -147,6 +167,11 @@ class SharedIndexes:
 
     def _new_semantic_searcher(self) -> SemanticSearcher:
         return SemanticSearcher(self._index_dir("tfidf"), self.analyzer, **self._semantic_options)
+
+    def _new_dense_index(self) -> DenseIndex:
+        # An index made with another embedder fails to open: it is rebuilt, never mixed.
+        assert self.embedder is not None
+        return DenseIndex(self._index_dir("dense"), self.embedder)
 
     def _open_index(self, name: str, factory: Callable[[], _T], stand_in: Callable[[], _T]) -> _T:
         """Open an index as it is on disk. An unreadable one is answered by an empty
@@ -170,9 +195,15 @@ class SharedIndexes:
             if name == "whoosh":
                 self.keyword_index.close()
                 self.engine.keyword_index = self._new_keyword_index()
-            else:
+            elif name == "tfidf":
                 self.semantic_searcher.close()
                 self.engine.semantic_searcher = self._new_semantic_searcher()
+            else:  # the dense index alone is embedded again by the next sync
+                if self.engine.dense_index is not None:
+                    self.engine.dense_index.close()
+                self.engine.dense_index = self._new_dense_index()
+                self._unreadable.discard(name)
+                continue
             self._unreadable.discard(name)
             self.storage.set_meta(_FINGERPRINT_KEY, "")
 
@@ -190,7 +221,7 @@ class SharedIndexes:
         """Load the index generations other processes committed. One that cannot be read
         marks its index unreadable (a writer rebuilds it); the current state keeps answering.
         """
-        for name, index in (("whoosh", self.keyword_index), ("tfidf", self.semantic_searcher)):
+        for name, index in self._indexes():
             if name in self._unreadable:
                 continue
             try:
@@ -250,7 +281,7 @@ class SharedIndexes:
         """Whether the indexes miss something SQLite holds (cheap: one SQLite query)."""
         if self._unreadable:
             return True
-        applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
+        applied = min(index.applied_seq for _, index in self._indexes())
         return applied != self.storage.last_journal_seq()
 
     def before_reading(self) -> None:
@@ -339,5 +370,5 @@ class SharedIndexes:
                     self._caught_up_under_lock(opening=False)
                 else:
                     logger.info("%d changes are left to the writing process", self._deferred)
-        self.keyword_index.close()
-        self.semantic_searcher.close()
+        for _, index in self._indexes():
+            index.close()

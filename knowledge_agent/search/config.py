@@ -20,6 +20,8 @@ class SearchConfig:
     fusion: str = "rrf"
     keyword_weight: float = 2.0
     semantic_weight: float = 1.0
+    dense_weight: float = 1.0
+    """Weight of the dense (embedding) ranking, when an embedder is set."""
     rrf_k: int = 60
     candidates: int = 100
     max_chunks_per_item: int = 3
@@ -71,6 +73,7 @@ class SearchConfig:
         for name in (
             "keyword_weight",
             "semantic_weight",
+            "dense_weight",
             "coverage_weight",
             "proximity_weight",
             "document_weight",

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from knowledge_agent.analysis import TextAnalyzer, highlight
-from knowledge_agent.errors import NotFoundError, QueryError, SearchIndexError
+from knowledge_agent.errors import EmbeddingError, NotFoundError, QueryError, SearchIndexError
 from knowledge_agent.models import (
     KnowledgeChunk,
     KnowledgeItem,
@@ -46,13 +46,14 @@ from knowledge_agent.storage import SQLiteStorageManager
 
 if TYPE_CHECKING:
     from knowledge_agent.embeddings import Reranker
+    from knowledge_agent.search.dense_index import DenseIndex
 
 __all__ = ["LEVELS", "MODES", "SearchConfig", "SearchEngineImpl"]
 
 logger = logging.getLogger(__name__)
 
 LEVELS = ("auto", "chunk", "item")
-MODES = ("hybrid", "keyword", "semantic")
+MODES = ("hybrid", "keyword", "semantic", "dense")
 
 _TRIMMED_KEY = "journal_trimmed_upto"
 _SYNC_BATCH = 2000  # items per index update while replaying the journal …
@@ -80,6 +81,7 @@ class _Rankings:
     semantic: dict[str, float]
     fused: dict[str, float]
     details: dict[str, Any]
+    dense: dict[str, float] = field(default_factory=dict)
 
     def explain(
         self,
@@ -103,6 +105,8 @@ class _Rankings:
             recency_boost=boost.time,
             keyword_rank=_rank(self.keyword, key),
             semantic_rank=_rank(self.semantic, key),
+            dense_score=self.dense.get(key, 0.0) if "dense" in self.details else None,
+            dense_rank=_rank(self.dense, key),
             details={"rank_fusion": self.fused[key], **details, **self.details},
         )
 
@@ -160,10 +164,12 @@ class SearchEngineImpl:
         semantic_searcher: SemanticSearcher,
         analyzer: TextAnalyzer | None = None,
         config: SearchConfig | None = None,
+        dense_index: DenseIndex | None = None,
     ) -> None:
         self.storage = storage
         self.keyword_index = keyword_index
         self.semantic_searcher = semantic_searcher
+        self.dense_index = dense_index
         self.analyzer = analyzer or TextAnalyzer()
         self.config = config or SearchConfig()
 
@@ -176,9 +182,10 @@ class SearchEngineImpl:
         (it was trimmed, or the database was replaced). ``progress(done, total)`` is called
         after each index update, in chunks.
         """
-        applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
-        newest = max(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
         trimmed = int(self.storage.get_meta(_TRIMMED_KEY) or 0)
+        self._fit_dense_if_new(trimmed)
+        seqs = [index.applied_seq for _, index in self._derived()]
+        applied, newest = min(seqs), max(seqs)
         if applied < trimmed or newest > self.storage.last_journal_seq():
             logger.info("search indexes are out of reach of the journal; rebuilding")
             self.rebuild()
@@ -219,33 +226,61 @@ class SearchEngineImpl:
         return len(item_ids)
 
     def rebuild(self) -> int:
-        """Rebuild both indexes from SQLite (R4.5); returns the number of chunks indexed.
+        """Rebuild every index from SQLite (R4.5); returns the number of chunks indexed.
 
-        One pass: each batch of stored items is analysed once and fed to both engines (the
-        keyword index commits as it goes, the TF-IDF index swaps its rows in at the end).
+        One pass: each batch of stored items is analysed once and fed to every engine (the
+        keyword index commits as it goes, the TF-IDF and dense indexes swap their rows in at
+        the end).
         """
         seq = self.storage.last_journal_seq()
         analyzer = self.keyword_index.analyzer
-        refit = self.semantic_searcher.refit()
+        refits = [index.refit() for name, index in self._derived() if name != "keyword"]
 
         def batches() -> Iterator[AnalysedBatch]:
             size = self.keyword_index.rebuild_commit_every
             for group in grouped(self._stored_pairs(), size):
                 batch = AnalysedBatch.build(analyzer, group)  # type: ignore[arg-type]
-                refit.add(batch)
+                for refit in refits:
+                    refit.add(batch)
                 yield batch
 
         try:
             count = self.keyword_index.rebuild(batches())
-            refit.finish()
+            for refit in refits:
+                refit.finish()
         except BaseException:
-            refit.cancel()
+            for refit in refits:
+                refit.cancel()
             raise
         self._mark_applied(seq)
         logger.info("rebuilt the search indexes: %d chunks", count)
         return count
 
     rebuild_chunk_index = rebuild
+
+    def _fit_dense_if_new(self, trimmed: int) -> None:
+        """Embed every stored chunk into a dense index that is new (an embedder set for
+        the first time, or changed): only it is built, the other indexes are current."""
+        dense = self.dense_index
+        if dense is None or dense.applied_seq >= trimmed or dense.has_chunks():
+            return
+        if not self.storage.count_items():
+            return
+        seq = self.storage.last_journal_seq()
+        logger.info("embedding %d chunks with %s", self.storage.count_chunks(), dense.embedder_name)
+        count = dense.fit_chunks(self._stored_pairs())
+        dense.set_applied_seq(seq)
+        logger.info("embedded %d chunks", count)
+
+    def _derived(self) -> list[tuple[str, Any]]:
+        """The indexes derived from SQLite, by name: keyword, semantic, and dense if any."""
+        found: list[tuple[str, Any]] = [
+            ("keyword", self.keyword_index),
+            ("semantic", self.semantic_searcher),
+        ]
+        if self.dense_index is not None:
+            found.append(("dense", self.dense_index))
+        return found
 
     def reconcile(self) -> int:
         """Make an index whose item or chunk count disagrees with SQLite hold exactly what
@@ -257,7 +292,7 @@ class SearchEngineImpl:
         """
         items, chunks = self.storage.count_items(), self.storage.count_chunks()
         fixed = 0
-        for name, index in (("keyword", self.keyword_index), ("semantic", self.semantic_searcher)):
+        for name, index in self._derived():
             if (index.item_count(), index.chunk_count()) == (items, chunks):
                 continue
             stored = self.storage.item_ids()
@@ -301,14 +336,14 @@ class SearchEngineImpl:
     def _update(
         self, upserts: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]], deletes: list[str]
     ) -> None:
-        # Analysed once, read by both engines.
+        # Analysed once, read by every engine.
         batch = AnalysedBatch.build(self.keyword_index.analyzer, upserts)
-        self.keyword_index.update(batch, deletes)
-        self.semantic_searcher.update(batch, deletes)
+        for _, index in self._derived():
+            index.update(batch, deletes)
 
     def _mark_applied(self, seq: int) -> None:
-        self.keyword_index.set_applied_seq(seq)
-        self.semantic_searcher.set_applied_seq(seq)
+        for _, index in self._derived():
+            index.set_applied_seq(seq)
         self.storage.trim_journal(seq)
         self.storage.set_meta(_TRIMMED_KEY, str(seq))
 
@@ -370,6 +405,8 @@ class SearchEngineImpl:
             )
             return self.rerank(query, results, reranker)[:limit]
         _check_request(query, limit, context_window, level, mode)
+        if mode == "dense" and self.dense_index is None:
+            raise QueryError("mode 'dense' needs an embedder: KnowledgeAgentCore(embedder=…)")
         if min_confidence is not None and not 0 <= min_confidence <= 1:
             raise QueryError(f"min_confidence must be within 0 and 1, got {min_confidence!r}")
         terms = self.analyzer.terms(query)[: self.config.max_query_terms]
@@ -380,13 +417,20 @@ class SearchEngineImpl:
             try:
                 if level == "chunk" or self.has_chunk_index():
                     return self._chunk_search(
-                        terms, limit, context_window, filters, mode, min_score, min_confidence
+                        query,
+                        terms,
+                        limit,
+                        context_window,
+                        filters,
+                        mode,
+                        min_score,
+                        min_confidence,
                     )
             except SearchIndexError:
                 if level == "chunk":
                     raise
                 logger.warning("chunk index unavailable; searching items", exc_info=True)
-        return self._item_search(terms, limit, filters, mode, min_score, min_confidence)
+        return self._item_search(query, terms, limit, filters, mode, min_score, min_confidence)
 
     def _candidate_count(self, limit: int) -> int:
         return max(self.config.candidates, limit * self.config.max_chunks_per_item * 2)
@@ -397,22 +441,48 @@ class SearchEngineImpl:
         semantic_hits: Callable[[], Sequence[ChunkHit | ItemHit]],
         key: Callable[[Any], str],
         mode: str,
+        dense_hits: Callable[[], Sequence[ChunkHit | ItemHit]] | None = None,
     ) -> _Rankings:
         """Run the engines ``mode`` selects and fuse their scores."""
-        keyword_weight = self.config.keyword_weight if mode != "semantic" else 0.0
-        semantic_weight = self.config.semantic_weight if mode != "keyword" else 0.0
+        config = self.config
+        keyword_weight = config.keyword_weight if mode in ("hybrid", "keyword") else 0.0
+        semantic_weight = config.semantic_weight if mode in ("hybrid", "semantic") else 0.0
+        dense_on = dense_hits is not None and mode in ("hybrid", "dense")
+        dense_weight = config.dense_weight if dense_on else 0.0
         keyword = {key(hit): hit.score for hit in keyword_hits()} if keyword_weight else {}
         semantic = {key(hit): hit.score for hit in semantic_hits()} if semantic_weight else {}
+        dense = {key(hit): hit.score for hit in dense_hits()} if dense_hits and dense_weight else {}
         fused = fuse(
-            self.config.fusion,
-            [keyword, semantic],
-            [keyword_weight, semantic_weight],
-            self.config.rrf_k,
+            config.fusion,
+            [keyword, semantic, dense],
+            [keyword_weight, semantic_weight, dense_weight],
+            config.rrf_k,
         )
-        return _Rankings(keyword, semantic, fused, {"fusion": self.config.fusion, "mode": mode})
+        details: dict[str, Any] = {"fusion": config.fusion, "mode": mode}
+        if dense_on:
+            details["dense"] = self.dense_index.embedder_name if self.dense_index else ""
+        return _Rankings(keyword, semantic, fused, details, dense)
+
+    def _dense(
+        self, search: Callable[[], Sequence[ChunkHit | ItemHit]]
+    ) -> Callable[[], Sequence[ChunkHit | ItemHit]] | None:
+        """The dense ranking, when there is a dense index; an embedder that fails (an HTTP
+        service down) leaves it empty rather than failing the search."""
+        if self.dense_index is None:
+            return None
+
+        def hits() -> Sequence[ChunkHit | ItemHit]:
+            try:
+                return search()
+            except EmbeddingError as exc:
+                logger.warning("dense ranking left out: %s", exc)
+                return []
+
+        return functools.cache(hits)
 
     def _chunk_search(
         self,
+        query: str,
         terms: list[str],
         limit: int,
         context_window: int,
@@ -433,10 +503,15 @@ class SearchEngineImpl:
             lambda: self.semantic_searcher.search_chunks(terms, count, 0.0, filters)
         )
         keyword = functools.cache(lambda: self.keyword_index.search_chunks(terms, count, filters))
+        dense = self._dense(
+            lambda: self.dense_index.search_chunks(query, count, 0.0, filters)  # type: ignore[union-attr]
+        )
         idf = self.keyword_index.idf(terms)
         best_possible = self.keyword_index.best_possible_score(terms, idf)
         known_item = mode == "hybrid" and self._known_item(keyword(), best_possible)
-        rankings = self._rankings(keyword, semantic, locate, "keyword" if known_item else mode)
+        rankings = self._rankings(
+            keyword, semantic, locate, "keyword" if known_item else mode, dense
+        )
         if known_item:
             rankings.details.update(mode=mode, known_item=True)
         loaded: dict[str, KnowledgeChunk] = {}  # chunks read from SQLite for this query
@@ -453,10 +528,13 @@ class SearchEngineImpl:
                 semantic,
                 locate,
                 mode,
+                dense,
             )  # a widened query is not a known item: it found no confident match
             rankings.details["expanded_with"] = [t for t in widened if t not in terms]
             fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf, loaded)
-        documents = self._document_shares(terms, count, filters) if mode != "semantic" else {}
+        documents = (
+            self._document_shares(terms, count, filters) if mode in ("hybrid", "keyword") else {}
+        )
         fused = self._with_document_evidence(fused, documents, located)
 
         candidates: dict[str, _Candidate] = {}
@@ -803,6 +881,7 @@ class SearchEngineImpl:
 
     def _item_search(
         self,
+        query: str,
         terms: list[str],
         limit: int,
         filters: SearchFilters,
@@ -818,6 +897,9 @@ class SearchEngineImpl:
             lambda: self.semantic_searcher.search_items(terms, count, 0.0, filters),
             lambda hit: hit.item_id,
             mode,
+            self._dense(
+                lambda: self.dense_index.search_items(query, count, 0.0, filters)  # type: ignore[union-attr]
+            ),
         )
         boosts = self.item_boosts(rankings.fused)
         fused = {

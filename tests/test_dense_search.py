@@ -1,0 +1,125 @@
+"""Dense vectors as a third ranking: fused, explained, kept in step, rebuilt on a new embedder."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.errors import EmbeddingError, QueryError
+
+# Words a fake "model" treats as the same meaning: what a paraphrase needs.
+SYNONYMS = {"password": "secret", "reset": "change", "forgotten": "lost", "login": "secret"}
+
+
+class FakeEmbedder:
+    """Hashed bag of words with a few synonyms folded together; unit rows."""
+
+    dimensions = 64
+
+    def __init__(self, name: str = "fake:1", *, broken: bool = False) -> None:
+        self.name = name
+        self.broken = broken
+        self.embedded = 0
+
+    def embed(self, texts: Sequence[str], *, kind: str = "document") -> np.ndarray:
+        if self.broken and kind == "query":
+            raise EmbeddingError("fake://", "service down")
+        self.embedded += len(texts)
+        rows = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                word = SYNONYMS.get(word, word)
+                rows[row, hashlib.sha256(word.encode()).digest()[0] % self.dimensions] += 1
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+
+
+ACCOUNT = "Steps to change a lost secret: open the settings page and follow the recovery link."
+CAT = "The cat sat on the mat all afternoon, watching the birds in the garden."
+
+
+def fill(core: KnowledgeAgentCore) -> None:
+    core.add_text(ACCOUNT, title="Account recovery")
+    core.add_text(CAT, title="Cat")
+
+
+def test_a_paraphrase_is_found_by_the_dense_ranking_and_explained() -> None:
+    with KnowledgeAgentCore(embedder=FakeEmbedder()) as core:
+        fill(core)
+        found = core.search("how do I reset my forgotten password", mode="dense")
+        assert found and found[0].item.title == "Account recovery"
+        explained = found[0].explanation
+        assert explained.dense_score > 0 and explained.dense_rank == 1
+        assert explained.details["dense"] == "fake:1"
+        hybrid = core.search("reset forgotten password settings zeppelin")
+        assert hybrid[0].item.title == "Account recovery"
+        assert hybrid[0].explanation.dense_rank == 1
+    with KnowledgeAgentCore() as plain:
+        fill(plain)
+        with pytest.raises(QueryError, match="embedder"):
+            plain.search("x", mode="dense")
+        assert plain.search("cat")[0].explanation.dense_score is None
+
+
+def test_deletes_reach_the_dense_index_and_a_failing_embedder_leaves_it_out() -> None:
+    embedder = FakeEmbedder()
+    with KnowledgeAgentCore(embedder=embedder) as core:
+        fill(core)
+        gone = core.search("cat mat", limit=1)[0].item.id
+        core.delete_knowledge_item(gone)
+        assert all(r.item.id != gone for r in core.search("cat mat garden birds", mode="dense"))
+        embedder.broken = True
+        still = core.search("settings page recovery zeppelin")
+        assert still[0].item.title == "Account recovery"  # keyword and TF-IDF answered
+        assert still[0].explanation.dense_rank is None
+
+
+def test_an_embedder_set_later_or_changed_embeds_every_chunk_once(tmp_path: Path) -> None:
+    data = tmp_path / "kb"
+    with KnowledgeAgentCore(data) as core:
+        fill(core)
+        chunks = core.storage.count_chunks()
+    first = FakeEmbedder("fake:1")
+    with KnowledgeAgentCore(data, embedder=first) as core:
+        assert core.keyword_index.item_count() == 2
+        dense = core._indexes.engine.dense_index
+        assert dense is not None and dense.chunk_count() == chunks
+        assert first.embedded == chunks
+        assert core.search("reset forgotten password", mode="dense")[0].item.title.startswith("A")
+    again = FakeEmbedder("fake:1")
+    with KnowledgeAgentCore(data, embedder=again) as core:
+        assert again.embedded == 0  # the vectors on disk are used as they are
+    other = FakeEmbedder("fake:2")
+    with KnowledgeAgentCore(data, embedder=other) as core:
+        dense = core._indexes.engine.dense_index
+        assert dense is not None and dense.embedder_name == "fake:2"
+        assert other.embedded == chunks and dense.chunk_count() == chunks
+
+
+def test_a_project_file_turns_embeddings_on(tmp_path: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from knowledge_agent.cli import cli
+
+    (tmp_path / ".knowledge-agent.toml").write_text(
+        'data_dir = "kb"\n[embeddings]\nprovider = "nonesuch"\n', "utf-8"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KNOWLEDGE_AGENT_HOME", raising=False)
+    result = CliRunner().invoke(cli, ["search", "anything"])
+    assert result.exit_code == 1 and "nonesuch" in result.output
+
+
+def test_wordllama_finds_a_paraphrase_with_no_shared_words() -> None:
+    pytest.importorskip("wordllama")
+    with KnowledgeAgentCore(embedder={"provider": "wordllama"}) as core:
+        core.add_text("Steps to change a forgotten login secret.", title="Account")
+        core.add_text("The cat sat on the mat all afternoon.", title="Cat")
+        core.add_text("Quarterly revenue grew by four percent.", title="Finance")
+        assert core.search("How do I reset my password?", mode="dense")[0].item.title == "Account"
