@@ -87,10 +87,17 @@ class SharedKnowledgeBase:
 class KnowledgeAgentSystem:
     """knowledge_agent through ``KnowledgeAgentCore.search`` at one level."""
 
-    def __init__(self, name: str, shared: SharedKnowledgeBase, level: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        shared: SharedKnowledgeBase,
+        level: str | None = None,
+        mode: str | None = None,
+    ) -> None:
         self.name = name
         self._shared = shared
         self._level = level
+        self._mode = mode
         self._core: Any = None
         self.ingest_seconds: float | None = None
         self.ingest_shared = False
@@ -104,6 +111,8 @@ class KnowledgeAgentSystem:
         kwargs: dict[str, Any] = {"limit": k, "context_window": 0}
         if self._level is not None:
             kwargs["level"] = self._level
+        if self._mode is not None:
+            kwargs["mode"] = self._mode
         return [
             Hit(
                 r.item.source_uri,

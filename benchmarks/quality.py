@@ -48,7 +48,9 @@ from benchmarks.systems import Hit, System
 
 REFERENCE_SYSTEMS = ("bm25s-doc", "bm25s-para", "fts5")
 PACKAGE_SYSTEMS = ("knowledge_agent", "knowledge_agent-item")
-SYSTEM_NAMES = REFERENCE_SYSTEMS + PACKAGE_SYSTEMS
+# With WordLlama embeddings (the [embed] extra): the three rankings fused, and dense alone.
+DENSE_SYSTEMS = ("knowledge_agent+dense", "knowledge_agent-dense")
+SYSTEM_NAMES = REFERENCE_SYSTEMS + PACKAGE_SYSTEMS + DENSE_SYSTEMS
 
 
 @dataclass
@@ -63,8 +65,14 @@ class SystemResult:
 
 
 def build_systems(names: list[str], core_class: type | None, ka_options: dict) -> list[System]:
-    """Fresh systems for one data set (the two knowledge_agent levels share one ingestion)."""
+    """Fresh systems for one data set (the two knowledge_agent levels share one ingestion,
+    and so do the two dense systems)."""
     shared = SharedKnowledgeBase(core_class, ka_options) if core_class else None
+    embedded = (
+        SharedKnowledgeBase(core_class, {**ka_options, "embedder": {"provider": "wordllama"}})
+        if core_class and any(name in DENSE_SYSTEMS for name in names)
+        else None
+    )
     factories: dict[str, Callable[[], System]] = {
         "bm25s-doc": Bm25DocSystem,
         "bm25s-para": Bm25ParagraphSystem,
@@ -74,6 +82,13 @@ def build_systems(names: list[str], core_class: type | None, ka_options: dict) -
         factories["knowledge_agent"] = lambda: KnowledgeAgentSystem("knowledge_agent", shared)
         factories["knowledge_agent-item"] = lambda: KnowledgeAgentSystem(
             "knowledge_agent-item", shared, level="item"
+        )
+    if embedded is not None:
+        factories["knowledge_agent+dense"] = lambda: KnowledgeAgentSystem(
+            "knowledge_agent+dense", embedded
+        )
+        factories["knowledge_agent-dense"] = lambda: KnowledgeAgentSystem(
+            "knowledge_agent-dense", embedded, mode="dense"
         )
     return [factories[name]() for name in names if name in factories]
 
