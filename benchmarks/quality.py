@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     core_class = None
-    if any(name in PACKAGE_SYSTEMS for name in args.systems):
+    if any(name in PACKAGE_SYSTEMS + DENSE_SYSTEMS for name in args.systems):
         try:
             core_class = load_core_class()
         except (ImportError, AttributeError) as exc:
