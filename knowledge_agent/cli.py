@@ -99,7 +99,7 @@ DEMO_QUERIES = (
     "如何重置密码",
 )
 MCP_EXTRA_MESSAGE = 'the MCP server needs the [mcp] extra: pip install "knowledge-agent[mcp]"'
-SEARCH_MODES = ("hybrid", "keyword", "semantic")
+SEARCH_MODES = ("hybrid", "keyword", "semantic", "dense")
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
 # Progress statuses of files whose change was committed to the database.
 COMMITTED_STATUSES = frozenset({"processed", "removed"})
@@ -976,7 +976,8 @@ end_line (and page, page_end for PDFs)."""
     type=click.Choice(SEARCH_MODES),
     default="hybrid",
     show_default=True,
-    help="Rank with both engines, keywords (BM25F) only or TF-IDF only.",
+    help="Rank with every engine, keywords (BM25F) only, TF-IDF only, or dense vectors only "
+    "(with [embeddings] in the project file).",
 )
 @click.option("--explain", is_flag=True, help="Show the score breakdown and matched terms.")
 @click.option(

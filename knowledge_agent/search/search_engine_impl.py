@@ -1,11 +1,13 @@
 """SearchEngineImpl: two-stage hybrid search over chunks, with an item-level fallback (R5).
 
-Stage one ranks chunks with both engines (Whoosh BM25F and TF-IDF cosine), each restricted
-by the filters before ranking, and fuses the two rankings. Stage two groups the chunks per
-item (an item scores as its best chunk, R5.2), loads the neighbouring chunks as context
-(R5.3) and hydrates everything from SQLite, dropping hits whose rows are gone.
+Stage one ranks chunks with each engine (Whoosh BM25F, TF-IDF cosine, and dense vectors
+when an embedder is set), each restricted by the filters before ranking, fuses the rankings
+and re-scores the best chunks by their best line and their document. Stage two groups the
+chunks per item (an item scores as its best chunk, R5.2, times its document and recency
+boosts), loads the neighbouring chunks as context (R5.3) and hydrates everything from SQLite,
+dropping hits whose rows are gone.
 
-The engine also keeps both indexes in step with SQLite: every storage write appends to the
+The engine also keeps every index in step with SQLite: every storage write appends to the
 journal, and :meth:`SearchEngineImpl.sync` replays what the indexes have not applied yet.
 """
 
@@ -370,8 +372,9 @@ class SearchEngineImpl:
         """The best items for ``query``, each with its best chunks and their context.
 
         ``level`` is ``"auto"`` (chunks, or items when no chunk index exists), ``"chunk"``
-        or ``"item"``; ``mode`` picks the engines: ``"hybrid"``, ``"keyword"`` or
-        ``"semantic"``. Any query text is accepted: text with no searchable terms gives [].
+        or ``"item"``; ``mode`` picks the engines: ``"hybrid"`` (all there are), ``"keyword"``,
+        ``"semantic"`` or ``"dense"`` (with an embedder). Any query text is accepted: text
+        with no searchable terms gives [].
         ``min_score`` cuts on the ranking score, ``min_confidence`` on
         :attr:`SearchResult.confidence` (an empty list then means nothing matches well).
         ``config`` replaces the engine's for this query; ``reranker`` re-scores the best
