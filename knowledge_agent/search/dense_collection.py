@@ -9,52 +9,27 @@ only its allowed rows are gathered, a bounded block at a time.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from knowledge_agent.search.dense_segments import FIELDS, DenseSegment
-from knowledge_agent.search.filters import SearchFilters, to_epoch
-from knowledge_agent.search.tfidf_collection import merge_start
+from knowledge_agent.search.dense_segments import DenseSegment
+from knowledge_agent.search.filters import SearchFilters
+from knowledge_agent.search.segment_filters import FIELDS, MetadataCodes
+from knowledge_agent.search.segment_merge import maintained
 from knowledge_agent.search.topk import best_rows
 
 __all__ = ["MIN_SCORE", "DenseCollection", "Merger"]
 
-logger = logging.getLogger(__name__)
-
 Merger = Callable[[Sequence[DenseSegment]], DenseSegment]
 """Makes one new segment of the live rows of some segments (in memory, or written)."""
 
-_PATH_CACHE_LIMIT = 64  # distinct path filters whose verdicts per path are remembered
 _GATHER_ROWS = 8192  # allowed rows multiplied at once when a filter leaves few of a segment
 MIN_SCORE = 1e-6
 """Scores at or below this are not matches: an orthogonal (unrelated) row's float32 dot
 product is rounding noise of about 1e-8, not a similarity."""
-
-
-class _Strings:
-    """A growing table of distinct strings, so metadata filters compare small integers."""
-
-    def __init__(self) -> None:
-        self.values: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def codes(self, values: np.ndarray) -> np.ndarray:
-        distinct, inverse = np.unique(values, return_inverse=True)
-        table = np.empty(distinct.size, np.int32)
-        for i, value in enumerate(distinct.tolist()):
-            code = self._index.get(value)
-            if code is None:
-                code = self._index[value] = len(self.values)
-                self.values.append(value)
-            table[i] = code
-        return table[inverse.reshape(-1)]
-
-    def lookup(self, value: str) -> int | None:
-        return self._index.get(value)
 
 
 @dataclass(eq=False)
@@ -78,8 +53,7 @@ class DenseCollection:
         self.n_live = 0
         self.n_live_chunks = 0
         self._where: dict[str, DenseSegment] = {}  # item id → the segment with its live rows
-        self._strings = {name: _Strings() for name in FIELDS}
-        self._path_ok: dict[tuple[str | None, str | None], np.ndarray] = {}
+        self._meta = MetadataCodes()
         self._view: _View | None = None
 
     # -- mutation ------------------------------------------------------------------------
@@ -91,7 +65,7 @@ class DenseCollection:
         self.n_live_chunks += int((live & seg.is_chunk).sum())
         for local in np.unique(seg.row_item[live]).tolist():
             self._where[str(seg.item_ids[local])] = seg
-        seg.codes = {name: self._strings[name].codes(seg.meta[name]) for name in FIELDS}
+        seg.codes = self._meta.codes(seg.meta)
         self.segments.append(seg)
         self._view = None
 
@@ -136,29 +110,20 @@ class DenseCollection:
 
     def maintain(self, max_segments: int, dead_fraction: float, merge: Merger) -> None:
         """Drop dead segments, rewrite mostly dead ones, merge the tail when too many."""
-        kept: list[DenseSegment] = []
-        for seg in self.segments:
-            if seg.n_live == 0:
-                continue
-            if seg.n_dead > dead_fraction * seg.n_rows:
-                logger.info(
-                    "compacting a dense segment: %d of %d rows dead", seg.n_dead, seg.n_rows
-                )
-                seg = self._replace([seg], merge)
-            kept.append(seg)
-        if len(kept) > max(max_segments, 1):
-            start = merge_start([seg.n_rows for seg in kept])
-            logger.debug("merging %d dense segments", len(kept) - start)
-            kept[start:] = [self._replace(kept[start:], merge)]
-        if len(kept) != len(self.segments) or any(
-            a is not b for a, b in zip(kept, self.segments, strict=True)
-        ):
+        kept = maintained(
+            self.segments,
+            max_segments,
+            dead_fraction,
+            lambda segments: self._replace(segments, merge),
+            "dense",
+        )
+        if kept is not None:
             self.segments = kept
             self._view = None
 
     def _replace(self, segments: Sequence[DenseSegment], merge: Merger) -> DenseSegment:
         merged = merge(segments)
-        merged.codes = {name: self._strings[name].codes(merged.meta[name]) for name in FIELDS}
+        merged.codes = self._meta.codes(merged.meta)
         for item_id in merged.item_ids.tolist():
             self._where[item_id] = merged
         return merged  # the same live rows: the counts do not change
@@ -211,7 +176,7 @@ class DenseCollection:
         view = self._refresh()
         allowed = view.live if per_item else view.chunk_live
         if filters is not None and not filters.is_empty():
-            allowed = allowed & self._entry_mask(filters, view)[view.entry]
+            allowed = allowed & self._meta.entry_mask(filters, view.codes, view.updated)[view.entry]
         rows = np.flatnonzero(allowed)
         if rows.size == 0:
             return []
@@ -246,40 +211,6 @@ class DenseCollection:
                 part = local[start : start + _GATHER_ROWS]
                 scores[lo + start : lo + start + part.size] = seg.vectors[part] @ query
         return scores
-
-    def _entry_mask(self, filters: SearchFilters, view: _View) -> np.ndarray:
-        """Which (segment, item) entries pass the filters: ``SearchFilters.matches``,
-        vectorised over the entries."""
-        mask = np.ones(view.updated.size, bool)
-        for name in ("kb", "source_type", "doc_type", "language"):
-            allowed = getattr(filters, name)
-            if allowed:
-                table = self._strings[name]
-                codes = [code for code in map(table.lookup, allowed) if code is not None]
-                mask &= np.isin(view.codes[name], np.array(codes, np.int32))
-        if filters.path_prefix is not None or filters.path_glob is not None:
-            mask &= self._paths_matching(filters)[view.codes["path"]]
-        if filters.updated_after is not None:
-            mask &= view.updated >= to_epoch(filters.updated_after)
-        if filters.updated_before is not None:
-            mask &= view.updated <= to_epoch(filters.updated_before)
-        return mask
-
-    def _paths_matching(self, filters: SearchFilters) -> np.ndarray:
-        """``matches_path`` of every distinct path, evaluated once per path and remembered."""
-        key = (filters.path_prefix, filters.path_glob)
-        paths = self._strings["path"].values
-        known = self._path_ok.get(key)
-        done = 0 if known is None else known.size
-        if known is None or done < len(paths):
-            fresh = np.fromiter(
-                (filters.matches_path(path) for path in paths[done:]), bool, len(paths) - done
-            )
-            known = fresh if known is None else np.concatenate([known, fresh])
-            if len(self._path_ok) >= _PATH_CACHE_LIMIT:
-                self._path_ok.clear()
-            self._path_ok[key] = known
-        return known
 
 
 def _best_per_entry(

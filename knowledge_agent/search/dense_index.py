@@ -46,16 +46,15 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 from knowledge_agent.embeddings.base import Embedder, normalize_rows
-from knowledge_agent.errors import ConfigError, EmbeddingError, SearchIndexError
+from knowledge_agent.errors import ConfigError, EmbeddingError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
-from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped, latest_pairs
+from knowledge_agent.search.analysed_batch import AnalysedBatch, latest_pairs
 from knowledge_agent.search.dense_collection import DenseCollection
 from knowledge_agent.search.dense_segments import (
     DenseSegment,
@@ -67,6 +66,7 @@ from knowledge_agent.search.dense_segments import (
 from knowledge_agent.search.dense_store import DenseStore, segment_name
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.segment_index import SegmentIndex
 
 __all__ = ["MAX_TEXT_CHARS", "DenseIndex", "DenseRefit", "chunk_text", "item_text"]
 
@@ -105,12 +105,7 @@ class DenseRefit:
     """
 
     def __init__(self, index: DenseIndex) -> None:
-        index._lock.acquire()
-        try:
-            index._check_open()
-        except BaseException:
-            index._lock.release()
-            raise
+        index._acquire_open()
         self._index: DenseIndex | None = index
         self._started = time.perf_counter()
         self._fresh = DenseCollection(index.dimensions)
@@ -167,7 +162,7 @@ class DenseRefit:
             index._lock.release()
 
 
-class DenseIndex:
+class DenseIndex(SegmentIndex):
     """Cosine search over embedded chunk rows (and rows of items without chunks).
 
     ``index_dir=None`` keeps everything in memory; otherwise the state lives in that
@@ -176,6 +171,8 @@ class DenseIndex:
     :class:`SearchIndexError`: rebuild it from SQLite. Texts are embedded ``batch_size`` at
     a time. Thread-safe; one process writes a directory at a time, others :meth:`refresh`.
     """
+
+    _label = "dense index"
 
     #: more segments than this triggers a merge of the newest ones
     max_segments: int = 16
@@ -240,21 +237,6 @@ class DenseIndex:
             self._closed = True
             self._collection = DenseCollection(self.dimensions)
 
-    def __enter__(self) -> DenseIndex:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SearchIndexError("the dense index is closed")
-
     # -- updates -------------------------------------------------------------------------
 
     def update(
@@ -284,29 +266,8 @@ class DenseIndex:
             self._persist()
             logger.debug("dense update applied in %.1f ms", (time.perf_counter() - started) * 1e3)
 
-    def update_chunks_for_item(self, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]) -> None:
-        """Replace one item's rows: ``update(upserts=[(item, chunks)])``."""
-        self.update(upserts=[(item, chunks)])
-
-    def remove_chunks_for_item(self, item_id: str) -> None:
-        """Drop one item's rows: ``update(deletes=[item_id])``."""
-        self.update(deletes=[item_id])
-
-    def fit_chunks(self, pairs: Iterable[_Pair | AnalysedBatch]) -> int:
-        """Rebuild from scratch, streaming ``pairs`` in batches; returns the chunk count.
-
-        ``pairs`` may hold analysed batches as well as pairs. The old index stays in place
-        until the new one is complete. ``applied_seq`` is reset to 0: call
-        :meth:`set_applied_seq` with the journal position the data reflects.
-        """
-        refit = self.refit()
-        try:
-            for group in grouped(pairs, _FIT_BATCH, row_per_item=True):
-                refit.add(group)
-            return refit.finish()
-        except BaseException:
-            refit.cancel()
-            raise
+    def _fit_batch(self) -> int:
+        return _FIT_BATCH  # read at call time, so a test can shrink it
 
     def refit(self) -> DenseRefit:
         """A rebuild fed batch by batch (see :class:`DenseRefit`); :meth:`fit_chunks` in parts."""
@@ -518,10 +479,6 @@ class DenseIndex:
 
     # -- state ---------------------------------------------------------------------------
 
-    def has_chunks(self) -> bool:
-        """Whether any chunk row is indexed."""
-        return self.chunk_count() > 0
-
     def chunk_count(self) -> int:
         """Live chunk rows."""
         with self._lock:
@@ -541,38 +498,7 @@ class DenseIndex:
             collection = self._collection
             return collection.chunk_item_ids() if chunks else collection.item_ids()
 
-    @property
-    def applied_seq(self) -> int:
-        """The storage journal position this index reflects."""
-        with self._lock:
-            return self._applied_seq
-
-    def set_applied_seq(self, seq: int) -> None:
-        """Record (and persist) the journal position the index now reflects."""
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise ConfigError(f"applied_seq must be a non-negative integer, got {seq!r}")
-        with self._lock:
-            self._check_open()
-            if seq != self._applied_seq:
-                self._applied_seq = seq
-                self._persist()
-
     # -- sharing -------------------------------------------------------------------------
-
-    def refresh(self) -> bool:
-        """Load the generation on disk if another process wrote one since; True if so.
-
-        Segments already held are reused (they never change once written). An unreadable
-        new generation raises :class:`SearchIndexError` and leaves the current state alone.
-        """
-        if self._store is None:
-            return False
-        with self._lock:
-            self._check_open()
-            if self._store.version() == self._on_disk:
-                return False
-            self._load()
-            return True
 
     def _load(self) -> None:
         assert self._store is not None

@@ -16,13 +16,21 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
 from knowledge_agent.models.knowledge_item import KnowledgeItem
-from knowledge_agent.search.filters import to_epoch
-from knowledge_agent.search.tfidf_segments import FIELDS
+from knowledge_agent.search.segment_filters import FIELDS
+from knowledge_agent.search.segment_items import (
+    ItemGroups,
+    SegmentRows,
+    cat,
+    checked_array,
+    item_columns,
+    merge_items,
+    read_items,
+)
 
 __all__ = [
     "FIELDS",
@@ -44,7 +52,7 @@ def text_hash(text: str) -> int:
 
 
 @dataclass(eq=False)
-class DenseSegment:
+class DenseSegment(SegmentRows):
     """An immutable batch of embedded rows plus a mutable dead-row mask.
 
     ``vectors`` is an in-memory array or a read-only memory map of the segment's file.
@@ -64,31 +72,7 @@ class DenseSegment:
     name: str | None = None  # file stem, once written
     n_dead: int = 0
     codes: dict[str, np.ndarray] = field(default_factory=dict)  # FIELDS → int32 per item
-    _groups: tuple[dict[str, int], np.ndarray, np.ndarray] | None = None
-
-    def __post_init__(self) -> None:
-        self.n_dead = int(self.dead.sum())
-
-    @property
-    def n_rows(self) -> int:
-        return int(self.keys.shape[0])
-
-    @property
-    def n_live(self) -> int:
-        return self.n_rows - self.n_dead
-
-    def live_rows_of(self, item_id: str) -> np.ndarray:
-        """Rows of ``item_id`` that are still live."""
-        if self._groups is None:
-            order = np.argsort(self.row_item, kind="stable")
-            bounds = np.searchsorted(self.row_item[order], np.arange(self.item_ids.size + 1))
-            self._groups = ({k: i for i, k in enumerate(self.item_ids.tolist())}, order, bounds)
-        position, order, bounds = self._groups
-        local = position.get(item_id)
-        if local is None:
-            return np.empty(0, np.int64)
-        rows = order[bounds[local] : bounds[local + 1]]
-        return rows[~self.dead[rows]]
+    _groups: ItemGroups | None = None
 
     def reopened(self) -> DenseSegment:
         """The same immutable arrays with a fresh dead mask and no collection state."""
@@ -128,10 +112,7 @@ class DenseSegment:
         we rely on (a ``ValueError`` names the first that fails)."""
 
         def get(name: str, kind: str) -> np.ndarray:
-            value = arrays[name]
-            if value.dtype.kind not in kind or value.ndim != 1:
-                raise ValueError(f"array {name!r} has dtype {value.dtype} and {value.ndim} dims")
-            return value
+            return checked_array(arrays, name, kind)
 
         if (
             vectors.ndim != 2
@@ -149,19 +130,10 @@ class DenseSegment:
         n_rows = keys.shape[0]
         chunk_index = get("chunk_index", "iu").astype(np.int32, copy=False)
         is_chunk = get("is_chunk", "b")
-        row_item = get("row_item", "iu").astype(np.int32, copy=False)
         hashes = get("hashes", "u").astype(np.uint64, copy=False)
-        item_ids = get("item_ids", "U")
-        updated = get("updated", "f").astype(np.float64, copy=False)
-        meta = {name: get(f"meta_{name}", "U") for name in FIELDS}
-        n_items = item_ids.size
-        if (
-            vectors.shape[0] != n_rows
-            or any(a.size != n_rows for a in (chunk_index, is_chunk, row_item, hashes))
-            or updated.size != n_items
-            or any(value.size != n_items for value in meta.values())
-            or (row_item.size and (row_item.min() < 0 or row_item.max() >= n_items))
-            or np.unique(item_ids).size != n_items
+        row_item, items = read_items(arrays)
+        if vectors.shape[0] != n_rows or any(
+            a.size != n_rows for a in (chunk_index, is_chunk, row_item, hashes)
         ):
             raise ValueError("inconsistent row or item metadata arrays")
         return cls(
@@ -171,9 +143,9 @@ class DenseSegment:
             is_chunk=is_chunk,
             row_item=row_item,
             hashes=hashes,
-            item_ids=item_ids,
-            meta=meta,
-            updated=updated,
+            item_ids=items.item_ids,
+            meta=items.meta,
+            updated=items.updated,
             dead=np.zeros(n_rows, bool),
         )
 
@@ -188,13 +160,7 @@ def build_segment(
     items: Sequence[KnowledgeItem],
 ) -> DenseSegment:
     """A new (unwritten) segment from per-row lists and the items the rows belong to."""
-    meta_values = {
-        "kb": [item.kb for item in items],
-        "source_type": [item.source_type for item in items],
-        "doc_type": [item.doc_type for item in items],
-        "language": [item.language for item in items],
-        "path": [item.source_uri or "" for item in items],
-    }
+    columns = item_columns(items)
     return DenseSegment(
         vectors=vectors,
         keys=np.array(keys, dtype=str),
@@ -202,9 +168,9 @@ def build_segment(
         is_chunk=np.array(is_chunk, dtype=bool),
         row_item=np.array(row_item, dtype=np.int32),
         hashes=np.array(hashes, dtype=np.uint64),
-        item_ids=np.array([item.id for item in items], dtype=str),
-        meta={name: np.array(values, dtype=str) for name, values in meta_values.items()},
-        updated=np.array([to_epoch(item.updated_at) for item in items], dtype=np.float64),
+        item_ids=columns.item_ids,
+        meta=columns.meta,
+        updated=columns.updated,
         dead=np.zeros(len(keys), bool),
     )
 
@@ -213,41 +179,19 @@ def merged_arrays(segments: Sequence[DenseSegment]) -> tuple[dict[str, np.ndarra
     """The metadata arrays (as :meth:`DenseSegment.arrays`) of the live rows of
     ``segments``, in order, and their row count; the vectors are gathered separately
     (:func:`vector_blocks`), so a merge never holds two copies of them."""
-    parts: dict[str, list[np.ndarray]] = {
-        name: [] for name in ("keys", "chunk_index", "is_chunk", "row_item", "hashes")
+    parts, items = merge_items(segments)
+    arrays = {
+        "keys": cat([p.segment.keys[p.rows] for p in parts], str),
+        "chunk_index": cat([p.segment.chunk_index[p.rows] for p in parts], np.int32),
+        "is_chunk": cat([p.segment.is_chunk[p.rows] for p in parts], bool),
+        "row_item": cat([p.row_item for p in parts], np.int32),
+        "hashes": cat([p.segment.hashes[p.rows] for p in parts], np.uint64),
     }
-    item_ids, updated = [], []
-    meta: dict[str, list[np.ndarray]] = {name: [] for name in FIELDS}
-    n_items = n_rows = 0
-    for seg in segments:
-        live = np.flatnonzero(~seg.dead)
-        if live.size == 0:
-            continue
-        used = np.unique(seg.row_item[live])  # items with live rows keep their metadata
-        remap = np.full(seg.item_ids.size, -1, np.int32)
-        remap[used] = np.arange(used.size, dtype=np.int32) + n_items
-        n_items += used.size
-        n_rows += live.size
-        parts["keys"].append(seg.keys[live])
-        parts["chunk_index"].append(seg.chunk_index[live])
-        parts["is_chunk"].append(seg.is_chunk[live])
-        parts["row_item"].append(remap[seg.row_item[live]])
-        parts["hashes"].append(seg.hashes[live])
-        item_ids.append(seg.item_ids[used])
-        updated.append(seg.updated[used])
-        for name in FIELDS:
-            meta[name].append(seg.meta[name][used])
-
-    def cat(values: list[np.ndarray], dtype: Any) -> np.ndarray:
-        return np.concatenate(values) if values else np.empty(0, dtype)
-
-    dtypes = {"keys": str, "chunk_index": np.int32, "is_chunk": bool, "row_item": np.int32}
-    arrays = {name: cat(values, dtypes.get(name, np.uint64)) for name, values in parts.items()}
-    arrays["item_ids"] = cat(item_ids, str)
-    arrays["updated"] = cat(updated, np.float64)
+    arrays["item_ids"] = items.item_ids
+    arrays["updated"] = items.updated
     for name in FIELDS:
-        arrays[f"meta_{name}"] = cat(meta[name], str)
-    return arrays, n_rows
+        arrays[f"meta_{name}"] = items.meta[name]
+    return arrays, int(sum(p.rows.size for p in parts))
 
 
 def vector_blocks(segments: Sequence[DenseSegment]) -> Iterator[np.ndarray]:

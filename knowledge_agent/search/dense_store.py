@@ -17,13 +17,10 @@ directory: an index directory from elsewhere cannot execute code or make us read
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 import os
 import re
-import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,23 +29,34 @@ from typing import Any
 import numpy as np
 
 from knowledge_agent.errors import SearchIndexError
-from knowledge_agent.search.atomic_files import (
-    file_version,
-    fsync_directory,
-    is_temporary,
-    write_atomically,
-)
+from knowledge_agent.search.atomic_files import write_atomically
 from knowledge_agent.search.dense_segments import DenseSegment, write_vectors
+from knowledge_agent.search.segment_store import (
+    MANIFEST,
+    Layout,
+    ManifestDirectory,
+    SegmentGone,
+    check,
+    dead_bitmap,
+    load_retrying,
+    read_dead,
+    read_errors,
+    read_manifest,
+    sweep,
+    write_manifest,
+)
 
 __all__ = ["DenseStore", "Generation", "stored_config"]
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "knowledge_agent.dense/1"
-MANIFEST = "manifest.json"
 _NAME_RE = re.compile(r"^seg-\d{8}$")
-_FILE_RE = re.compile(r"^(seg-\d{8})\.(?:vectors\.npy|meta\.npz)$")
-_LOAD_ATTEMPTS = 5  # a writer may sweep a segment between our manifest read and its load
+_LAYOUT = Layout(
+    label="dense index",
+    format=FORMAT,
+    file_re=re.compile(r"^(seg-\d{8})\.(?:vectors\.npy|meta\.npz)$"),  # two files a segment
+)
 
 
 def segment_name(number: int) -> str:
@@ -78,11 +86,7 @@ class Generation:
     version: tuple[int, int, int] | None  # of the manifest file
 
 
-class _SegmentGone(Exception):
-    """A segment named by the manifest was deleted by a writer before it could be read."""
-
-
-class DenseStore:
+class DenseStore(ManifestDirectory):
     """Reads and writes the generations of one dense index directory.
 
     ``config`` is what the index was built with (embedder name, dimensions, text recipe);
@@ -90,17 +94,8 @@ class DenseStore:
     """
 
     def __init__(self, directory: Path, config: Mapping[str, Any], dimensions: int) -> None:
-        self.directory = directory
-        self.config = dict(config)
+        super().__init__(directory, config)
         self.dimensions = dimensions
-
-    @property
-    def manifest(self) -> Path:
-        return self.directory / MANIFEST
-
-    def version(self) -> tuple[int, int, int] | None:
-        """The version of the manifest on disk (None: there is none)."""
-        return file_version(self.manifest)
 
     def _paths(self, name: str) -> tuple[Path, Path]:
         return (
@@ -145,40 +140,15 @@ class DenseStore:
         entries = []
         for seg in segments:
             assert seg.name is not None, "write every segment before the manifest"
-            dead = base64.b64encode(np.packbits(seg.dead).tobytes()).decode("ascii")
-            entries.append({"name": seg.name, "rows": seg.n_rows, "dead": dead})
-        manifest = {
-            "format": FORMAT,
-            "config": self.config,
-            "applied_seq": applied_seq,
-            "next_file": next_file,
-            "segments": entries,
-        }
-        data = json.dumps(manifest, separators=(",", ":")).encode("utf-8")
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            write_atomically(self.manifest, lambda fh: fh.write(data))
-            fsync_directory(self.directory)
-        except (OSError, ValueError) as exc:
-            raise SearchIndexError(f"cannot write dense index {self.manifest}: {exc}") from exc
+            entries.append({"name": seg.name, "rows": seg.n_rows, "dead": dead_bitmap(seg.dead)})
+        write_manifest(self.directory, _LAYOUT, self.config, applied_seq, next_file, entries)
         self.sweep({entry["name"] for entry in entries} | set(keep))
         return self.version()
 
     def sweep(self, referenced: Collection[str]) -> None:
         """Delete segment files not named in ``referenced`` (merged away, or left by a
         crash) and temporary files of writes that never completed (only writers sweep)."""
-        try:
-            names = os.listdir(self.directory)
-        except OSError as exc:
-            logger.warning("cannot list dense index %s: %s", self.directory, exc)
-            return
-        for name in names:
-            match = _FILE_RE.match(name)
-            if (match and match.group(1) not in referenced) or is_temporary(name):
-                try:
-                    os.unlink(self.directory / name)
-                except OSError as exc:  # harmless: it is swept again after the next write
-                    logger.warning("cannot remove %s: %s", self.directory / name, exc)
+        sweep(self.directory, _LAYOUT, referenced)
 
     def discard(self, name: str) -> None:
         """Delete one segment's files that no manifest names (a cancelled rebuild's)."""
@@ -196,90 +166,41 @@ class DenseStore:
         """The current generation (None: a new, empty directory), reusing ``held`` segments
         by name. A segment swept by a writer while we read starts the load again from the
         newer manifest."""
-        for attempt in range(_LOAD_ATTEMPTS):
-            try:
-                return self._load_once(held)
-            except _SegmentGone:
-                time.sleep(0.01 * (attempt + 1))
-        raise SearchIndexError(f"dense index {self.directory} kept changing while it was read")
+        return load_retrying(lambda: self._load_once(held), _LAYOUT, self.directory)
 
     def _load_once(self, held: Mapping[str, DenseSegment]) -> Generation | None:
-        path = self.manifest
-        try:
-            version = file_version(path)
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            try:
-                names = os.listdir(self.directory)
-            except FileNotFoundError:
-                names = []
-            except OSError as exc:
-                raise SearchIndexError(f"cannot read dense index {self.directory}: {exc}") from exc
-            if any(_FILE_RE.match(name) for name in names):
-                raise SearchIndexError(f"dense index {path} is missing") from None
+        manifest = read_manifest(self.directory, _LAYOUT, self.config, listing=list)
+        if manifest is None:
             return None
-        except (OSError, ValueError) as exc:
-            raise SearchIndexError(f"cannot read dense index {path}: {exc}") from exc
-        try:
-            manifest = json.loads(text)
-            _check(isinstance(manifest, dict) and manifest.get("format") == FORMAT, "format")
-            stored = manifest["config"]
-            _check(isinstance(stored, dict), "config")
-            wanted = json.loads(json.dumps(self.config))
-            for key, value in wanted.items():
-                if stored.get(key) != value:
-                    raise SearchIndexError(
-                        f"dense index {path} was built with {key}={stored.get(key)!r}, "
-                        f"not {value!r}: rebuild it"
-                    )
-            seq, next_file = manifest["applied_seq"], manifest["next_file"]
-            for value in (seq, next_file):
-                _check(type(value) is int and value >= 0, "applied_seq/next_file")
-            listed = manifest["segments"]
-            _check(isinstance(listed, list), "segments")
-        except SearchIndexError:
-            raise
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SearchIndexError(f"corrupt dense index {path}: {exc}") from exc
-        segments = [self._read_segment(entry, held) for entry in listed]
+        segments = [self._read_segment(entry, held) for entry in manifest.segments]
         names = [seg.name for seg in segments]
         if len(set(names)) != len(names):
-            raise SearchIndexError(f"corrupt dense index {path}: a segment is listed twice")
-        return Generation(segments, seq, next_file, version)
+            raise SearchIndexError(
+                f"corrupt dense index {self.manifest}: a segment is listed twice"
+            )
+        return Generation(segments, manifest.applied_seq, manifest.next_file, manifest.version)
 
     def _read_segment(self, entry: Any, held: Mapping[str, DenseSegment]) -> DenseSegment:
         """One manifest entry as a segment: a held one shares its arrays, else the files."""
-        path = self.manifest
-        try:
+        with read_errors(_LAYOUT.label, self.manifest) as at:
             name = entry["name"]
             # A name from the manifest never leaves the directory (no "../", no absolute path).
-            _check(isinstance(name, str) and _NAME_RE.match(name) is not None, "segment name")
+            check(isinstance(name, str) and _NAME_RE.match(name) is not None, "segment name")
             vectors_path, meta_path = self._paths(name)
             old = held.get(name)
             if old is not None:
                 segment = old.reopened()
             else:
                 try:
-                    path = meta_path
+                    at.path = meta_path
                     with np.load(meta_path, allow_pickle=False) as npz:
                         arrays = {key: npz[key] for key in npz.files}
-                    path = vectors_path
+                    at.path = vectors_path
                     vectors = _map_vectors(vectors_path)
                 except FileNotFoundError:
-                    raise _SegmentGone(name) from None
+                    raise SegmentGone(name) from None
                 segment = DenseSegment.from_arrays(arrays, vectors, self.dimensions)
-            rows = entry["rows"]
-            _check(type(rows) is int and rows == segment.n_rows, "row count")
-            bits = np.frombuffer(base64.b64decode(entry["dead"], validate=True), np.uint8)
-            _check(bits.size == (rows + 7) // 8, "dead-row bitmap")
-            segment.dead = np.unpackbits(bits, count=rows).astype(bool)
-            segment.n_dead = int(segment.dead.sum())
-        except (SearchIndexError, _SegmentGone):
-            raise
-        except (OSError, ValueError, KeyError, TypeError, EOFError, binascii.Error) as exc:
-            raise SearchIndexError(f"cannot read dense index {path}: {exc}") from exc
-        except Exception as exc:  # zipfile and numpy have more ways to reject a bad file
-            raise SearchIndexError(f"corrupt dense index {path}: {exc}") from exc
+            read_dead(segment, entry)
         segment.name = name
         return segment
 
@@ -289,8 +210,3 @@ def _map_vectors(path: Path) -> np.ndarray:
     the file stays mapped while any view of it lives)."""
     mapped = np.load(path, mmap_mode="r", allow_pickle=False)
     return np.asarray(mapped)
-
-
-def _check(condition: bool, what: str) -> None:
-    if not condition:
-        raise ValueError(f"invalid {what}")

@@ -44,20 +44,20 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.errors import ConfigError, SearchIndexError
+from knowledge_agent.errors import ConfigError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
-from knowledge_agent.search.analysed_batch import AnalysedBatch, gather, grouped
+from knowledge_agent.search.analysed_batch import AnalysedBatch, gather
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hashing import feature_column
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.segment_index import SegmentIndex
 from knowledge_agent.search.tfidf_collection import Collection
 from knowledge_agent.search.tfidf_segments import Segment, build_segment
 from knowledge_agent.search.tfidf_store import KINDS, TfidfStore
@@ -76,12 +76,7 @@ class Refit:
     :meth:`finish` swaps the new rows in or :meth:`cancel` leaves the old ones."""
 
     def __init__(self, searcher: SemanticSearcher) -> None:
-        searcher._lock.acquire()
-        try:
-            searcher._check_open()
-        except BaseException:
-            searcher._lock.release()
-            raise
+        searcher._acquire_open()
         self._searcher: SemanticSearcher | None = searcher
         self._started = time.perf_counter()
         # Memory: the old rows stay until the new ones are complete, their query
@@ -124,7 +119,7 @@ class Refit:
             self._searcher = None
 
 
-class SemanticSearcher:
+class SemanticSearcher(SegmentIndex):
     """TF-IDF cosine search over chunk rows and item rows, updated without refitting.
 
     ``index_dir=None`` keeps everything in memory; otherwise the state lives in that
@@ -134,6 +129,8 @@ class SemanticSearcher:
     rebuild it from SQLite.
     Thread-safe; one process writes a directory at a time, others :meth:`refresh`.
     """
+
+    _label = "TF-IDF index"
 
     #: more segments than this per collection triggers a merge of the newest ones
     max_segments: int = 16
@@ -187,21 +184,6 @@ class SemanticSearcher:
             self._closed = True
             self._collections = self._empty_collections()
 
-    def __enter__(self) -> SemanticSearcher:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SearchIndexError("the TF-IDF index is closed")
-
     # -- updates -------------------------------------------------------------------------
 
     def update(
@@ -224,29 +206,8 @@ class SemanticSearcher:
             self._persist()
             logger.debug("TF-IDF update applied in %.1f ms", (time.perf_counter() - started) * 1e3)
 
-    def update_chunks_for_item(self, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]) -> None:
-        """Replace one item's rows: ``update(upserts=[(item, chunks)])``."""
-        self.update(upserts=[(item, chunks)])
-
-    def remove_chunks_for_item(self, item_id: str) -> None:
-        """Drop one item's rows: ``update(deletes=[item_id])``."""
-        self.update(deletes=[item_id])
-
-    def fit_chunks(self, pairs: Iterable[_Pair | AnalysedBatch]) -> int:
-        """Rebuild from scratch, streaming ``pairs`` in batches; returns the chunk count.
-
-        ``pairs`` may hold analysed batches as well as pairs. The old index stays in place
-        until the new one is complete. ``applied_seq`` is reset to 0: call
-        :meth:`set_applied_seq` with the journal position the data reflects.
-        """
-        refit = self.refit()
-        try:
-            for group in grouped(pairs, _FIT_BATCH, row_per_item=True):
-                refit.add(group)
-            return refit.finish()
-        except BaseException:
-            refit.cancel()
-            raise
+    def _fit_batch(self) -> int:
+        return _FIT_BATCH  # read at call time, so a test can shrink it
 
     def refit(self) -> Refit:
         """A rebuild fed batch by batch (see :class:`Refit`); :meth:`fit_chunks` in parts."""
@@ -398,10 +359,6 @@ class SemanticSearcher:
 
     # -- state ---------------------------------------------------------------------------
 
-    def has_chunks(self) -> bool:
-        """Whether any chunk row is indexed."""
-        return self.chunk_count() > 0
-
     def chunk_count(self) -> int:
         """Live chunk rows."""
         with self._lock:
@@ -419,22 +376,6 @@ class SemanticSearcher:
         with self._lock:
             self._check_open()
             return self._collections["chunks" if chunks else "items"].item_ids()
-
-    @property
-    def applied_seq(self) -> int:
-        """The storage journal position this index reflects."""
-        with self._lock:
-            return self._applied_seq
-
-    def set_applied_seq(self, seq: int) -> None:
-        """Record (and persist) the journal position the index now reflects."""
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise ConfigError(f"applied_seq must be a non-negative integer, got {seq!r}")
-        with self._lock:
-            self._check_open()
-            if seq != self._applied_seq:
-                self._applied_seq = seq
-                self._persist()
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -455,21 +396,6 @@ class SemanticSearcher:
         self._next_file, self._on_disk = self._store.save(
             segments, self._applied_seq, self._next_file
         )
-
-    def refresh(self) -> bool:
-        """Load the generation on disk if another process wrote one since; True if so.
-
-        Segments already held are reused (they never change once written). An unreadable
-        new generation raises :class:`SearchIndexError` and leaves the current state alone.
-        """
-        if self._store is None:
-            return False
-        with self._lock:
-            self._check_open()
-            if self._store.version() == self._on_disk:
-                return False
-            self._load()
-            return True
 
     def _load(self) -> None:
         assert self._store is not None

@@ -8,7 +8,6 @@ after a change. Queries are hashed term columns; filters are masks over item ent
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,9 +15,10 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from knowledge_agent.search.filters import SearchFilters, to_epoch
+from knowledge_agent.search.filters import SearchFilters
+from knowledge_agent.search.segment_filters import FIELDS, MetadataCodes
+from knowledge_agent.search.segment_merge import maintained
 from knowledge_agent.search.tfidf_segments import (
-    FIELDS,
     Postings,
     Segment,
     merge_segments,
@@ -26,12 +26,9 @@ from knowledge_agent.search.tfidf_segments import (
 )
 from knowledge_agent.search.topk import best_rows
 
-__all__ = ["Collection", "bump", "merge_start"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["Collection", "bump"]
 
 _SMALL = 8  # a collection with under n_features / _SMALL postings keeps idf per held column
-_PATH_CACHE_LIMIT = 64  # distinct path filters whose verdicts per path are remembered
 
 
 def bump(df: np.ndarray, cols: np.ndarray, sign: int) -> None:
@@ -43,43 +40,6 @@ def bump(df: np.ndarray, cols: np.ndarray, sign: int) -> None:
         df[present] += (sign * counts).astype(df.dtype)
     else:
         df += sign * np.bincount(cols, minlength=df.size).astype(df.dtype)
-
-
-def merge_start(sizes: Sequence[int]) -> int:
-    """First segment of the newest run to merge when there are too many segments.
-
-    The run grows while the next older segment is at most twice the rows gathered so far, so
-    a big base segment is only rewritten once the tail has grown comparable to it: each row
-    is rewritten O(log n) times, not once per update.
-    """
-    start = len(sizes) - 2
-    total = sizes[-1] + sizes[-2]
-    while start > 0 and sizes[start - 1] <= 2 * total:
-        start -= 1
-        total += sizes[start]
-    return start
-
-
-class _Strings:
-    """A growing table of distinct strings, so metadata filters compare small integers."""
-
-    def __init__(self) -> None:
-        self.values: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def codes(self, values: np.ndarray) -> np.ndarray:
-        distinct, inverse = np.unique(values, return_inverse=True)
-        table = np.empty(distinct.size, np.int32)
-        for i, value in enumerate(distinct.tolist()):
-            code = self._index.get(value)
-            if code is None:
-                code = self._index[value] = len(self.values)
-                self.values.append(value)
-            table[i] = code
-        return table[inverse.reshape(-1)]
-
-    def lookup(self, value: str) -> int | None:
-        return self._index.get(value)
 
 
 @dataclass(eq=False)
@@ -129,8 +89,7 @@ class Collection:
         self.df = np.zeros(n_features, np.int32)  # live rows containing each column
         self.n_live = 0
         self._where: dict[str, Segment] = {}  # item id → the one segment with its live rows
-        self._strings = {name: _Strings() for name in FIELDS}
-        self._path_ok: dict[tuple[str | None, str | None], np.ndarray] = {}
+        self._meta = MetadataCodes()
         self._view: _View | None = None
 
     # -- mutation ------------------------------------------------------------------------
@@ -145,7 +104,7 @@ class Collection:
         self.n_live += live.size
         for local in np.unique(seg.row_item[live]).tolist():
             self._where[seg.item_ids[local]] = seg
-        seg.codes = {name: self._strings[name].codes(seg.meta[name]) for name in FIELDS}
+        seg.codes = self._meta.codes(seg.meta)
         self.segments.append(seg)
         self._view = None
 
@@ -173,23 +132,8 @@ class Collection:
 
     def maintain(self, max_segments: int, dead_fraction: float) -> None:
         """Drop dead segments, rewrite mostly dead ones, merge the tail when too many."""
-        kept: list[Segment] = []
-        for seg in self.segments:
-            if seg.n_live == 0:
-                continue
-            if seg.n_dead > dead_fraction * seg.n_rows:
-                logger.info(
-                    "compacting a TF-IDF segment: %d of %d rows dead", seg.n_dead, seg.n_rows
-                )
-                seg = self._replace([seg])
-            kept.append(seg)
-        if len(kept) > max(max_segments, 1):
-            start = merge_start([seg.n_rows for seg in kept])
-            logger.debug("merging %d TF-IDF segments", len(kept) - start)
-            kept[start:] = [self._replace(kept[start:])]
-        if len(kept) != len(self.segments) or any(
-            a is not b for a, b in zip(kept, self.segments, strict=True)
-        ):
+        kept = maintained(self.segments, max_segments, dead_fraction, self._replace, "TF-IDF")
+        if kept is not None:
             self.segments = kept
             self._view = None
 
@@ -201,7 +145,7 @@ class Collection:
 
     def _replace(self, segments: Sequence[Segment]) -> Segment:
         merged = merge_segments(segments, self.n_features)
-        merged.codes = {name: self._strings[name].codes(merged.meta[name]) for name in FIELDS}
+        merged.codes = self._meta.codes(merged.meta)
         for item_id in merged.item_ids.tolist():
             self._where[item_id] = merged
         return merged  # same live rows: df and N do not change
@@ -312,7 +256,7 @@ class Collection:
         rows = np.flatnonzero(dots)
         rows = rows[view.live[rows]]
         if filters is not None and not filters.is_empty():
-            rows = rows[self._entry_mask(filters, view)[view.entry[rows]]]
+            rows = rows[self._meta.entry_mask(filters, view.codes, view.updated)[view.entry[rows]]]
         scores = np.clip(dots[rows] / (view.norms[rows] * query_norm), 0.0, 1.0)
         keep = (scores > 0.0) & (scores >= min_similarity)
         rows, scores = best_rows(rows[keep], scores[keep], top_k)
@@ -323,37 +267,3 @@ class Collection:
                 segment_of.tolist(), rows.tolist(), scores.tolist(), strict=True
             )
         ]
-
-    def _entry_mask(self, filters: SearchFilters, view: _View) -> np.ndarray:
-        """Which (segment, item) entries pass the filters: AND of every field."""
-        mask = np.ones(view.updated.size, bool)
-        for name in ("kb", "source_type", "doc_type", "language"):
-            allowed = getattr(filters, name)
-            if allowed:
-                table = self._strings[name]
-                codes = [code for code in map(table.lookup, allowed) if code is not None]
-                mask &= np.isin(view.codes[name], np.array(codes, np.int32))
-        if filters.path_prefix is not None or filters.path_glob is not None:
-            mask &= self._paths_matching(filters)[view.codes["path"]]
-        # Same comparisons as SearchFilters.matches_time, vectorised over the entries.
-        if filters.updated_after is not None:
-            mask &= view.updated >= to_epoch(filters.updated_after)
-        if filters.updated_before is not None:
-            mask &= view.updated <= to_epoch(filters.updated_before)
-        return mask
-
-    def _paths_matching(self, filters: SearchFilters) -> np.ndarray:
-        """``matches_path`` of every distinct path, evaluated once per path and remembered."""
-        key = (filters.path_prefix, filters.path_glob)
-        paths = self._strings["path"].values
-        known = self._path_ok.get(key)
-        done = 0 if known is None else known.size
-        if known is None or done < len(paths):
-            fresh = np.fromiter(
-                (filters.matches_path(path) for path in paths[done:]), bool, len(paths) - done
-            )
-            known = fresh if known is None else np.concatenate([known, fresh])
-            if len(self._path_ok) >= _PATH_CACHE_LIMIT:
-                self._path_ok.clear()
-            self._path_ok[key] = known
-        return known

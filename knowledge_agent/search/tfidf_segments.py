@@ -9,17 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from knowledge_agent.models.knowledge_item import KnowledgeItem
-from knowledge_agent.search.filters import to_epoch
+from knowledge_agent.search.segment_filters import FIELDS
+from knowledge_agent.search.segment_items import (
+    ItemGroups,
+    SegmentRows,
+    cat,
+    checked_array,
+    item_columns,
+    merge_items,
+    read_items,
+)
 
 __all__ = ["FIELDS", "Postings", "Segment", "build_segment", "merge_segments", "tf_weights"]
-
-FIELDS = ("kb", "source_type", "doc_type", "language", "path")  # string metadata per item
 
 
 @dataclass(eq=False)
@@ -55,7 +61,7 @@ def tf_weights(counts: np.ndarray, sublinear: bool) -> np.ndarray:
 
 
 @dataclass(eq=False)
-class Segment:
+class Segment(SegmentRows):
     """An immutable batch of rows plus a mutable dead-row mask.
 
     Metadata is stored per item (a segment holds all live rows of each of its items) and
@@ -76,31 +82,7 @@ class Segment:
     sq: sp.csr_matrix | None = None  # tf² per nonzero, for the row norms
     postings: Postings | None = None
     norms: np.ndarray | None = None
-    _groups: tuple[dict[str, int], np.ndarray, np.ndarray] | None = None
-
-    def __post_init__(self) -> None:
-        self.n_dead = int(self.dead.sum())
-
-    @property
-    def n_rows(self) -> int:
-        return int(self.keys.shape[0])
-
-    @property
-    def n_live(self) -> int:
-        return self.n_rows - self.n_dead
-
-    def live_rows_of(self, item_id: str) -> np.ndarray:
-        """Rows of ``item_id`` that are still live."""
-        if self._groups is None:
-            order = np.argsort(self.row_item, kind="stable")
-            bounds = np.searchsorted(self.row_item[order], np.arange(self.item_ids.size + 1))
-            self._groups = ({k: i for i, k in enumerate(self.item_ids.tolist())}, order, bounds)
-        position, order, bounds = self._groups
-        local = position.get(item_id)
-        if local is None:
-            return np.empty(0, np.int64)
-        rows = order[bounds[local] : bounds[local + 1]]
-        return rows[~self.dead[rows]]
+    _groups: ItemGroups | None = None
 
     def live_columns(self, rows: np.ndarray) -> np.ndarray:
         """The column ids of ``rows``, concatenated (one per nonzero)."""
@@ -126,11 +108,8 @@ class Segment:
     def from_arrays(cls, arrays: dict[str, np.ndarray], n_features: int) -> Segment:
         """Rebuild a segment from :meth:`arrays`, checking every invariant we rely on."""
 
-        def get(name: str, kind: str, ndim: int = 1) -> np.ndarray:
-            value = arrays[name]
-            if value.dtype.kind not in kind or value.ndim != ndim:
-                raise ValueError(f"array {name!r} has dtype {value.dtype} and {value.ndim} dims")
-            return value
+        def get(name: str, kind: str) -> np.ndarray:
+            return checked_array(arrays, name, kind)
 
         data = get("data", "f").astype(np.float32, copy=False)
         indices = get("indices", "iu").astype(np.int32, copy=False)
@@ -150,23 +129,19 @@ class Segment:
         counts = sp.csr_matrix((data, indices, indptr), shape=(n_rows, n_features))
         if not counts.has_canonical_format:
             raise ValueError("term counts are not in canonical CSR format")
-        item_ids = get("item_ids", "U")
-        row_item = get("row_item", "iu").astype(np.int32, copy=False)
+        row_item, items = read_items(arrays)
         chunk_index = get("chunk_index", "iu").astype(np.int32, copy=False)
-        updated = get("updated", "f").astype(np.float64, copy=False)
-        meta = {name: get(f"meta_{name}", "U") for name in FIELDS}
-        n_items = item_ids.size
-        if (
-            row_item.size != n_rows
-            or chunk_index.size != n_rows
-            or updated.size != n_items
-            or any(value.size != n_items for value in meta.values())
-            or (row_item.size and (row_item.min() < 0 or row_item.max() >= n_items))
-            or np.unique(item_ids).size != n_items
-        ):
+        if row_item.size != n_rows or chunk_index.size != n_rows:
             raise ValueError("inconsistent row or item metadata arrays")
         return cls(
-            counts, keys, chunk_index, row_item, item_ids, meta, updated, np.zeros(n_rows, bool)
+            counts,
+            keys,
+            chunk_index,
+            row_item,
+            items.item_ids,
+            items.meta,
+            items.updated,
+            np.zeros(n_rows, bool),
         )
 
 
@@ -177,64 +152,36 @@ def build_segment(
     row_item: list[int],
     items: list[KnowledgeItem],
 ) -> Segment:
-    meta_values = {
-        "kb": [item.kb for item in items],
-        "source_type": [item.source_type for item in items],
-        "doc_type": [item.doc_type for item in items],
-        "language": [item.language for item in items],
-        "path": [item.source_uri or "" for item in items],
-    }
+    columns = item_columns(items)
     return Segment(
         counts=counts,
         keys=np.array(keys, dtype=str),
         chunk_index=np.array(chunk_index, dtype=np.int32),
         row_item=np.array(row_item, dtype=np.int32),
-        item_ids=np.array([item.id for item in items], dtype=str),
-        meta={name: np.array(values, dtype=str) for name, values in meta_values.items()},
-        updated=np.array([to_epoch(item.updated_at) for item in items], dtype=np.float64),
+        item_ids=columns.item_ids,
+        meta=columns.meta,
+        updated=columns.updated,
         dead=np.zeros(len(keys), bool),
     )
 
 
 def merge_segments(segments: Sequence[Segment], n_features: int) -> Segment:
     """One new segment with the live rows of ``segments``, in order."""
-    blocks, keys, chunk_index, row_item = [], [], [], []
-    item_ids, updated = [], []
-    meta: dict[str, list[np.ndarray]] = {name: [] for name in FIELDS}
-    n_items = 0
-    for seg in segments:
-        live = np.flatnonzero(~seg.dead)
-        if live.size == 0:
-            continue
-        used = np.unique(seg.row_item[live])  # items with live rows keep their metadata
-        remap = np.full(seg.item_ids.size, -1, np.int32)
-        remap[used] = np.arange(used.size, dtype=np.int32) + n_items
-        n_items += used.size
-        blocks.append(seg.counts[live] if seg.n_dead else seg.counts)
-        keys.append(seg.keys[live])
-        chunk_index.append(seg.chunk_index[live])
-        row_item.append(remap[seg.row_item[live]])
-        item_ids.append(seg.item_ids[used])
-        updated.append(seg.updated[used])
-        for name in FIELDS:
-            meta[name].append(seg.meta[name][used])
-
-    def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-        return np.concatenate(parts) if parts else np.empty(0, dtype)
-
+    parts, items = merge_items(segments)
+    blocks = [p.segment.counts[p.rows] if p.segment.n_dead else p.segment.counts for p in parts]
     if blocks:
         counts = sp.vstack(blocks, format="csr", dtype=np.float32)
         counts.indices = counts.indices.astype(np.int32, copy=False)
     else:
         counts = sp.csr_matrix((0, n_features), dtype=np.float32)
-    keys_all = cat(keys, str)
+    keys = cat([p.segment.keys[p.rows] for p in parts], str)
     return Segment(
         counts=counts,
-        keys=keys_all,
-        chunk_index=cat(chunk_index, np.int32),
-        row_item=cat(row_item, np.int32),
-        item_ids=cat(item_ids, str),
-        meta={name: cat(parts, str) for name, parts in meta.items()},
-        updated=cat(updated, np.float64),
-        dead=np.zeros(keys_all.size, bool),
+        keys=keys,
+        chunk_index=cat([p.segment.chunk_index[p.rows] for p in parts], np.int32),
+        row_item=cat([p.row_item for p in parts], np.int32),
+        item_ids=items.item_ids,
+        meta=items.meta,
+        updated=items.updated,
+        dead=np.zeros(keys.size, bool),
     )

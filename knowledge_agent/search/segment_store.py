@@ -1,0 +1,265 @@
+"""The manifest of a log-structured index directory, shared by the TF-IDF and dense stores.
+
+Both indexes keep immutable segment files plus ``manifest.json``: a format tag, the config
+the index was built with, the journal position applied, the next file number and the
+segments with their dead-row bitmaps. What differs is described by a :class:`Layout` (the
+name in messages, the format tag, which file names are segment files) and by the callers,
+which read and write the segment files themselves and give the manifest its segment list
+(a dict of kinds for TF-IDF, a list for dense). Messages read ``cannot read {label} {path}``
+and the like, so each index keeps its own wording.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from knowledge_agent.errors import SearchIndexError
+from knowledge_agent.search.atomic_files import (
+    file_version,
+    fsync_directory,
+    is_temporary,
+    write_atomically,
+)
+
+__all__ = [
+    "MANIFEST",
+    "Layout",
+    "Manifest",
+    "ManifestDirectory",
+    "ReadingAt",
+    "SegmentGone",
+    "check",
+    "dead_bitmap",
+    "load_retrying",
+    "read_dead",
+    "read_errors",
+    "read_manifest",
+    "sweep",
+    "write_manifest",
+]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+_LOAD_ATTEMPTS = 5  # a writer may sweep a segment between our manifest read and its load
+
+T = TypeVar("T")
+FileVersion = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What tells one kind of index directory from another."""
+
+    label: str  # "TF-IDF index", "dense index": how messages name it
+    format: str  # the manifest's format tag
+    file_re: re.Pattern[str]  # a segment file's name; group 1 is the segment it belongs to
+
+    def segment_of(self, file_name: str) -> str | None:
+        """The segment a file belongs to (None: not a segment file)."""
+        match = self.file_re.match(file_name)
+        return None if match is None else match.group(1)
+
+
+@dataclass
+class Manifest:
+    """A manifest as read, checked but for its segment entries (the caller's format)."""
+
+    segments: Any  # a list or a dict, as the caller asked
+    applied_seq: int
+    next_file: int
+    version: FileVersion | None  # of the manifest file
+
+
+class ManifestDirectory:
+    """An index directory and the config its manifest must match."""
+
+    def __init__(self, directory: Path, config: Mapping[str, Any]) -> None:
+        self.directory = directory
+        self.config = dict(config)
+
+    @property
+    def manifest(self) -> Path:
+        return self.directory / MANIFEST
+
+    def version(self) -> FileVersion | None:
+        """The version of the manifest on disk (None: there is none)."""
+        return file_version(self.manifest)
+
+
+class SegmentGone(Exception):
+    """A segment named by the manifest was deleted by a writer before it could be read."""
+
+
+class _Segment(Protocol):
+    dead: np.ndarray
+    n_dead: int
+
+    @property
+    def n_rows(self) -> int: ...
+
+
+def check(condition: bool, what: str) -> None:
+    if not condition:
+        raise ValueError(f"invalid {what}")
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def dead_bitmap(dead: np.ndarray) -> str:
+    """A dead-row mask as the manifest stores it."""
+    return base64.b64encode(np.packbits(dead).tobytes()).decode("ascii")
+
+
+def write_manifest(
+    directory: Path,
+    layout: Layout,
+    config: Mapping[str, Any],
+    applied_seq: int,
+    next_file: int,
+    segments: object,
+) -> None:
+    """Write the manifest naming ``segments`` (all written already) and make it durable."""
+    path = directory / MANIFEST
+    manifest = {
+        "format": layout.format,
+        "config": dict(config),
+        "applied_seq": applied_seq,
+        "next_file": next_file,
+        "segments": segments,
+    }
+    try:
+        data = json.dumps(manifest, separators=(",", ":")).encode("utf-8")
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, lambda fh: fh.write(data))
+        fsync_directory(directory)
+    except (OSError, ValueError) as exc:
+        raise SearchIndexError(f"cannot write {layout.label} {path}: {exc}") from exc
+
+
+def sweep(directory: Path, layout: Layout, referenced: Collection[str]) -> None:
+    """Delete segment files of segments not in ``referenced`` (merged away, or left by a
+    crash) and temporary files of writes that never completed (only writers sweep)."""
+    try:
+        names = os.listdir(directory)
+    except OSError as exc:
+        logger.warning("cannot list %s %s: %s", layout.label, directory, exc)
+        return
+    for name in names:
+        segment = layout.segment_of(name)
+        if (segment is not None and segment not in referenced) or is_temporary(name):
+            try:
+                os.unlink(directory / name)
+            except OSError as exc:  # harmless: it is swept again after the next write
+                logger.warning("cannot remove %s: %s", directory / name, exc)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def load_retrying(load_once: Callable[[], T], layout: Layout, directory: Path) -> T:
+    """``load_once()``, started again from the newer manifest when a segment it names was
+    swept by a writer while we read."""
+    for attempt in range(_LOAD_ATTEMPTS):
+        try:
+            return load_once()
+        except SegmentGone:
+            time.sleep(0.01 * (attempt + 1))
+    raise SearchIndexError(f"{layout.label} {directory} kept changing while it was read")
+
+
+def read_manifest(
+    directory: Path,
+    layout: Layout,
+    config: Mapping[str, Any],
+    *,
+    listing: type,
+    free: Collection[str] = (),
+) -> Manifest | None:
+    """The manifest of ``directory`` (None: a new, empty directory), refused when it was
+    written with another ``config`` (keys in ``free`` may differ) or its ``segments`` are
+    not a ``listing``."""
+    label, path = layout.label, directory / MANIFEST
+    try:
+        version = file_version(path)
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            names = []
+        except OSError as exc:
+            raise SearchIndexError(f"cannot read {label} {directory}: {exc}") from exc
+        if any(layout.segment_of(name) is not None for name in names):
+            raise SearchIndexError(f"{label} {path} is missing") from None
+        return None
+    except (OSError, ValueError) as exc:
+        raise SearchIndexError(f"cannot read {label} {path}: {exc}") from exc
+    try:
+        manifest = json.loads(text)
+        check(isinstance(manifest, dict) and manifest.get("format") == layout.format, "format")
+        stored = manifest["config"]
+        check(isinstance(stored, dict), "config")
+        wanted = json.loads(json.dumps(dict(config)))  # as JSON gives it back (tuples: lists)
+        for key, value in wanted.items():
+            if key not in free and stored.get(key) != value:
+                raise SearchIndexError(
+                    f"{label} {path} was built with {key}={stored.get(key)!r}, "
+                    f"not {value!r}: rebuild it"
+                )
+        seq, next_file = manifest["applied_seq"], manifest["next_file"]
+        for value in (seq, next_file):
+            check(type(value) is int and value >= 0, "applied_seq/next_file")
+        listed = manifest["segments"]
+        check(isinstance(listed, listing), "segments")
+    except SearchIndexError:
+        raise
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SearchIndexError(f"corrupt {label} {path}: {exc}") from exc
+    return Manifest(listed, seq, next_file, version)
+
+
+def read_dead(segment: _Segment, entry: Any) -> None:
+    """Give ``segment`` the dead-row mask of its manifest ``entry``, checking its row count."""
+    rows = entry["rows"]
+    check(type(rows) is int and rows == segment.n_rows, "row count")
+    bits = np.frombuffer(base64.b64decode(entry["dead"], validate=True), np.uint8)
+    check(bits.size == (rows + 7) // 8, "dead-row bitmap")
+    segment.dead = np.unpackbits(bits, count=rows).astype(bool)
+    segment.n_dead = int(segment.dead.sum())
+
+
+@dataclass
+class ReadingAt:
+    """The file a segment read is at, for the message of an error (see :func:`read_errors`)."""
+
+    path: Path
+
+
+@contextmanager
+def read_errors(label: str, path: Path) -> Iterator[ReadingAt]:
+    """Map what reading a segment may raise to :class:`SearchIndexError` naming the file
+    read (the caller moves ``at.path`` from file to file); :class:`SegmentGone` passes."""
+    at = ReadingAt(path)
+    try:
+        yield at
+    except (SearchIndexError, SegmentGone):
+        raise
+    except (OSError, ValueError, KeyError, TypeError, EOFError, binascii.Error) as exc:
+        raise SearchIndexError(f"cannot read {label} {at.path}: {exc}") from exc
+    except Exception as exc:  # zipfile, numpy and scipy have more ways to reject a bad file
+        raise SearchIndexError(f"corrupt {label} {at.path}: {exc}") from exc
