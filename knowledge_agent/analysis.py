@@ -68,6 +68,7 @@ __all__ = [
     "WhooshTextAnalyzer",
     "detect_language",
     "highlight",
+    "highlight_terms",
     "porter_stem",
 ]
 
@@ -722,6 +723,16 @@ def detect_language(text: str) -> str:
 _START_CUT_RE = re.compile(r"\s+|[。，、；：！？]")
 
 
+def highlight_terms(query_terms: Iterable[str], analyzer: TextAnalyzer) -> frozenset[str]:
+    """The terms :func:`highlight` marks for ``query_terms``: each as written (folded) and
+    as analysed."""
+    wanted: set[str] = set()
+    for query_term in query_terms:
+        wanted.add(_fold(query_term))
+        wanted.update(analyzer.terms(query_term))
+    return frozenset(wanted)
+
+
 def highlight(
     text: str,
     query_terms: Iterable[str],
@@ -733,7 +744,8 @@ def highlight(
     """A snippet of ``text`` around the densest cluster of query-term matches.
 
     ``query_terms`` may be analysed terms (stems, bigrams) or raw query words: both are
-    accepted. Each matched source span is wrapped in ``marker`` (overlapping or touching
+    accepted (or the :func:`highlight_terms` of them, when many texts are highlighted for
+    one query). Each matched source span is wrapped in ``marker`` (overlapping or touching
     spans, such as CJK bigrams, are merged). The snippet holds at most ``max_chars``
     characters of ``text`` (markers and ellipses not counted), is trimmed at whitespace or
     CJK punctuation where possible and has "…" where it was cut. Without a match it is the
@@ -744,10 +756,11 @@ def highlight(
     text = _coerce(text)
     if not text:
         return ""
-    wanted = set()
-    for query_term in query_terms:
-        wanted.add(_fold(query_term))
-        wanted.update(analyzer.terms(query_term))
+    wanted = (
+        query_terms
+        if isinstance(query_terms, frozenset)
+        else highlight_terms(query_terms, analyzer)
+    )
     regions: list[tuple[int, int, set[str]]] = []  # merged matched spans
     for term, start, end in analyzer._spans(text):
         if term not in wanted:

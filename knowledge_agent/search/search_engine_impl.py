@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from knowledge_agent.analysis import TextAnalyzer, highlight
+from knowledge_agent.analysis import TextAnalyzer, highlight, highlight_terms
 from knowledge_agent.errors import EmbeddingError, NotFoundError, QueryError, SearchIndexError
 from knowledge_agent.models import (
     KnowledgeChunk,
@@ -564,6 +564,7 @@ class SearchEngineImpl:
             ranked = self._diversified(ranked, limit, loaded)
 
         results: list[SearchResult] = []
+        marked = highlight_terms(terms, self.analyzer)  # once, not once per highlighted chunk
         # Hydrate a page at a time: a hit whose item or chunk is gone from SQLite is dropped.
         for start in range(0, len(ranked), limit):
             page = ranked[start : start + limit]
@@ -587,6 +588,11 @@ class SearchEngineImpl:
                 if min_confidence is not None and sure < min_confidence:
                     continue
                 boost = boosts.get(item.id, NO_BOOST)
+                found = FieldMatches(
+                    self.analyzer,
+                    terms,
+                    {"title": item.title, "heading": best.heading, "content": best.content},
+                )
                 views = [
                     self._matched_view(
                         chunk,
@@ -594,10 +600,14 @@ class SearchEngineImpl:
                         item,
                         rankings.explain(
                             chunk.id,
-                            FieldMatches(
-                                self.analyzer,
-                                terms,
-                                {"heading": chunk.heading, "content": chunk.content},
+                            (
+                                found
+                                if chunk is best
+                                else FieldMatches(
+                                    self.analyzer,
+                                    terms,
+                                    {"heading": chunk.heading, "content": chunk.content},
+                                )
                             ).terms("heading", "content"),
                             fused=fused[chunk.id],
                             boost=boost,
@@ -611,18 +621,15 @@ class SearchEngineImpl:
                     )
                     for score, chunk in matched
                 ]
-                found = FieldMatches(
-                    self.analyzer,
-                    terms,
-                    {"title": item.title, "heading": best.heading, "content": best.content},
-                )
                 results.append(
                     SearchResult(
                         item=item,
                         relevance_score=best_score,
                         confidence=sure,
                         matched_fields=found.fields(),
-                        highlights=[highlight(c.content, terms, self.analyzer) for _, c in matched],
+                        highlights=[
+                            highlight(c.content, marked, self.analyzer) for _, c in matched
+                        ],
                         matched_chunks=views,
                         context_chunks=self._context(item, matched, context_window),
                         explanation=views[0].explanation,
