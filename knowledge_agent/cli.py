@@ -108,6 +108,11 @@ COMMITTED_STATUSES = frozenset({"processed", "removed"})
 # the application object and the error mapping
 
 
+def _say_status(message: str) -> None:
+    """Long upkeep when a knowledge base opens (an index embedded again): stderr."""
+    click.echo(message, err=True)
+
+
 def _say_waiting(message: str) -> None:
     """Once per write that has to wait for another process's: stderr, never stdout."""
     click.echo(f"{message} …", err=True)
@@ -143,6 +148,7 @@ class App:
             search_config=settings.config.search_config,
             doc_type_rules=settings.config.doc_type_rules,
             on_lock_wait=_say_waiting,
+            on_status=_say_status,
             reranker=settings.config.rerank,
             embedder=settings.config.embeddings,
         )

@@ -102,6 +102,20 @@ def test_an_embedder_set_later_or_changed_embeds_every_chunk_once(tmp_path: Path
         assert other.embedded == chunks and dense.chunk_count() == chunks
 
 
+def test_embedding_again_on_open_reports_its_progress(tmp_path: Path, monkeypatch) -> None:
+    from knowledge_agent.core import shared_indexes
+
+    monkeypatch.setattr(shared_indexes, "_STATUS_MIN_CHUNKS", 1)  # any size is "long" here
+    data = tmp_path / "kb"
+    with KnowledgeAgentCore(data) as core:
+        fill(core)
+        chunks = core.storage.count_chunks()
+    said: list[str] = []
+    with KnowledgeAgentCore(data, embedder=FakeEmbedder(), on_status=said.append):
+        pass
+    assert said and said[-1] == f"indexing: {chunks:,} of {chunks:,} chunks"
+
+
 def test_a_project_file_turns_embeddings_on(tmp_path: Path, monkeypatch) -> None:
     from click.testing import CliRunner
 

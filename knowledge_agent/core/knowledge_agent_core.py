@@ -153,7 +153,8 @@ class KnowledgeAgentCore:
     **Sharing a data folder.** Any number of processes may open one data folder
     (:mod:`~knowledge_agent.core.shared_indexes` has the protocol). Every write holds the
     folder's write lock; another writer waits for it — up to ``lock_timeout`` seconds (None:
-    as long as it takes), calling ``on_lock_wait`` once with a message. Searches do not
+    as long as it takes), calling ``on_lock_wait`` once with a message; long upkeep on
+    open (an index embedded again for a new embedder) reports to ``on_status``. Searches do not
     write and wait only to index their own process's writes: they answer from the last
     index generation (never with an item since deleted), and replay the journal when the
     indexes are behind it and the lock is free. Opening, when the lock is free, also
@@ -174,6 +175,7 @@ class KnowledgeAgentCore:
         workers: int | None = None,
         lock_timeout: float | None = None,
         on_lock_wait: Callable[[str], None] | None = None,
+        on_status: Callable[[str], None] | None = None,
         reranker: Reranker | Mapping[str, Any] | None = None,
         embedder: Embedder | Mapping[str, Any] | None = None,
     ) -> None:
@@ -203,6 +205,7 @@ class KnowledgeAgentCore:
                 lock_timeout=lock_timeout,
                 on_lock_wait=on_lock_wait,
                 embedder=embedder,
+                on_status=on_status,
             )
             # One reader or writer at a time: the watcher calls in from its own thread.
             self._lock = self._indexes.lock

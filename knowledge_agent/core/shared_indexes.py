@@ -60,6 +60,7 @@ _FINGERPRINT_KEY = "index_fingerprint"
 FLUSH_ITEMS = 1000
 """Deferred writes (items added or deleted) that are indexed at once, without a search."""
 FLUSH_CHARS = 16_000_000
+_STATUS_MIN_CHUNKS = 5_000  # catching up on fewer chunks than this is quick: no messages
 """… or deferred characters of text: what an index update holds in memory stays bounded."""
 
 
@@ -78,6 +79,7 @@ class SharedIndexes:
         lock_timeout: float | None,
         on_lock_wait: Callable[[str], None] | None,
         embedder: Embedder | None = None,
+        on_status: Callable[[str], None] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.embedder = embedder
@@ -89,6 +91,7 @@ class SharedIndexes:
         self._keyword_options = dict(keyword_options)
         self._semantic_options = dict(semantic_options)
         self._on_lock_wait = on_lock_wait
+        self._on_status = on_status
         self._folder_lock = None if data_dir is None else FolderLock(data_dir)
         self._write_depth = 0  # > 0 while this object holds the write lock
         self._write_gate = threading.Lock()  # this object's writing threads, one at a time
@@ -260,9 +263,28 @@ class SharedIndexes:
             self.engine.reconcile()
 
     def _apply(self, progress: Callable[[int, int], None] | None = None) -> None:
-        """Under the write lock: replay the journal into both indexes."""
-        self.engine.sync(progress)
+        """Under the write lock: replay the journal into every index."""
+        self.engine.sync(progress or self._status_progress())
         self._deferred = self._deferred_chars = 0
+
+    def _status_progress(self) -> Callable[[int, int], None] | None:
+        """Progress of long catching up (an index built or embedded again on open) as a few
+        ``on_status`` messages: at most one per tenth, and none for short work."""
+        report = self._on_status
+        if report is None:
+            return None
+        shown = -1
+
+        def progress(done: int, total: int) -> None:
+            nonlocal shown
+            if total < _STATUS_MIN_CHUNKS:
+                return
+            tenth = done * 10 // total
+            if tenth > shown:
+                shown = tenth
+                report(f"indexing: {done:,} of {total:,} chunks")
+
+        return progress
 
     def _caught_up_under_lock(self, *, opening: bool) -> None:
         """Catch up with the write lock just taken without waiting, then release it; a

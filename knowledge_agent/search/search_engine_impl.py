@@ -185,7 +185,7 @@ class SearchEngineImpl:
         after each index update, in chunks.
         """
         trimmed = int(self.storage.get_meta(_TRIMMED_KEY) or 0)
-        self._fit_dense_if_new(trimmed)
+        self._fit_dense_if_new(trimmed, progress)
         seqs = [index.applied_seq for _, index in self._derived()]
         applied, newest = min(seqs), max(seqs)
         if applied < trimmed or newest > self.storage.last_journal_seq():
@@ -260,17 +260,30 @@ class SearchEngineImpl:
 
     rebuild_chunk_index = rebuild
 
-    def _fit_dense_if_new(self, trimmed: int) -> None:
+    def _fit_dense_if_new(
+        self, trimmed: int, progress: Callable[[int, int], None] | None = None
+    ) -> None:
         """Embed every stored chunk into a dense index that is new (an embedder set for
-        the first time, or changed): only it is built, the other indexes are current."""
+        the first time, or changed): only it is built, the other indexes are current.
+        ``progress(done, total)`` counts chunks."""
         dense = self.dense_index
         if dense is None or dense.applied_seq >= trimmed or dense.has_chunks():
             return
         if not self.storage.count_items():
             return
         seq = self.storage.last_journal_seq()
-        logger.info("embedding %d chunks with %s", self.storage.count_chunks(), dense.embedder_name)
-        count = dense.fit_chunks(self._stored_pairs())
+        total = self.storage.count_chunks()
+        logger.info("embedding %d chunks with %s", total, dense.embedder_name)
+
+        def counted() -> Iterator[tuple[KnowledgeItem, list[KnowledgeChunk]]]:
+            done = 0
+            for item, chunks in self._stored_pairs():
+                yield item, chunks
+                done += len(chunks)
+                if progress is not None:
+                    progress(done, total)
+
+        count = dense.fit_chunks(counted())
         dense.set_applied_seq(seq)
         logger.info("embedded %d chunks", count)
 
