@@ -1,6 +1,7 @@
 """knowledge_agent: an offline knowledge base and search engine for AI agents."""
 
 import typing as _typing
+from importlib import metadata as _metadata
 
 from knowledge_agent import errors
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
@@ -9,6 +10,11 @@ from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, 
 if _typing.TYPE_CHECKING:
     from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
     from knowledge_agent.crawl import CrawlOptions
+
+try:
+    __version__ = _metadata.version("knowledge-agent")
+except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ChunkConfig",

@@ -62,6 +62,7 @@ import click
 from rich.console import Console
 
 from knowledge_agent import cli_render as render
+from knowledge_agent.cli_checks import check_filters, check_values
 from knowledge_agent.cli_crawl import crawl_options, crawl_options_from, given, is_url
 from knowledge_agent.core.status import ChunkContext
 from knowledge_agent.core.text_search import compile_pattern
@@ -80,6 +81,7 @@ from knowledge_agent.settings import (
     resolve_settings,
     write_default_config,
 )
+from knowledge_agent.storage import DATABASE_FILE
 from knowledge_agent.storage.sources import KnowledgeBaseInfo, path_to_db
 
 if TYPE_CHECKING:
@@ -134,13 +136,23 @@ class App:
         """Resolved on first use, so ``--help`` never reads a project file."""
         return resolve_settings(self.data_dir, cwd=self.cwd)
 
-    def new_core(self) -> KnowledgeAgentCore:
-        """Open the knowledge base with the project settings; the caller closes it."""
+    def new_core(self, *, create: bool = True) -> KnowledgeAgentCore:
+        """Open the knowledge base with the project settings; the caller closes it.
+
+        Without ``create`` (commands that only read), a data folder holding no knowledge
+        base is an error and nothing is created: a mistyped --data-dir must not become an
+        empty knowledge base.
+        """
         # Imported here: the engines take most of a command's start-up, and --help,
         # --version and the commands that fail early never need them.
         from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
 
         settings = self.settings
+        if not create and not (settings.data_dir / DATABASE_FILE).exists():
+            raise NotFoundError(
+                f"no knowledge base in {settings.data_dir} (from the {settings.origin}); "
+                "add something first: knowledge-agent add PATH"
+            )
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         return KnowledgeAgentCore(
             settings.data_dir,
@@ -154,9 +166,10 @@ class App:
         )
 
     @contextmanager
-    def open_core(self) -> Iterator[KnowledgeAgentCore]:
-        """The knowledge base for one command, always closed."""
-        with self.new_core() as core:
+    def open_core(self, *, create: bool = False) -> Iterator[KnowledgeAgentCore]:
+        """The knowledge base for one command, always closed; ``create`` for the commands
+        that write (see :meth:`new_core`)."""
+        with self.new_core(create=create) as core:
             yield core
 
     def kb_or_default(self, kb: str | None) -> str:
@@ -339,9 +352,10 @@ def _progress_console(as_json: bool) -> Console | None:
 
 
 def _check_kbs(core: KnowledgeAgentCore, names: Sequence[str] | str | None) -> None:
-    """``NotFoundError`` ("no knowledge base named …") for a name that does not exist."""
-    for name in [names] if isinstance(names, str) else names or ():
-        core.get_kb(name)
+    """Exit 2 naming the valid knowledge bases for a name that does not exist."""
+    check_values(
+        "--kb", [names] if isinstance(names, str) else names or (), core.storage.kb_names()
+    )
 
 
 def _missing_paths(paths: Sequence[str]) -> None:
@@ -549,7 +563,7 @@ def add(
         name = app.kb_or_default(kb)
         reports: list[CollectReport] = []
         progress_console = _progress_console(as_json)
-        with app.open_core() as core, render.collect_progress(progress_console) as bar:
+        with app.open_core(create=True) as core, render.collect_progress(progress_console) as bar:
             progress = app.counting(bar)
             for path in paths:
                 if path == "-":
@@ -620,7 +634,7 @@ def sync(app: App, kb: str | None, full: bool, verbose: bool, as_json: bool) -> 
     """
     with app.collecting_files():
         scans = [scan for scan in app.settings.config.scan if kb is None or scan.kb == kb]
-        with app.open_core() as core:
+        with app.open_core(create=True) as core:
             known = {info.name: info for info in core.list_kbs()}
             if kb is not None and kb not in known and not scans:
                 core.get_kb(kb)  # raises "no knowledge base named …"
@@ -720,7 +734,7 @@ def watch(
         name = app.kb_or_default(kb)
         show = _watch_printer(as_json)
         targets = [Path(os.path.expanduser(path)) for path in paths]
-        with app.open_core() as core:
+        with app.open_core(create=True) as core:
             with render.collect_progress(_progress_console(as_json)) as bar:
                 progress = app.counting(bar)
                 reports = [
@@ -1019,7 +1033,14 @@ def search(
     updated_after = _parse_date(since, "--since", end_of_day=False)
     updated_before = _parse_date(until, "--until", end_of_day=True)
     with app.open_core() as core:
-        _check_kbs(core, kb)
+        check_filters(
+            core,
+            kb=kb,
+            source_types=source_types,
+            doc_types=doc_types,
+            languages=languages,
+            doc_type_rules=app.settings.config.doc_type_rules.values(),
+        )
         results = core.search(
             query,
             limit=limit,
@@ -1230,7 +1251,9 @@ def list_command(
 ) -> None:
     """List stored items, oldest first: id, knowledge base, type, title and source."""
     with app.open_core() as core:
-        _check_kbs(core, kb)
+        check_filters(
+            core, kb=[kb] if kb else (), source_types=[source_type] if source_type else ()
+        )
         items = core.list_items(kb=kb, source_type=source_type, limit=limit, offset=offset)
     if as_json:
         rows = [{k: v for k, v in item.to_dict().items() if k != "content"} for item in items]
@@ -1292,7 +1315,7 @@ def kb() -> None:
 @pass_app
 def kb_create(app: App, name: str, description: str, as_json: bool) -> None:
     """Create an empty knowledge base NAME."""
-    with app.open_core() as core:
+    with app.open_core(create=True) as core:
         info = core.create_kb(name, description)
     _show_kb(info, as_json, f"Created knowledge base {name!r}.")
 

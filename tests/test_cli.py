@@ -197,16 +197,41 @@ def test_usage_errors_exit_2(corpus: tuple[Path, Path]) -> None:
 
 def test_debug_shows_a_traceback_and_the_default_does_not(corpus: tuple[Path, Path]) -> None:
     _, data = corpus
-    plain = invoke(data, "search", "x", "--kb", "nope")
+    plain = invoke(data, "get", "no-such-item")
     assert plain.exit_code == 1
-    assert plain.stderr.strip() == "Error: no knowledge base named 'nope'"
-    debug = CliRunner().invoke(
-        cli, ["--data-dir", str(data), "--debug", "search", "x", "--kb", "nope"]
-    )
+    assert plain.stderr.strip() == "Error: no item or collected file 'no-such-item'"
+    debug = CliRunner().invoke(cli, ["--data-dir", str(data), "--debug", "get", "no-such-item"])
     assert debug.exit_code == 1
     assert "Traceback (most recent call last)" in debug.stderr
     assert "NotFoundError" in debug.stderr
-    assert debug.stderr.rstrip().endswith("Error: no knowledge base named 'nope'")
+    assert debug.stderr.rstrip().endswith("Error: no item or collected file 'no-such-item'")
+
+
+@pytest.mark.parametrize(
+    ("option", "typo", "hint"),
+    [
+        ("--type", "pdff", "did you mean 'pdf'?"),
+        ("--lang", "xx", "valid: en, ja, ko"),
+        ("--doc-type", "runbok", "did you mean 'runbook'?"),
+        ("--kb", "handbok", "did you mean 'handbook'?"),
+    ],
+)
+def test_a_mistyped_filter_value_is_an_error_naming_the_valid_ones(
+    corpus: tuple[Path, Path], option: str, typo: str, hint: str
+) -> None:
+    _, data = corpus
+    result = invoke(data, "search", "deploy", option, typo)
+    assert result.exit_code == 2
+    assert option in result.stderr and repr(typo) in result.stderr and hint in result.stderr
+
+
+def test_a_read_only_command_on_a_missing_data_dir_creates_nothing(tmp_path: Path) -> None:
+    typo = tmp_path / "kb-typo"
+    for command in (["search", "x"], ["list"], ["stats"], ["get", "x"], ["kb", "list"]):
+        result = CliRunner().invoke(cli, ["--data-dir", str(typo), *command])
+        assert result.exit_code == 1, command
+        assert "no knowledge base in" in result.stderr
+    assert not typo.exists()
 
 
 def test_unexpected_exceptions_are_one_line_too(
@@ -347,8 +372,8 @@ def test_add_missing_path_exits_1_before_collecting_anything(
     assert result.exit_code == 1
     assert result.stderr.strip() == f"Error: {tmp_path / 'missing'}: no such file or directory"
     assert "Traceback" not in result.output
-    listed = as_json(invoke(data_dir, "list", "--json"))
-    assert listed["count"] == 0
+    assert invoke(data_dir, "list", "--json").exit_code == 1  # nothing was created
+    assert not (data_dir / "knowledge.sqlite3").exists()
 
 
 def test_add_a_word_that_is_no_path_is_not_stored_as_text(data_dir: Path) -> None:
@@ -493,7 +518,7 @@ def test_search_errors_exit_1(corpus: tuple[Path, Path]) -> None:
     assert bad_date.exit_code == 1
     assert "--since: not a date: 'last tuesday'" in bad_date.stderr
     unknown = invoke(data, "search", "x", "--kb", "handbook", "--kb", "nope")
-    assert unknown.exit_code == 1 and "no knowledge base named 'nope'" in unknown.stderr
+    assert unknown.exit_code == 2 and "unknown 'nope'" in unknown.stderr
 
 
 def test_search_with_no_results(corpus: tuple[Path, Path]) -> None:
@@ -578,7 +603,8 @@ def test_list_items(corpus: tuple[Path, Path]) -> None:
     human = invoke(data, "list", "-n", "2")
     assert len(human.stdout.splitlines()) == 2
     assert str(docs) in human.stdout
-    assert invoke(data, "list", "--kb", "nope").exit_code == 1
+    assert invoke(data, "list", "--kb", "nope").exit_code == 2
+    assert invoke(data, "list", "--type", "cod").exit_code == 2
 
 
 def test_stats(corpus: tuple[Path, Path]) -> None:
@@ -683,6 +709,10 @@ def test_init_writes_a_project_file_once(tmp_path: Path) -> None:
     again = invoke(None, "init")
     assert again.exit_code == 1 and "already exists" in again.stderr
     assert invoke(None, "init", "--force").exit_code == 0
+    empty = invoke(None, "stats", "--json")  # nothing added yet: says where it looked
+    assert empty.exit_code == 1 and str(tmp_path / ".knowledge-agent") in empty.stderr
+    write(tmp_path / "notes.md", "# Notes\n\nSomething to find.\n")
+    assert invoke(None, "add", "notes.md").exit_code == 0
     stats = as_json(invoke(None, "stats", "--json"))
     assert stats["status"]["data_dir"] == str(tmp_path / ".knowledge-agent")
     assert stats["config_file"] == str(tmp_path / ".knowledge-agent.toml")
@@ -799,3 +829,22 @@ def test_the_command_and_the_package_start_without_the_engines() -> None:
         check=True,
     )
     assert "version" in version.stdout
+
+
+def test_the_package_runs_as_a_module_and_knows_its_version() -> None:
+    from importlib import metadata
+
+    import knowledge_agent
+
+    assert knowledge_agent.__version__ == metadata.version("knowledge-agent")
+    shown = subprocess.run(
+        [sys.executable, "-m", "knowledge_agent", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert knowledge_agent.__version__ in shown.stdout
+    root = Path(__file__).resolve().parents[1]
+    assert "MIT License" in (root / "LICENSE").read_text(encoding="utf-8")
+    project = (root / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'license-files = ["LICENSE"]' in project and '"setuptools>=77"' in project

@@ -521,3 +521,12 @@ def test_progress_counts_intro_md(core, tree):
     files = [event for event in events if event.status != "indexing"]
     assert len(files) == 5 and files[-1].done == files[-1].total == 5
     assert (files[0].path, files[0].status) == (str(tree / "intro.md"), "processed")
+
+
+def test_a_table_of_contents_is_doc_type_index_wherever_it_is() -> None:
+    from knowledge_agent.ingest.doc_types import doc_type_for
+
+    assert doc_type_for("guides/INDEX.md") == "index"
+    assert doc_type_for("adr/index.md", "docs") == "index"
+    assert doc_type_for("guides/setup.md") == "guide"
+    assert doc_type_for("notes/indexing.md") == ""

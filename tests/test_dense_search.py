@@ -126,7 +126,8 @@ def test_a_project_file_turns_embeddings_on(tmp_path: Path, monkeypatch) -> None
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("KNOWLEDGE_AGENT_HOME", raising=False)
-    result = CliRunner().invoke(cli, ["search", "anything"])
+    (tmp_path / "notes.md").write_text("# Notes\n\nSomething.\n", "utf-8")
+    result = CliRunner().invoke(cli, ["add", "notes.md"])
     assert result.exit_code == 1 and "nonesuch" in result.output
 
 

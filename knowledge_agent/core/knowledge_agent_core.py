@@ -47,7 +47,7 @@ from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.search_engine_impl import NO_BOOST, SearchConfig, SearchEngineImpl
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
-from knowledge_agent.storage import SQLiteStorageManager
+from knowledge_agent.storage import DATABASE_FILE, SQLiteStorageManager
 from knowledge_agent.storage.doc_sources import DEFAULT_REFRESH_INTERVAL, DocSource
 from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot, path_to_db
 
@@ -192,7 +192,7 @@ class KnowledgeAgentCore:
             raise ConfigError(f"lock_timeout must be None or >= 0, got {lock_timeout!r}")
         config = _config(search_config, SearchConfig, "search_config")
         self._watchers: list[FolderWatcher] = []
-        db_path = ":memory:" if self.data_dir is None else self.data_dir / "knowledge.sqlite3"
+        db_path = ":memory:" if self.data_dir is None else self.data_dir / DATABASE_FILE
         self.storage = SQLiteStorageManager(db_path)
         try:
             self._indexes = SharedIndexes(
@@ -921,7 +921,7 @@ class KnowledgeAgentCore:
             return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
         database = sum(
-            size(path) for path in self.data_dir.glob("knowledge.sqlite3*") if path.is_file()
+            size(path) for path in self.data_dir.glob(f"{DATABASE_FILE}*") if path.is_file()
         )
         return {
             "database": database,

@@ -37,7 +37,14 @@ from knowledge_agent.processors.text import (
     TextProcessor,
 )
 
-__all__ = ["PROCESSORS", "SUPPORTED_EXTENSIONS", "process_bytes", "process_file", "processor_for"]
+__all__ = [
+    "PROCESSORS",
+    "SOURCE_TYPES",
+    "SUPPORTED_EXTENSIONS",
+    "process_bytes",
+    "process_file",
+    "processor_for",
+]
 
 PROCESSORS: tuple[type[BaseDataSourceProcessor], ...] = (
     MarkdownProcessor,
@@ -53,6 +60,8 @@ _BY_EXTENSION = MappingProxyType(
     {extension: processor for processor in PROCESSORS for extension in processor.extensions}
 )
 SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(_BY_EXTENSION)
+SOURCE_TYPES: tuple[str, ...] = tuple(sorted({processor.source_type for processor in PROCESSORS}))
+"""Every ``source_type`` an item collected from a file or page can have."""
 """Extensions (lower-case, with the dot) that have a processor."""
 
 SNIFF_BYTES = 4096  # how much of a file processor_for needs to see

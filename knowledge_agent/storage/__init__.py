@@ -2,4 +2,7 @@
 
 from knowledge_agent.storage.sqlite_storage import SQLiteStorageManager
 
-__all__ = ["SQLiteStorageManager"]
+__all__ = ["DATABASE_FILE", "SQLiteStorageManager"]
+
+DATABASE_FILE = "knowledge.sqlite3"
+"""The database's file name in a data folder."""

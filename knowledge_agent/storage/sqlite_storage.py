@@ -126,6 +126,7 @@ _CHUNK_COLUMNS = (
     "metadata",
 )
 _ITEM_SELECT = f"SELECT {', '.join(_ITEM_COLUMNS)} FROM knowledge_items"
+_FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
 # A file's modification time when it has one (what "recent" means to its author), else when
 # the item was last written.
 _FACTS_SELECT = (
@@ -667,6 +668,17 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
     def get_items(self, item_ids: Iterable[str]) -> dict[str, KnowledgeItem]:
         """The items found among these ids, by id; missing ids are absent."""
         return self._by_ids("get_items", _ITEM_SELECT, item_ids, _row_to_item)
+
+    def field_values(self, name: str) -> list[str]:
+        """The distinct non-empty values of an item field that filters take (``kb``,
+        ``source_type``, ``doc_type``, ``language``), sorted."""
+        if name not in _FILTER_FIELDS:
+            raise StorageError(f"field_values: not a filter field: {name!r}")
+        with self._reading("field_values") as conn:
+            rows = conn.execute(
+                f"SELECT DISTINCT {name} FROM knowledge_items WHERE {name} != '' ORDER BY 1"
+            ).fetchall()
+        return [row[0] for row in rows]
 
     def item_facts(self, item_ids: Iterable[str]) -> dict[str, ItemFacts]:
         """What ranking needs of these items, without their text: doc type, path, age."""
