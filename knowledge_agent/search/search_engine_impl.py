@@ -393,32 +393,21 @@ class SearchEngineImpl:
         ``config`` replaces the engine's for this query; ``reranker`` re-scores the best
         ``rerank_depth`` results (:meth:`rerank`).
         """
+        request: dict[str, Any] = {
+            "context_window": context_window,
+            "filters": filters,
+            "level": level,
+            "mode": mode,
+            "min_score": min_score,
+            "min_confidence": min_confidence,
+        }
         if config is not None and config != self.config:
             engine = copy.copy(self)  # shares the indexes; only the settings differ
             engine.config = config
-            return engine.search(
-                query,
-                limit=limit,
-                context_window=context_window,
-                filters=filters,
-                level=level,
-                mode=mode,
-                min_score=min_score,
-                min_confidence=min_confidence,
-                reranker=reranker,
-            )
+            return engine.search(query, limit=limit, reranker=reranker, **request)
         if reranker is not None:
             deeper = max(limit, self.config.rerank_depth)
-            results = self.search(
-                query,
-                limit=deeper,
-                context_window=context_window,
-                filters=filters,
-                level=level,
-                mode=mode,
-                min_score=min_score,
-                min_confidence=min_confidence,
-            )
+            results = self.search(query, limit=deeper, **request)
             return self.rerank(query, results, reranker)[:limit]
         _check_request(query, limit, context_window, level, mode)
         if mode == "dense" and self.dense_index is None:
