@@ -328,3 +328,17 @@ def test_a_small_last_paragraph_joins_the_piece_before_it() -> None:
     text = "\n\n".join([*big, "tail."])
     chunks = ContentChunker(config).chunk(text)
     assert [c.content for c in chunks] == [big[0], f"{big[1]}\n\ntail."]
+
+
+def test_attribute_lists_are_not_part_of_heading_paths() -> None:
+    from knowledge_agent.chunking.headings import clean_heading
+
+    text = (
+        "# Lifespan Events { #lifespan-events }\n\n" + "Startup and shutdown logic. " * 6 + "\n\n"
+        '## Use cases {: .note #cases data-x="a b" }\n\n' + "Load a model once. " * 8 + "\n"
+    )
+    chunks = ContentChunker(ChunkConfig(min_chunk_size=50, max_chunk_size=200)).chunk(text)
+    assert {c.heading for c in chunks} >= {"Lifespan Events", "Lifespan Events > Use cases"}
+    assert all(text[c.start_position : c.end_position] == c.content for c in chunks)
+    assert clean_heading("Sets use {braces} in Python") == "Sets use {braces} in Python"
+    assert clean_heading("Config {x}") == "Config {x}"  # no #id, .class or key=value: words

@@ -530,3 +530,14 @@ def test_a_table_of_contents_is_doc_type_index_wherever_it_is() -> None:
     assert doc_type_for("adr/index.md", "docs") == "index"
     assert doc_type_for("guides/setup.md") == "guide"
     assert doc_type_for("notes/indexing.md") == ""
+
+
+def test_common_documentation_folders_have_doc_types() -> None:
+    from knowledge_agent.ingest.doc_types import doc_type_for
+
+    assert doc_type_for("docs/tutorial/first-steps.md") == "guide"
+    assert doc_type_for("docs/how-to/deploy.md") == "guide"
+    assert doc_type_for("docs/reference/api.md") == "reference"
+    assert doc_type_for("api/client.md") == "reference"
+    assert doc_type_for("faq/billing.md") == "faq"
+    assert doc_type_for("changelog/2026.md") == "changelog"

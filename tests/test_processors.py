@@ -361,6 +361,7 @@ def test_markdown_front_matter_title_tags_and_metadata() -> None:
         ("## Only a second level\n\ntext", "install-notes"),
         ("---\nlayout: post\n---\n# From H1 ##\n", "From H1"),
         ("Intro.\n\nSetext Title\n============\n\ntext", "Setext Title"),
+        ("# Lifespan Events { #lifespan-events }\n\ntext", "Lifespan Events"),
         ("plain words", "install-notes"),
     ],
 )

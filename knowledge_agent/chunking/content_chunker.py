@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from knowledge_agent.chunking.headings import clean_heading
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 
@@ -361,7 +362,7 @@ def _parse_blocks(content: str, title: str) -> tuple[list[_Block], list[str]]:
         atx = _ATX.fullmatch(line)
         if atx:
             flush()
-            section = open_section(len(atx.group(1)), (atx.group(2) or "").strip())
+            section = open_section(len(atx.group(1)), clean_heading(atx.group(2) or ""))
             blocks.append(_Block(line_start, line_end, "heading", section))
             previous_text_line = None
             continue
@@ -370,7 +371,7 @@ def _parse_blocks(content: str, title: str) -> tuple[list[_Block], list[str]]:
             text_start, text = previous_text_line
             level = 1 if setext.group(1)[0] == "=" else 2
             current = None
-            section = open_section(level, text.strip())
+            section = open_section(level, clean_heading(text))
             blocks.append(_Block(text_start, line_end, "heading", section))
             previous_text_line = None
             continue

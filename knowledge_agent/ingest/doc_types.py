@@ -21,7 +21,18 @@ DEFAULT_DOC_TYPE_RULES: Mapping[str, str] = {
     "guide": "guide",
     "guides": "guide",
     "howto": "guide",
+    "how-to": "guide",
+    "how-tos": "guide",
+    "tutorial": "guide",
     "tutorials": "guide",
+    "reference": "reference",
+    "references": "reference",
+    "api": "reference",
+    "faq": "faq",
+    "faqs": "faq",
+    "changelog": "changelog",
+    "changelogs": "changelog",
+    "release-notes": "changelog",
 }
 
 

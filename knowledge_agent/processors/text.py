@@ -6,6 +6,7 @@ import re
 from typing import Any, ClassVar
 
 from knowledge_agent.chunking import Section
+from knowledge_agent.chunking.headings import clean_heading
 from knowledge_agent.processors.base import (
     BaseDataSourceProcessor,
     Extraction,
@@ -164,9 +165,9 @@ def first_h1(text: str) -> str:
             continue
         heading = _H1.fullmatch(line)
         if heading:
-            return heading.group(1).strip()
+            return clean_heading(heading.group(1))
         if previous and _SETEXT_H1.fullmatch(line):
-            return previous
+            return clean_heading(previous)
         previous = line.strip() if not line[:4].isspace() else ""
     return ""
 
