@@ -177,6 +177,8 @@ async def test_every_tool_is_listed_with_described_parameters(client: Client) ->
     assert list(listed) == [function.__name__ for function in tools.TOOLS]
     for tool in listed.values():
         assert tool.description and len(tool.description) > 40, tool.name
+        # Written for a model: no source indentation carried into the text.
+        assert not any(line.startswith(" ") for line in tool.description.splitlines())
         properties = tool.input_schema.get("properties", {})
         assert "core" not in properties and "roots" not in properties and "ctx" not in properties
         for name, schema in properties.items():
@@ -184,7 +186,7 @@ async def test_every_tool_is_listed_with_described_parameters(client: Client) ->
     assert listed["search_knowledge"].input_schema["required"] == ["query"]
     assert listed["search_knowledge"].annotations.read_only_hint is True
     assert listed["delete_knowledge"].annotations.destructive_hint is True
-    assert listed["add_knowledge"].input_schema["required"] == ["kb"]
+    assert "required" not in listed["add_knowledge"].input_schema  # kb defaults like the CLI
     # Clients learn from the schema too that no other argument is accepted.
     assert all(tool.input_schema["additionalProperties"] is False for tool in listed.values())
 
@@ -473,6 +475,13 @@ async def test_add_knowledge_needs_exactly_one_of_path_and_text(client: Client) 
     assert "exactly one" in await fail(client, "add_knowledge", kb="scratch")
     assert "exactly one" in await fail(client, "add_knowledge", kb="scratch", text="x", path="y")
     assert "kb must be" in await fail(client, "add_knowledge", kb="no spaces", text="hello")
+
+
+async def test_add_knowledge_defaults_the_knowledge_base_like_the_command_line() -> None:
+    with KnowledgeAgentCore() as core:
+        async with Client(create_server(core)) as connected:
+            report = await call(connected, "add_knowledge", text="A note without a base.")
+        assert report["kb"] == "default" and core.list_kbs()[0].name == "default"
 
 
 async def test_text_that_looks_like_a_path_is_stored_as_text(

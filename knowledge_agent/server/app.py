@@ -135,7 +135,8 @@ def _as_tool(function: Callable[..., dict[str, Any]]) -> Callable[..., Any]:
         "return": CallToolResult,
     }
     tool.__name__ = tool.__qualname__ = function.__name__
-    tool.__doc__ = function.__doc__
+    # The description a model reads: the docstring without its source indentation.
+    tool.__doc__ = inspect.cleandoc(function.__doc__ or "")
     return tool
 
 

@@ -172,7 +172,8 @@ Offset = Annotated[
 KbName = Annotated[
     str,
     Field(
-        description="The knowledge base to add to (created if new): letters, digits, '_', '.', '-'."
+        description="The knowledge base to add to (created if new): letters, digits, '_', '.', "
+        "'-'; 'default' when omitted."
     ),
 ]
 SourcePath = Annotated[
@@ -595,7 +596,7 @@ def path_within_roots(path: str, roots: Sequence[str]) -> str:
 def add_knowledge(
     core: KnowledgeAgentCore,
     *,
-    kb: KbName,
+    kb: KbName = "default",
     path: SourcePath = None,
     url: Url = None,
     text: Text = None,
