@@ -87,6 +87,7 @@ from knowledge_agent.storage.sources import KnowledgeBaseInfo, path_to_db
 if TYPE_CHECKING:
     from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
     from knowledge_agent.ingest.collector import ProgressCallback
+    from knowledge_agent.models import SearchResult
 
     if sys.version_info >= (3, 11):
         from importlib.resources.abc import Traversable
@@ -598,6 +599,16 @@ def add(
         _show_report(_merged(reports, name), as_json, verbose)
 
 
+def _result_json(result: SearchResult, *, full: bool) -> dict[str, Any]:
+    """A result for --json: its passages always, its document's whole text only when asked
+    (one hit in a 700 KB release-notes file must not make the answer 700 KB)."""
+    data = result.to_dict()
+    if not full:
+        content = data["item"].pop("content")
+        data["item"]["content_chars"] = len(content)
+    return data
+
+
 def _add_stdin(core: KnowledgeAgentCore, text: str, title: str | None, kb: str) -> CollectReport:
     """Store stdin text as one item; a report like a one-file collection."""
     started = time.perf_counter()
@@ -939,9 +950,11 @@ includes that whole day.
 
 \b
 --json prints {"query", "mode", "results": [SearchResult.to_dict()]}; a result is
-{"item", "relevance_score", "matched_fields", "highlights", "matched_chunks",
-"context_chunks", "explanation", "search_mode"}; chunk metadata holds start_line,
-end_line (and page, page_end for PDFs)."""
+{"item", "relevance_score", "confidence", "matched_fields", "highlights",
+"matched_chunks", "context_chunks", "explanation", "search_mode"}; a matched chunk has
+its "evidence_ref" and "explanation"; chunk metadata holds start_line, end_line (and
+page, page_end for PDFs). The item comes without its "content" (its length is in
+"content_chars") unless --full."""
 )
 @click.argument("query")
 @kb_option("Search only this knowledge base (repeatable; default: all).", multiple=True)
@@ -1000,6 +1013,7 @@ end_line (and page, page_end for PDFs)."""
     "(with [embeddings] in the project file).",
 )
 @click.option("--explain", is_flag=True, help="Show the score breakdown and matched terms.")
+@click.option("--full", is_flag=True, help="With --json: each result's whole document text too.")
 @click.option(
     "--rerank",
     is_flag=True,
@@ -1022,6 +1036,7 @@ def search(
     min_score: float | None,
     mode: str,
     explain: bool,
+    full: bool,
     rerank: bool,
     as_json: bool,
 ) -> None:
@@ -1058,7 +1073,11 @@ def search(
         )
     if as_json:
         render.print_json(
-            {"query": query, "mode": mode, "results": [result.to_dict() for result in results]}
+            {
+                "query": query,
+                "mode": mode,
+                "results": [_result_json(result, full=full) for result in results],
+            }
         )
     else:
         render.print_results(render.make_console(), results, explain=explain, base=os.getcwd())

@@ -848,3 +848,19 @@ def test_the_package_runs_as_a_module_and_knows_its_version() -> None:
     assert "MIT License" in (root / "LICENSE").read_text(encoding="utf-8")
     project = (root / "pyproject.toml").read_text(encoding="utf-8")
     assert 'license-files = ["LICENSE"]' in project and '"setuptools>=77"' in project
+
+
+def test_search_json_carries_passages_not_whole_documents(tmp_path: Path) -> None:
+    notes = "\n\n".join(
+        f"## Release {n}\n\nFixed bug number {n} in the parser." for n in range(3000)
+    )
+    write(tmp_path / "docs" / "release-notes.md", "# Release notes\n\n" + notes)
+    write(tmp_path / "docs" / "guide.md", "# Guide\n\nThe parser reads every release file.\n")
+    data = tmp_path / "data"
+    assert invoke(data, "add", str(tmp_path / "docs")).exit_code == 0
+    compact = invoke(data, "search", "parser release", "-n", "10", "--json")
+    assert len(compact.stdout) < 50_000 and len(notes) > 100_000
+    item = as_json(compact)["results"][0]["item"]
+    assert "content" not in item and item["content_chars"] > 0
+    full = as_json(invoke(data, "search", "parser release", "-n", "10", "--json", "--full"))
+    assert any(len(r["item"]["content"]) > 100_000 for r in full["results"])
