@@ -42,6 +42,7 @@ import errno
 import io
 import logging
 import os
+import re
 import sqlite3
 import sys
 import tempfile
@@ -87,7 +88,7 @@ from knowledge_agent.storage.sources import KnowledgeBaseInfo, path_to_db
 if TYPE_CHECKING:
     from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
     from knowledge_agent.ingest.collector import ProgressCallback
-    from knowledge_agent.models import SearchResult
+    from knowledge_agent.models import KnowledgeItem, SearchResult
 
     if sys.version_info >= (3, 11):
         from importlib.resources.abc import Traversable
@@ -1155,15 +1156,17 @@ def grep(
 Examples:
   knowledge-agent get 4cc65d4d-6d8e-4b54-b7a1-714ea321e416
   knowledge-agent get docs/deploy-guide.md --json
+  knowledge-agent get docs/deploy-guide.md:12-30
   knowledge-agent get --chunk 9b1f0c2e-… --neighbors 2
   knowledge-agent get 'kb:9b1f0c2e-…:docs/deploy-guide.md#L12-L30@3f2a9c0b1d4e'
 
 \b
 --json prints {"items": [KnowledgeItem.to_dict()]}; with --chunk,
 {"chunk", "item" (without content), "before": [chunks], "after": [chunks]}; for an
-evidence reference, {"ref", "status", "current_ref", "item_id", "title", "chunk"}."""
+evidence reference, {"ref", "status", "current_ref", "item_id", "title", "chunk"}; for
+PATH:START-END, {"item_id", "path", "start", "lines"}."""
 )
-@click.argument("target", required=False, metavar="[ITEM_ID|PATH|REF]")
+@click.argument("target", required=False, metavar="[ITEM_ID|PATH|PATH:START-END|REF]")
 @click.option("--chunk", "chunk_id", metavar="CHUNK_ID", help="Show this chunk in context.")
 @click.option(
     "--neighbors",
@@ -1211,9 +1214,15 @@ def get(
         return
     if target is None:
         raise click.UsageError("give an ITEM_ID or PATH, or --chunk CHUNK_ID")
+    span = _LINE_SPAN.fullmatch(target)
     with app.open_core() as core:
         item = core.get_item(target)
         items = [item] if item is not None else core.items_at(os.path.expanduser(target), kb=kb)
+        if not items and span is not None:
+            items = core.items_at(os.path.expanduser(span.group(1)), kb=kb)
+            if items:
+                _print_lines(items[0], int(span.group(2)), int(span.group(3)), as_json)
+                return
     if not items:
         raise NotFoundError(f"no item or collected file {target!r}")
     if as_json:
@@ -1224,6 +1233,25 @@ def get(
         if number:
             console.print()
         render.print_item(console, entry, base=os.getcwd())
+
+
+# get PATH:START-END — a line range of a collected file (qmd's form).
+_LINE_SPAN = re.compile(r"(.+):(\d+)-(\d+)")
+
+
+def _print_lines(item: KnowledgeItem, start: int, end: int, as_json: bool) -> None:
+    """Lines ``start``..``end`` (1-based, inclusive) of an item's text, numbered."""
+    if not 1 <= start <= end:
+        raise click.BadParameter(f"{start}-{end} is not a line range", param_hint="PATH:START-END")
+    lines = item.content.split("\n")[start - 1 : end]
+    if as_json:
+        render.print_json(
+            {"item_id": item.id, "path": item.source_uri, "start": start, "lines": lines}
+        )
+        return
+    width = len(str(start + len(lines) - 1))
+    for number, line in enumerate(lines, start=start):
+        click.echo(f"{number:>{width}}  {line}")
 
 
 def _chunk_of(

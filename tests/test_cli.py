@@ -864,3 +864,16 @@ def test_search_json_carries_passages_not_whole_documents(tmp_path: Path) -> Non
     assert "content" not in item and item["content_chars"] > 0
     full = as_json(invoke(data, "search", "parser release", "-n", "10", "--json", "--full"))
     assert any(len(r["item"]["content"]) > 100_000 for r in full["results"])
+
+
+def test_get_a_line_range_of_a_collected_file(tmp_path: Path) -> None:
+    path = tmp_path / "notes.md"
+    write(path, "# Notes\n\nfirst line\nsecond line\nthird line\n")
+    data = tmp_path / "data"
+    assert invoke(data, "add", str(path)).exit_code == 0
+    shown = invoke(data, "get", f"{path}:3-4")
+    assert shown.exit_code == 0 and shown.stdout == "3  first line\n4  second line\n"
+    as_data = as_json(invoke(data, "get", f"{path}:5-9", "--json"))
+    assert as_data["start"] == 5 and as_data["lines"][0] == "third line"
+    assert invoke(data, "get", f"{path}:4-2").exit_code == 2
+    assert invoke(data, "get", f"{tmp_path / 'other.md'}:1-2").exit_code == 1
