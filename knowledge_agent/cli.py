@@ -65,6 +65,7 @@ from rich.console import Console
 from knowledge_agent import cli_render as render
 from knowledge_agent.cli_checks import check_filters, check_values
 from knowledge_agent.cli_crawl import crawl_options, crawl_options_from, given, is_url
+from knowledge_agent.cli_formats import FORMATS, write_results
 from knowledge_agent.core.status import ChunkContext
 from knowledge_agent.core.text_search import compile_pattern
 from knowledge_agent.errors import (
@@ -88,7 +89,7 @@ from knowledge_agent.storage.sources import KnowledgeBaseInfo, path_to_db
 if TYPE_CHECKING:
     from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
     from knowledge_agent.ingest.collector import ProgressCallback
-    from knowledge_agent.models import KnowledgeItem, SearchResult
+    from knowledge_agent.models import KnowledgeItem
 
     if sys.version_info >= (3, 11):
         from importlib.resources.abc import Traversable
@@ -600,16 +601,6 @@ def add(
         _show_report(_merged(reports, name), as_json, verbose)
 
 
-def _result_json(result: SearchResult, *, full: bool) -> dict[str, Any]:
-    """A result for --json: its passages always, its document's whole text only when asked
-    (one hit in a 700 KB release-notes file must not make the answer 700 KB)."""
-    data = result.to_dict()
-    if not full:
-        content = data["item"].pop("content")
-        data["item"]["content_chars"] = len(content)
-    return data
-
-
 def _add_stdin(core: KnowledgeAgentCore, text: str, title: str | None, kb: str) -> CollectReport:
     """Store stdin text as one item; a report like a one-file collection."""
     started = time.perf_counter()
@@ -1016,6 +1007,18 @@ page, page_end for PDFs). The item comes without its "content" (its length is in
 @click.option("--explain", is_flag=True, help="Show the score breakdown and matched terms.")
 @click.option("--full", is_flag=True, help="With --json: each result's whole document text too.")
 @click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="text for people; json, ndjson (a result a line), csv, md, or files (paths only).",
+)
+@click.option(
+    "--files", "files_only", is_flag=True, help="Only the paths, best first (--format files)."
+)
+@click.option("--all", "every", is_flag=True, help="Every result above --min-score, not only -n.")
+@click.option(
     "--rerank",
     is_flag=True,
     help="Re-score the best results with the project file's [rerank] service.",
@@ -1038,6 +1041,9 @@ def search(
     mode: str,
     explain: bool,
     full: bool,
+    fmt: str,
+    files_only: bool,
+    every: bool,
     rerank: bool,
     as_json: bool,
 ) -> None:
@@ -1059,7 +1065,7 @@ def search(
         )
         results = core.search(
             query,
-            limit=limit,
+            limit=_ALL_RESULTS if every else limit,
             context_window=context,
             kb=kb or None,
             source_type=source_types or None,
@@ -1072,14 +1078,9 @@ def search(
             mode=mode,
             rerank=rerank,
         )
-    if as_json:
-        render.print_json(
-            {
-                "query": query,
-                "mode": mode,
-                "results": [_result_json(result, full=full) for result in results],
-            }
-        )
+    fmt = "json" if as_json else "files" if files_only else fmt
+    if fmt != "text":
+        write_results(fmt, query, mode, results, full=full)
     else:
         render.print_results(render.make_console(), results, explain=explain, base=os.getcwd())
 
@@ -1234,6 +1235,9 @@ def get(
             console.print()
         render.print_item(console, entry, base=os.getcwd())
 
+
+# search --all: every result above the threshold (the search itself caps what it ranks).
+_ALL_RESULTS = 10_000
 
 # get PATH:START-END — a line range of a collected file (qmd's form).
 _LINE_SPAN = re.compile(r"(.+):(\d+)-(\d+)")

@@ -877,3 +877,25 @@ def test_get_a_line_range_of_a_collected_file(tmp_path: Path) -> None:
     assert as_data["start"] == 5 and as_data["lines"][0] == "third line"
     assert invoke(data, "get", f"{path}:4-2").exit_code == 2
     assert invoke(data, "get", f"{tmp_path / 'other.md'}:1-2").exit_code == 1
+
+
+def test_search_writes_ndjson_csv_markdown_and_paths(corpus: tuple[Path, Path]) -> None:
+    import csv
+    import io
+
+    docs, data = corpus
+    lines = invoke(data, "search", "deploy rollback", "--format", "ndjson").stdout.splitlines()
+    assert lines and all(json.loads(line)["item"]["title"] for line in lines)
+    table = list(
+        csv.DictReader(io.StringIO(invoke(data, "search", "deploy", "--format", "csv").stdout))
+    )
+    assert table[0]["rank"] == "1" and table[0]["evidence_ref"].startswith("kb:")
+    markdown = invoke(data, "search", "deploy", "--format", "md").stdout
+    assert markdown.startswith("1. **") and "`" in markdown
+    paths = invoke(data, "search", "deploy", "--files").stdout.splitlines()
+    assert paths and all(path.startswith(str(docs)) for path in paths)
+    assert len(paths) == len(set(paths))
+    few = invoke(data, "search", "deploy retry backoff", "-n", "1", "--files").stdout.splitlines()
+    every = invoke(data, "search", "deploy retry backoff", "-n", "1", "--all", "--files")
+    every = every.stdout.splitlines()
+    assert len(few) == 1 and len(every) > 1
