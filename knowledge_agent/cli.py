@@ -802,7 +802,8 @@ def remove(app: App, target: str, kb: str | None, as_json: bool) -> None:
     """Delete an item by id, or forget a collected file, folder or doc source (its start
     URL) and its items."""
     with app.open_core() as core:
-        item = core.get_item(target)
+        item_id = core.resolve_id(target)
+        item = core.get_item(item_id) if item_id else None
         if item is not None and (kb is None or item.kb == kb):
             core.delete_knowledge_item(item.id)
             kind, removed = "item", 1
@@ -877,7 +878,7 @@ def explain(app: App, chunk_id: str, query: str | None, as_json: bool) -> None:
     where the chunk is and its document's boosts. The final score is
     fused × document boost × recency boost + rerank delta."""
     with app.open_core() as core:
-        explained = core.explain(chunk_id, query)
+        explained = core.explain(core.resolve_id(chunk_id, "chunk") or chunk_id, query)
     if as_json:
         render.print_json(explained.to_dict())
         return
@@ -1217,7 +1218,8 @@ def get(
         raise click.UsageError("give an ITEM_ID or PATH, or --chunk CHUNK_ID")
     span = _LINE_SPAN.fullmatch(target)
     with app.open_core() as core:
-        item = core.get_item(target)
+        item_id = core.resolve_id(target)
+        item = core.get_item(item_id) if item_id else None
         items = [item] if item is not None else core.items_at(os.path.expanduser(target), kb=kb)
         if not items and span is not None:
             items = core.items_at(os.path.expanduser(span.group(1)), kb=kb)
@@ -1262,7 +1264,7 @@ def _chunk_of(
     core: KnowledgeAgentCore, chunk_id: str, neighbors: int, target: str | None
 ) -> ChunkContext:
     """The chunk in context; with a target, it must belong to that item or file."""
-    context = core.read_chunk(chunk_id, neighbors=neighbors)
+    context = core.read_chunk(core.resolve_id(chunk_id, "chunk") or chunk_id, neighbors=neighbors)
     item = context.item
     if target is not None and target != item.id and not _same_path(target, item.source_uri):
         raise NotFoundError(f"chunk {chunk_id!r} is not part of {target!r}")
@@ -1306,11 +1308,12 @@ def list_command(
             core, kb=[kb] if kb else (), source_types=[source_type] if source_type else ()
         )
         items = core.list_items(kb=kb, source_type=source_type, limit=limit, offset=offset)
+        short = {item.id: core.short_id(item.id) for item in items} if not as_json else {}
     if as_json:
         rows = [{k: v for k, v in item.to_dict().items() if k != "content"} for item in items]
         render.print_json({"count": len(rows), "items": rows})
     else:
-        render.print_items(render.make_console(), items, base=os.getcwd())
+        render.print_items(render.make_console(), items, base=os.getcwd(), short_ids=short)
 
 
 @cli.command(

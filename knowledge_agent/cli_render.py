@@ -397,15 +397,21 @@ def _neighbour(chunk: KnowledgeChunk) -> Text:
     return _indented(head + body, "  ")
 
 
-def print_items(console: Console, items: Iterable[KnowledgeItem], *, base: str | None) -> None:
-    """One line per item: id, kb/type, title, source."""
+def print_items(
+    console: Console,
+    items: Iterable[KnowledgeItem],
+    *,
+    base: str | None,
+    short_ids: Mapping[str, str] | None = None,
+) -> None:
+    """One line per item: id (its short unique prefix, when given), kb/type, title, source."""
     count = 0
     for item in items:
         count += 1
         path = display_path(item.source_uri, base)
         console.print(
             Text.assemble(
-                (item.id, DIM),
+                ((short_ids or {}).get(item.id, item.id), DIM),
                 "  ",
                 (f"{item.kb}/{item.source_type}", "magenta"),
                 "  ",

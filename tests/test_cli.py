@@ -899,3 +899,16 @@ def test_search_writes_ndjson_csv_markdown_and_paths(corpus: tuple[Path, Path]) 
     every = invoke(data, "search", "deploy retry backoff", "-n", "1", "--all", "--files")
     every = every.stdout.splitlines()
     assert len(few) == 1 and len(every) > 1
+
+
+def test_ids_are_shown_short_and_taken_by_unique_prefix(corpus: tuple[Path, Path]) -> None:
+    _, data = corpus
+    listed = invoke(data, "list").stdout.splitlines()
+    short = listed[0].split()[0]
+    assert 8 <= len(short) < 36
+    shown = invoke(data, "get", short, "--json")
+    assert as_json(shown)["items"][0]["id"].startswith(short)
+    chunk = as_json(invoke(data, "search", "deploy", "--json"))["results"][0]["matched_chunks"][0]
+    assert invoke(data, "explain", chunk["chunk_id"][:10]).exit_code == 0
+    assert invoke(data, "get", "--chunk", chunk["chunk_id"][:10], "--json").exit_code == 0
+    assert invoke(data, "get", short[:4]).exit_code == 1  # too short to be taken as an id

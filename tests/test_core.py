@@ -516,3 +516,18 @@ def test_search_config_with_doc_type_weights_is_hashable() -> None:
     weighted = SearchConfig(doc_type_weights={"adr": 2.0})
     assert {weighted, SearchConfig()}  # usable in sets and as a key of frozen settings
     assert weighted != SearchConfig()
+
+
+def test_ids_resolve_by_unique_prefix_and_ambiguity_is_an_error() -> None:
+    with KnowledgeAgentCore() as core:
+        core.add_text("one", item_id="abcdef12-0000-aaaa")
+        core.add_text("two", item_id="abcdef12-1111-bbbb")
+        assert core.resolve_id("abcdef12-0000-aaaa") == "abcdef12-0000-aaaa"
+        assert core.resolve_id("abcdef12-1") == "abcdef12-1111-bbbb"
+        assert core.resolve_id("abcdef") is None  # shorter than 8: never a prefix
+        assert core.resolve_id("zzzzzzzzzz") is None
+        with pytest.raises(QueryError, match="fits several"):
+            core.resolve_id("abcdef12")
+        assert core.short_id("abcdef12-0000-aaaa") == "abcdef12-000"
+        chunk = core.storage.get_chunks_for_item("abcdef12-0000-aaaa")[0].id
+        assert core.resolve_id(chunk[:9], "chunk") == chunk

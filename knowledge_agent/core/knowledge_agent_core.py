@@ -101,6 +101,8 @@ def _source_path(source: str | os.PathLike[str]) -> str | None:
     return full
 
 
+# The shortest id prefix shown or accepted: 8 hex digits, as git shows commits.
+_MIN_ID_PREFIX = 8
 # How many results an explanation for a query looks through for the chunk.
 _EXPLAIN_DEPTH = 50
 # What a query's ``weights`` may name: this package's engines, and 000's names for them.
@@ -857,6 +859,32 @@ class KnowledgeAgentCore:
             page=page if isinstance(page, int) else None,
             details=details,
         )
+
+    def resolve_id(self, text: str, kind: str = "item") -> str | None:
+        """The full item (or chunk) id ``text`` names: itself, or the one id it is a prefix
+        of (at least :data:`_MIN_ID_PREFIX` characters); None when it names none.
+        ``QueryError`` when a prefix fits several, naming them."""
+        found = self.storage.ids_with_prefix(kind, text, limit=1)
+        if found and found[0] == text:
+            return text
+        if len(text) < _MIN_ID_PREFIX:
+            return None
+        several = self.storage.ids_with_prefix(kind, text, limit=3)
+        if len(several) > 1:
+            raise QueryError(
+                f"{kind} id prefix {text!r} fits several: {', '.join(several[:2])}"
+                + (" …" if len(several) > 2 else "")
+                + "; give more of it"
+            )
+        return several[0] if several else None
+
+    def short_id(self, full: str, kind: str = "item") -> str:
+        """The shortest prefix of ``full`` (at least :data:`_MIN_ID_PREFIX` characters) that
+        names it alone — what the command line shows."""
+        for length in range(_MIN_ID_PREFIX, len(full), 4):
+            if len(self.storage.ids_with_prefix(kind, full[:length], limit=2)) < 2:
+                return full[:length]
+        return full
 
     def check_citation(self, ref: str) -> CitationCheck:
         """Whether the text an evidence reference cites is still there, moved, changed or

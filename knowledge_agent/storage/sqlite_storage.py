@@ -669,6 +669,22 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
         """The items found among these ids, by id; missing ids are absent."""
         return self._by_ids("get_items", _ITEM_SELECT, item_ids, _row_to_item)
 
+    def ids_with_prefix(self, kind: str, prefix: str, limit: int = 2) -> list[str]:
+        """Up to ``limit`` item (``kind="item"``) or chunk ids starting with ``prefix``, sorted:
+        a range over the primary key, so it stays cheap at any size."""
+        table = {"item": "knowledge_items", "chunk": "knowledge_chunks"}.get(kind)
+        if table is None:
+            raise StorageError(f"ids_with_prefix: kind must be 'item' or 'chunk', got {kind!r}")
+        if not prefix:
+            return []
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        with self._reading("ids_with_prefix") as conn:
+            rows = conn.execute(
+                f"SELECT id FROM {table} WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+                (prefix, upper, limit),
+            ).fetchall()
+        return [row[0] for row in rows]
+
     def field_values(self, name: str) -> list[str]:
         """The distinct non-empty values of an item field that filters take (``kb``,
         ``source_type``, ``doc_type``, ``language``), sorted."""
