@@ -337,6 +337,13 @@ def test_filters_are_applied_before_ranking(core: KnowledgeAgentCore) -> None:
     ]
     both = core.search("kubernetes", limit=100, kb=["big", "small"])
     assert len(both) == 41
+    # Several prefixes or globs are OR-ed, inside the engines: one search, not one per scope.
+    two = core.search("kubernetes", limit=5, path_prefix=["small/", "big/7"])
+    assert {r.item.source_uri for r in two} == {"small/note.md", "big/7.md"}
+    globbed = core.search("kubernetes", limit=20, path_glob=["*/note.md", "big/3?.md"])
+    assert {r.item.source_uri for r in globbed} == {"small/note.md"} | {
+        f"big/3{n}.md" for n in range(10)
+    }
     items_only = core.search("kubernetes liveness probe", limit=5, kb="small", level="item")
     assert [r.item.id for r in items_only] == [small.id]
 

@@ -328,6 +328,7 @@ def test_filters_match_search_filters_matches(index_dir: Path | None) -> None:
         SearchFilters.build(source_type="web", doc_type=["guide", ""]),
         SearchFilters.build(path_prefix="/docs/"),
         SearchFilters.build(path_glob="*/sub/*.md"),
+        SearchFilters.build(path_prefix=["/docs/", "https://"], path_glob=["*.md", "*/sub/*"]),
         SearchFilters.build(path_prefix="https://", kb="default"),
         SearchFilters.build(updated_after=BASE_TIME + timedelta(days=10)),
         SearchFilters.build(

@@ -392,6 +392,10 @@ FILTER_CASES = [
     SearchFilters.build(path_glob="/repo/[ds]*"),
     SearchFilters.build(path_prefix="/repo/", path_glob="*.py"),
     SearchFilters.build(path_prefix="/repo/docs", path_glob="/repo/src/*"),
+    SearchFilters.build(path_prefix=["/repo/docs", "https://example.com/"]),
+    SearchFilters.build(path_glob=["*.md", "/repo/src/*"]),
+    SearchFilters.build(path_prefix=["/repo/docs", "/repo/src"], path_glob=["*.py", "*.md"]),
+    SearchFilters.build(path_prefix=["/repo/", "/repo/docs"], path_glob=["/repo/docs/*"]),
     SearchFilters.build(updated_after=BASE_TIME + timedelta(days=4)),
     SearchFilters.build(updated_before=BASE_TIME + timedelta(days=4)),
     SearchFilters.build(

@@ -386,6 +386,7 @@ FILTER_CASES = [
     SearchFilters.build(language="zh"),
     SearchFilters.build(path_prefix="/docs/api/"),
     SearchFilters.build(path_glob="*/guides/*.md"),
+    SearchFilters.build(path_prefix=["/docs/api/", "https://"], path_glob=["*.md", "*.html"]),
     SearchFilters.build(path_glob="https://*"),
     SearchFilters.build(updated_after="2024-01-10"),
     SearchFilters.build(updated_before="2024-01-05T00:00:00+00:00"),

@@ -52,15 +52,17 @@ class SearchFilters:
     """Restrictions on which items a search may return; empty fields restrict nothing.
 
     ``path_prefix`` and ``path_glob`` match an item's ``source_uri`` (``fnmatch`` rules:
-    ``*`` also matches ``/``); the date bounds are inclusive and compare ``updated_at``.
+    ``*`` also matches ``/``); each holds several values that are OR-ed (a path under any of
+    the prefixes, matching any of the globs). The date bounds are inclusive and compare
+    ``updated_at``.
     """
 
     kb: tuple[str, ...] = ()
     source_type: tuple[str, ...] = ()
     doc_type: tuple[str, ...] = ()
     language: tuple[str, ...] = ()
-    path_prefix: str | None = None
-    path_glob: str | None = None
+    path_prefix: tuple[str, ...] = ()
+    path_glob: tuple[str, ...] = ()
     updated_after: datetime | None = None
     updated_before: datetime | None = None
 
@@ -72,22 +74,19 @@ class SearchFilters:
         source_type: str | Iterable[str] | None = None,
         doc_type: str | Iterable[str] | None = None,
         language: str | Iterable[str] | None = None,
-        path_prefix: str | None = None,
-        path_glob: str | None = None,
+        path_prefix: str | Iterable[str] | None = None,
+        path_glob: str | Iterable[str] | None = None,
         updated_after: datetime | str | None = None,
         updated_before: datetime | str | None = None,
     ) -> SearchFilters:
-        """Filters from user-facing options: a name or a list of names, ISO dates allowed."""
-        for name, value in (("path_prefix", path_prefix), ("path_glob", path_glob)):
-            if value is not None and not isinstance(value, str):
-                raise QueryError(f"{name} must be a string, got {value!r}")
+        """Filters from user-facing options: a value or a list of values, ISO dates allowed."""
         return cls(
             kb=_names(kb, "kb"),
             source_type=_names(source_type, "source_type"),
             doc_type=_names(doc_type, "doc_type"),
             language=_names(language, "language"),
-            path_prefix=path_prefix or None,
-            path_glob=path_glob or None,
+            path_prefix=tuple(p for p in _names(path_prefix, "path_prefix") if p),
+            path_glob=tuple(g for g in _names(path_glob, "path_glob") if g),
             updated_after=_datetime(updated_after, "updated_after"),
             updated_before=_datetime(updated_before, "updated_before"),
         )
@@ -98,11 +97,13 @@ class SearchFilters:
 
     @cached_property
     def _glob(self) -> re.Pattern[str] | None:
-        return None if self.path_glob is None else re.compile(fnmatch.translate(self.path_glob))
+        if not self.path_glob:
+            return None
+        return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in self.path_glob))
 
     def matches_path(self, path: str) -> bool:
-        """Whether a ``source_uri`` passes the path prefix and glob."""
-        if self.path_prefix is not None and not path.startswith(self.path_prefix):
+        """Whether a ``source_uri`` passes the path prefixes and globs."""
+        if self.path_prefix and not path.startswith(self.path_prefix):
             return False
         return self._glob is None or self._glob.match(path) is not None
 

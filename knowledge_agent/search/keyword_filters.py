@@ -59,7 +59,7 @@ def filter_mask(searcher: Searcher, filters: SearchFilters) -> np.ndarray:
             allow &= mask(allow.size, searcher.docs_for_query(constraint))
     if filters.updated_after is not None or filters.updated_before is not None:
         allow &= date_mask(searcher, filters)
-    if (filters.path_prefix is not None or filters.path_glob is not None) and allow.any():
+    if (filters.path_prefix or filters.path_glob) and allow.any():
         allow &= mask(allow.size, path_docs(searcher, filters))
     return allow
 
@@ -67,23 +67,31 @@ def filter_mask(searcher: Searcher, filters: SearchFilters) -> np.ndarray:
 def path_docs(searcher: Searcher, filters: SearchFilters) -> set[int]:
     """Docnums whose ``path`` passes ``filters.matches_path`` — the reference semantics —
     tested once per distinct path per segment, over the lexicon slice that can match."""
-    prefix = filters.path_prefix or ""
-    literal = "" if filters.path_glob is None else glob_literal_prefix(filters.path_glob)
-    if literal.startswith(prefix):
-        start = literal
-    elif prefix.startswith(literal):
-        start = prefix
-    else:
-        return set()  # the prefix and the glob's fixed start disagree: nothing matches
     path_field = searcher.schema["path"]
     verdicts: dict[bytes, bool] = {}
     docs: set[int] = set()
-    for leaf, offset in searcher.leaf_searchers():
-        reader = leaf.reader()
-        for raw in reader.expand_prefix("path", start):
-            ok = verdicts.get(raw)
-            if ok is None:
-                ok = verdicts[raw] = filters.matches_path(path_field.from_bytes(raw))
-            if ok:
-                docs.update(offset + d for d in reader.postings("path", raw).all_ids())
+    for start in _lexicon_starts(filters):
+        for leaf, offset in searcher.leaf_searchers():
+            reader = leaf.reader()
+            for raw in reader.expand_prefix("path", start):
+                ok = verdicts.get(raw)
+                if ok is None:
+                    ok = verdicts[raw] = filters.matches_path(path_field.from_bytes(raw))
+                if ok:
+                    docs.update(offset + d for d in reader.postings("path", raw).all_ids())
     return docs
+
+
+def _lexicon_starts(filters: SearchFilters) -> list[str]:
+    """The path prefixes whose lexicon slices can hold a match: each prefix narrowed by a
+    glob's fixed start where the two agree (a pair that disagrees can match nothing)."""
+    prefixes = filters.path_prefix or ("",)
+    literals = [glob_literal_prefix(glob) for glob in filters.path_glob] or [""]
+    starts = {
+        literal if literal.startswith(prefix) else prefix
+        for prefix in prefixes
+        for literal in literals
+        if literal.startswith(prefix) or prefix.startswith(literal)
+    }
+    # A start inside another's slice is already covered by it.
+    return [s for s in starts if not any(s != o and s.startswith(o) for o in starts)]

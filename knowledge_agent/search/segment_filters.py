@@ -63,7 +63,7 @@ class MetadataCodes:
                 table = self._strings[name]
                 found = [code for code in map(table.lookup, allowed) if code is not None]
                 mask &= np.isin(codes[name], np.array(found, np.int32))
-        if filters.path_prefix is not None or filters.path_glob is not None:
+        if filters.path_prefix or filters.path_glob:
             mask &= self._paths_matching(filters)[codes["path"]]
         # Same comparisons as SearchFilters.matches_time, vectorised over the entries.
         if filters.updated_after is not None:
