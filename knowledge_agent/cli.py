@@ -1446,7 +1446,8 @@ def _show_kb(info: KnowledgeBaseInfo, as_json: bool, message: str | None) -> Non
 @cli.command(
     epilog="""\b
 Example (an MCP client configuration):
-  {"command": "knowledge-agent", "args": ["--data-dir", "/path/kb", "serve"]}"""
+  {"command": "knowledge-agent", "args": ["--data-dir", "/path/kb", "serve"]}
+Over HTTP: knowledge-agent serve --http 8765, then connect to http://127.0.0.1:8765/mcp"""
 )
 @click.option(
     "--root",
@@ -1464,18 +1465,77 @@ Example (an MCP client configuration):
     help="A URL prefix the server's tools may crawl, e.g. https://docs.python.org/3/ "
     "(repeatable). Private, loopback and link-local hosts only when a prefix names them.",
 )
+@click.option(
+    "--http",
+    "http_address",
+    metavar="[HOST:]PORT",
+    help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio; HOST is "
+    "127.0.0.1 unless given (PORT 0: any free port).",
+)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="With --http: allow a HOST that is not loopback (e.g. 0.0.0.0). The server has "
+    "no authentication: anyone who can reach it can use its tools.",
+)
 @pass_app
-def serve(app: App, roots: tuple[Path, ...], allow_urls: tuple[str, ...]) -> None:
-    """Run the MCP server over stdio, for agents (needs the [mcp] extra).
+def serve(
+    app: App,
+    roots: tuple[Path, ...],
+    allow_urls: tuple[str, ...],
+    http_address: str | None,
+    allow_remote: bool,
+) -> None:
+    """Run the MCP server over stdio (or streamable HTTP with --http), for agents (needs the
+    [mcp] extra).
 
-    Stdout carries only the protocol; logs go to stderr. Agents may add files only under
-    --root folders and web pages only under --allow-url prefixes.
+    Over stdio, stdout carries only the protocol; logs go to stderr. Agents may add files
+    only under --root folders and web pages only under --allow-url prefixes.
     """
-    app.settings  # noqa: B018 - a bad project file fails here, before the protocol starts
-    try:
-        from knowledge_agent.server import run_stdio
+    import ipaddress
 
-        run_stdio(app.new_core, roots=[root.resolve() for root in roots], allow_urls=allow_urls)
+    address: tuple[str, int] | None = None
+    if http_address is not None:
+        host, _, port_text = http_address.strip().rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
+        if not port_text.isdigit() or int(port_text) > 65535:
+            raise click.BadParameter(
+                f"{http_address!r} is not [HOST:]PORT (e.g. 8765 or 127.0.0.1:8765)",
+                param_hint="--http",
+            )
+        try:
+            loopback = host.lower() == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback and not allow_remote:
+            raise click.UsageError(
+                f"--http {http_address}: {host} is not a loopback address and the server has "
+                "no authentication, so anyone who can reach it could read and change the "
+                "knowledge base; pass --allow-remote to serve there anyway"
+            )
+        address = (host, int(port_text))
+    elif allow_remote:
+        raise click.UsageError("--allow-remote applies only with --http [HOST:]PORT")
+    app.settings  # noqa: B018 - a bad project file fails here, before the protocol starts
+    resolved = [root.resolve() for root in roots]
+    try:
+        if address is None:
+            from knowledge_agent.server import run_stdio
+
+            run_stdio(app.new_core, roots=resolved, allow_urls=allow_urls)
+            return
+        from knowledge_agent.server import bind_http
+
+        server = bind_http(
+            app.new_core,
+            host=address[0],
+            port=address[1],
+            roots=resolved,
+            allow_urls=allow_urls,
+            allow_remote=allow_remote,
+        )
+        click.echo(f"Serving MCP (streamable HTTP) at {server.url}; Ctrl-C stops.", err=True)
+        server.serve()
     except ImportError as exc:
         if _missing_mcp(exc):
             raise ConfigError(MCP_EXTRA_MESSAGE) from exc

@@ -448,6 +448,111 @@ async def test_index_status_reports_a_consistent_index(client: Client) -> None:
     assert status["keyword_index"]["chunks"] == status["chunks"]
 
 
+# -- list_items ------------------------------------------------------------------------------
+
+DOCS_FILES = 10  # deploy, caching, zh-account, billing and six invoice policies
+
+
+async def page_through(client: Client, **arguments: Any) -> list[dict[str, Any]]:
+    """Every item of a listing, following next_offset page by page."""
+    items: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        page = await call(client, "list_items", offset=offset, **arguments)
+        assert page["offset"] == offset and page["count"] == len(page["items"])
+        items += page["items"]
+        if not page["more"]:
+            assert "next_offset" not in page
+            return items
+        offset = page["next_offset"]
+        assert offset == page["offset"] + page["count"]
+
+
+async def test_list_items_gives_summaries_without_content(client: Client, docs: Path) -> None:
+    answer = await call(client, "list_items", kb="docs")
+
+    assert (answer["count"], answer["total"], answer["more"]) == (DOCS_FILES, DOCS_FILES, False)
+    by_uri = {item["uri"]: item for item in answer["items"]}
+    deploy = by_uri[str((docs / "deploy.md").resolve())]
+    assert set(deploy) == {
+        "item_id",
+        "title",
+        "uri",
+        "kb",
+        "source_type",
+        "doc_type",
+        "language",
+        "updated_at",
+        "chunks",
+    }
+    assert deploy["title"] == "Deploying the web service" and deploy["kb"] == "docs"
+    assert deploy["source_type"] == "markdown" and deploy["chunks"] >= 2
+    assert by_uri[str((docs / "src" / "billing.py").resolve())]["source_type"] == "code"
+    # The item_id is the one get_knowledge_item reads.
+    read = await call(client, "get_knowledge_item", item_id=deploy["item_id"], max_chars=20)
+    assert read["title"] == deploy["title"]
+
+
+async def test_list_items_pages_with_next_offset(client: Client) -> None:
+    whole = (await call(client, "list_items", kb="docs", limit=500))["items"]
+    first = await call(client, "list_items", kb="docs", limit=4)
+
+    assert (first["count"], first["total"], first["more"], first["next_offset"]) == (
+        4,
+        DOCS_FILES,
+        True,
+        4,
+    )
+    paged = await page_through(client, kb="docs", limit=4)
+    assert [item["item_id"] for item in paged] == [item["item_id"] for item in whole]
+    past_the_end = await call(client, "list_items", kb="docs", offset=DOCS_FILES)
+    assert (past_the_end["count"], past_the_end["more"]) == (0, False)
+
+
+async def test_list_items_filters_by_path_glob(client: Client, docs: Path) -> None:
+    finance = await call(client, "list_items", kb="docs", path_glob="finance/*")
+    code = await call(client, "list_items", path_glob=str(docs / "src" / "*.py"))
+    markdown = await page_through(client, kb="docs", path_glob="*.md", limit=3)
+    either = await call(client, "list_items", kb="docs", path_glob=["*/deploy.md", "*.py"])
+
+    # A relative pattern matches at any depth; no cheap total with a glob: `more` says it.
+    assert finance["count"] == 6 and "total" not in finance and finance["more"] is False
+    assert all("/finance/invoice-policy-" in item["uri"] for item in finance["items"])
+    assert [item["title"] for item in code["items"]] == ["billing.py"]
+    assert len(markdown) == DOCS_FILES - 1 and len({item["item_id"] for item in markdown}) == 9
+    assert sorted(item["uri"].rsplit("/", 1)[1] for item in either["items"]) == [
+        "billing.py",
+        "deploy.md",
+    ]
+    first = await call(client, "list_items", kb="docs", path_glob="*.md", limit=3)
+    assert (first["more"], first["next_offset"]) == (True, 3)
+
+
+async def test_list_items_by_source_type_and_several_knowledge_bases(client: Client) -> None:
+    code = await call(client, "list_items", source_type="code")
+    both = await call(client, "list_items", kb=["docs", "notes"], limit=500)
+    documents = await call(client, "list_items", kb="docs", source_type=["markdown", "text"])
+
+    assert [item["title"] for item in code["items"]] == ["billing.py"]
+    assert code["more"] is False and "total" not in code  # storage counts by kb only
+    assert len(both["items"]) == DOCS_FILES + 1 and both["more"] is False
+    standup = next(item for item in both["items"] if item["kb"] == "notes")
+    assert standup["title"] == "Standup" and standup["uri"] is None
+    assert documents["count"] == DOCS_FILES - 1
+    # A path glob never matches an item without a path.
+    assert (await call(client, "list_items", kb="notes", path_glob="*"))["count"] == 0
+
+
+async def test_list_items_refuses_unknown_knowledge_bases_and_bad_pages(client: Client) -> None:
+    message = await fail(client, "list_items", kb=["docs", "nope"])
+
+    assert "no knowledge base named 'nope'; the knowledge bases are: " in message
+    assert "docs" in message and "notes" in message
+    assert "limit" in await fail(client, "list_items", limit=0)
+    assert "limit" in await fail(client, "list_items", limit=501)
+    assert "offset" in await fail(client, "list_items", offset=-1)
+
+
 # -- writing ---------------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """The MCP server over a knowledge base (the optional ``[mcp]`` extra).
 
-``create_server(core)`` builds the server, ``run_stdio(open_core)`` serves it over stdio;
+``create_server(core)`` builds the server, ``run_stdio(open_core)`` serves it over stdio and
+``run_http(open_core, host=, port=)`` over streamable HTTP;
 the tools themselves are plain functions in :mod:`knowledge_agent.server.mcp_tools`.
 """
 
@@ -11,6 +12,13 @@ except ImportError as exc:
         'the MCP server needs the [mcp] extra: pip install "knowledge-agent[mcp]"'
     ) from exc
 
-from knowledge_agent.server.app import ServerState, create_server, run_stdio
+from knowledge_agent.server.app import (
+    HttpServer,
+    ServerState,
+    bind_http,
+    create_server,
+    run_http,
+    run_stdio,
+)
 
-__all__ = ["ServerState", "create_server", "run_stdio"]
+__all__ = ["HttpServer", "ServerState", "bind_http", "create_server", "run_http", "run_stdio"]

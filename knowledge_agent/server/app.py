@@ -1,4 +1,6 @@
-"""The MCP server: ``create_server(core)`` builds it, ``run_stdio(open_core)`` serves it.
+"""The MCP server: ``create_server(core)`` builds it; ``run_stdio(open_core)`` serves it over
+stdio and ``run_http(open_core, host=, port=)`` over streamable HTTP (``bind_http`` for the
+bound server itself: its URL, ``serve()`` and ``stop()``).
 
 Each plain function of :mod:`knowledge_agent.server.mcp_tools` becomes one tool: its
 signature (without ``core`` and ``roots``) is the input schema, its docstring the
@@ -12,8 +14,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import ipaddress
 import logging
 import os
+import socket
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -25,16 +30,25 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
 from knowledge_agent.core import KnowledgeAgentCore
 from knowledge_agent.crawl import UrlPolicy
-from knowledge_agent.errors import KnowledgeAgentError
+from knowledge_agent.errors import ConfigError, KnowledgeAgentError
 from knowledge_agent.server import mcp_tools
 
-__all__ = ["ServerState", "create_server", "run_stdio"]
+__all__ = [
+    "HttpServer",
+    "ServerState",
+    "bind_http",
+    "create_server",
+    "is_loopback",
+    "run_http",
+    "run_stdio",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +60,8 @@ that answer a question and knowledge_text_search finds exact text line by line, 
 search_knowledge (or search_code / search_docs for only code or only documents) searches
 every knowledge base at once, with context; every matched chunk has an evidence ref
 kb:<chunk_id>:<path>#L<start>-L<end> to cite. read_chunk shows a passage with its
-neighbours, get_knowledge_item a whole document.
+neighbours, get_knowledge_item a whole document. list_items pages through the stored
+documents (by knowledge base, path glob or source type) without their text.
 """
 
 _READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -218,6 +233,9 @@ def create_server(
         title="Knowledge Agent",
         instructions=INSTRUCTIONS,
         version=_version(),
+        # The SDK sets up root logging at this level (on stderr): its per-request INFO
+        # lines would drown the command's own messages.
+        log_level="WARNING",
         lifespan=_lifespan(core, allowed, UrlPolicy(tuple(allow_urls)) if allow_urls else None),
         tools=tools,
     )
@@ -241,3 +259,177 @@ def run_stdio(
         list(allow_urls) or "none",
     )
     anyio.run(server.run_stdio_async)
+
+
+# -- streamable HTTP --------------------------------------------------------------------------
+
+HTTP_PATH = "/mcp"
+# Agents keep a stream open per session: past this, a stopping server closes them anyway.
+_GRACEFUL_SHUTDOWN_S = 3
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only: ``localhost`` or a loopback address."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``host:port`` (port 0: a free one): a client that connects
+    before the server answers waits in the backlog instead of being refused."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        if os.name != "nt":  # on Windows SO_REUSEADDR would let two servers share the port
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class HttpServer:
+    """The MCP server over streamable HTTP, bound to its port: ``url`` is known (even for
+    port 0) before ``serve()`` starts answering.
+
+    ``serve()`` blocks until ``stop()`` (from any thread), or Ctrl-C / SIGTERM when it runs
+    in the main thread. It opens the core first and closes it once the server has stopped.
+    """
+
+    def __init__(
+        self,
+        open_core: Callable[[], KnowledgeAgentCore],
+        sock: socket.socket,
+        *,
+        host: str,
+        roots: tuple[str, ...],
+        allow_urls: tuple[str, ...],
+    ) -> None:
+        self._open_core = open_core
+        self._socket = sock
+        self._host = host
+        self._roots = roots
+        self._allow_urls = allow_urls
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._uvicorn: Any = None
+        bound_host, self.port = sock.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        self.url = f"http://{shown}:{self.port}{HTTP_PATH}"
+
+    def _transport_security(self) -> TransportSecuritySettings | None:
+        """On a loopback address, refuse requests whose Host or Origin is another site's
+        (DNS rebinding); a server opened to the network answers any host name."""
+        if not is_loopback(self._host):
+            return None
+        names = {"127.0.0.1", "localhost", "[::1]", self._host}
+        hosts = [f"[{n}]" if ":" in n and not n.startswith("[") else n for n in sorted(names)]
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[f"{name}:*" for name in hosts],
+            allowed_origins=[f"http://{name}:*" for name in hosts],
+        )
+
+    def serve(self) -> None:
+        """Answer requests until stopped (blocking); the socket is closed afterwards."""
+        import uvicorn
+
+        try:
+            core = self._open_core()
+            # Handed to the lifespan "to open": it returns this core and closes it when the
+            # app shuts down, before uvicorn re-raises a SIGTERM that would end the process.
+            server = create_server(lambda: core, roots=self._roots, allow_urls=self._allow_urls)
+            try:
+                app = server.streamable_http_app(
+                    streamable_http_path=HTTP_PATH,
+                    transport_security=self._transport_security(),
+                    host=self._host,
+                )
+                config = uvicorn.Config(
+                    app,
+                    lifespan="on",
+                    log_config=None,  # the application's logging stays as configured
+                    log_level="warning",
+                    access_log=False,
+                    timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
+                )
+                with self._lock:
+                    self._uvicorn = uvicorn.Server(config)
+                    self._uvicorn.should_exit = self._stopping
+                logger.info("serving the knowledge base at %s", self.url)
+                self._uvicorn.run(sockets=[self._socket])
+            finally:
+                core.close()
+        finally:
+            self._socket.close()
+
+    def stop(self) -> None:
+        """Ask the server to stop: open requests get a few seconds to finish."""
+        with self._lock:
+            self._stopping = True
+            if self._uvicorn is not None:
+                self._uvicorn.should_exit = True
+
+
+def bind_http(
+    open_core: Callable[[], KnowledgeAgentCore],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    roots: Sequence[str | os.PathLike[str]] = (),
+    allow_urls: Sequence[str] = (),
+    allow_remote: bool = False,
+) -> HttpServer:
+    """Bind the streamable-HTTP server to ``host:port`` (port 0: any free port).
+
+    The server has no authentication: ``ConfigError`` for a host that is not loopback
+    unless ``allow_remote``, and for a root that is not a folder; ``OSError`` when the
+    port cannot be bound.
+    """
+    if not is_loopback(host) and not allow_remote:
+        raise ConfigError(
+            f"refusing to serve on {host}: it is not a loopback address and the server has "
+            "no authentication, so anyone who can reach it could read and change the "
+            "knowledge base; allow remote clients explicitly to serve there"
+        )
+    roots = mcp_tools.resolve_roots(roots)  # a bad root fails before the port is taken
+    sock = _bind(host.strip("[]"), port)
+    return HttpServer(open_core, sock, host=host, roots=roots, allow_urls=tuple(allow_urls))
+
+
+def run_http(
+    open_core: Callable[[], KnowledgeAgentCore],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    roots: Sequence[str | os.PathLike[str]] = (),
+    allow_urls: Sequence[str] = (),
+    allow_remote: bool = False,
+) -> None:
+    """Serve over streamable HTTP at ``http://host:port/mcp`` until Ctrl-C (blocking).
+
+    Loopback only unless ``allow_remote`` (see :func:`bind_http`); the core is opened
+    before the server answers and closed once it has stopped.
+    """
+    server = bind_http(
+        open_core,
+        host=host,
+        port=port,
+        roots=roots,
+        allow_urls=allow_urls,
+        allow_remote=allow_remote,
+    )
+    logger.info(
+        "serving over streamable HTTP (roots: %s; URLs: %s)",
+        list(roots) or "none",
+        list(allow_urls) or "none",
+    )
+    server.serve()

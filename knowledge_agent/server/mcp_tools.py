@@ -18,8 +18,11 @@ only be added from inside the folders the server was started with (:func:`resolv
 
 from __future__ import annotations
 
+import fnmatch
+import heapq
+import itertools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -53,6 +56,7 @@ __all__ = [
     "knowledge_list",
     "knowledge_semantic_search",
     "knowledge_text_search",
+    "list_items",
     "path_within_roots",
     "read_chunk",
     "resolve_roots",
@@ -66,6 +70,7 @@ MAX_CONTEXT_WINDOW = 5
 MIN_MAX_TOKENS = 500  # room for one result with part of its best chunk
 MAX_MAX_TOKENS = 200_000
 MAX_SCOPES = 20  # path prefixes × file patterns: one filtered search each
+MAX_LIST_LIMIT = 500
 # Every source type the processors produce, except code (search_docs' scope). The core
 # filters by inclusion only, so the complement is spelled out; "web" is for fetched pages.
 DOCUMENT_SOURCE_TYPES = ("text", "markdown", "html", "pdf", "data", "log", "web")
@@ -198,6 +203,21 @@ MaxPages = Annotated[
     int, Field(ge=1, le=10_000, description="For a url: fetch at most this many pages.")
 ]
 Text = Annotated[str | None, Field(description="Text to store, instead of a path.")]
+PathGlob = Annotated[
+    _NAMES,
+    Field(
+        description="Only documents whose file path or URL matches this glob, or any of a "
+        "list (e.g. '*.md', 'docs/*', 'https://docs.python.org/3/library/*'); '*' also "
+        "crosses '/', and a relative pattern matches at any depth."
+    ),
+]
+ListLimit = Annotated[
+    int, Field(ge=1, le=MAX_LIST_LIMIT, description="How many documents to return (a page).")
+]
+ListOffset = Annotated[
+    int,
+    Field(ge=0, description="Skip this many documents (next_offset of the previous page)."),
+]
 Title = Annotated[str, Field(description="Title of the text (ignored for a path).")]
 
 
@@ -222,10 +242,17 @@ def _names(value: str | Sequence[str] | None, name: str) -> list[str] | None:
 
 
 def _kbs(core: KnowledgeAgentCore, kb: str | Sequence[str] | None) -> list[str] | None:
-    """The knowledge-base names asked for; ``NotFoundError`` names the first unknown one."""
+    """The knowledge-base names asked for; ``NotFoundError`` names the first unknown one
+    and the valid ones (so an agent can correct itself without another call)."""
     names = _names(kb, "kb")
-    for name in names or ():
-        core.get_kb(name)
+    if names:
+        known = core.storage.kb_names()
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise NotFoundError(
+                f"no knowledge base named {unknown[0]!r}; "
+                f"the knowledge bases are: {', '.join(known) or 'none'}"
+            )
     return names
 
 
@@ -551,6 +578,95 @@ def get_knowledge_item(
     return answer
 
 
+def _listed(
+    core: KnowledgeAgentCore,
+    kbs: list[str] | None,
+    source_types: list[str] | None,
+    globs: list[str] | None,
+) -> Iterator[KnowledgeItem]:
+    """Every item that passes the filters, in the storage's (created_at, id) order.
+
+    The storage filters by one kb at a time and not by path or several source types, so
+    the rest is filtered here while paging through ``iter_items`` (keyset pages, no lock
+    held between them): one stream per kb, merged in the same order the SQL uses.
+    """
+    streams = [core.storage.iter_items(kb=name) for name in kbs or [None]]
+    items: Iterable[KnowledgeItem] = (
+        streams[0]
+        if len(streams) == 1
+        else heapq.merge(*streams, key=lambda item: (item.created_at.isoformat(), item.id))
+    )
+    for item in items:
+        if source_types and item.source_type not in source_types:
+            continue
+        # fnmatchcase: the same case-sensitive match as the search filters' path_glob; an
+        # item without a path or URL (added text) matches no glob, not even "*".
+        uri = item.source_uri
+        if globs and not (uri and any(fnmatch.fnmatchcase(uri, glob) for glob in globs)):
+            continue
+        yield item
+
+
+def list_items(
+    core: KnowledgeAgentCore,
+    *,
+    kb: KbNames = None,
+    path_glob: PathGlob = None,
+    source_type: SourceTypes = None,
+    limit: ListLimit = 50,
+    offset: ListOffset = 0,
+) -> dict[str, Any]:
+    """List the stored documents (items), oldest first, a page at a time — to see what a
+    knowledge base holds or find an item_id without searching. Never returns their text.
+
+    Each item: item_id, title, uri (file path or URL), kb, source_type, doc_type, language,
+    updated_at and chunks. The answer says count, more (whether another page follows),
+    next_offset when it does, and total when it is cheap to know (no path_glob and at most
+    one kb and source_type). get_knowledge_item(item_id) reads a document.
+    """
+    bounded("limit", limit, 1, MAX_LIST_LIMIT)
+    bounded("offset", offset, 0, 2**62)
+    kbs = _kbs(core, kb)
+    source_types = _names(source_type, "source_type")
+    patterns = _names(path_glob, "path_glob")
+    globs = [_glob(pattern) for pattern in patterns] if patterns else None
+    total: int | None = None
+    if globs is None and len(kbs or ()) <= 1 and len(source_types or ()) <= 1:
+        # What the storage filters itself: one SQL page (one row more, to know if more follow).
+        one_kb = kbs[0] if kbs else None
+        page = core.list_items(
+            kb=one_kb,
+            source_type=source_types[0] if source_types else None,
+            limit=limit + 1,
+            offset=offset,
+        )
+        if source_types is None:
+            total = core.storage.count_items(kb=one_kb)
+    else:
+        page = list(
+            itertools.islice(_listed(core, kbs, source_types, globs), offset, offset + limit + 1)
+        )
+    more = len(page) > limit
+    items = [
+        {
+            **_item_view(item),
+            "updated_at": item.updated_at.isoformat(),
+            "chunks": core.storage.count_chunks(item_id=item.id),  # an indexed COUNT
+        }
+        for item in page[:limit]
+    ]
+    answer: dict[str, Any] = {"count": len(items), "offset": offset}
+    if total is not None:
+        answer["total"] = total
+    answer["more"] = more
+    if more:
+        answer["next_offset"] = offset + limit
+    answer["items"] = items
+    if not items and offset == 0:
+        answer["hint"] = "No documents match; knowledge_list shows the knowledge bases."
+    return answer
+
+
 # -- writing ----------------------------------------------------------------------------------
 
 
@@ -668,6 +784,7 @@ TOOLS = (
     knowledge_list,
     knowledge_text_search,
     knowledge_semantic_search,
+    list_items,
     read_chunk,
     get_knowledge_item,
     add_knowledge,
