@@ -69,7 +69,7 @@ MAX_LIMIT = 50
 MAX_CONTEXT_WINDOW = 5
 MIN_MAX_TOKENS = 500  # room for one result with part of its best chunk
 MAX_MAX_TOKENS = 200_000
-MAX_SCOPES = 20  # path prefixes × file patterns: one filtered search each
+MAX_SCOPES = 20  # path prefixes, or file patterns, one search takes
 MAX_LIST_LIMIT = 500
 # Every source type the processors produce, except code (search_docs' scope). The core
 # filters by inclusion only, so the complement is spelled out; "web" is for fetched pages.
@@ -332,11 +332,8 @@ def _search(
     max_tokens: int,
     include_explanation: bool,
 ) -> dict[str, Any]:
-    """Run one filtered core search per (prefix, glob) scope and merge them, best first.
-
-    Every filter goes into ``core.search``, so each scope is narrowed *before* ranking; a
-    document found in several scopes keeps its best score.
-    """
+    """One filtered core search: every filter, the path prefixes and file patterns (each
+    list OR-ed) included, narrows the candidates *before* ranking."""
     _query(query)
     bounded("limit", limit, 1, MAX_LIMIT)
     bounded("context_window", context_window, 0, MAX_CONTEXT_WINDOW)
@@ -347,26 +344,18 @@ def _search(
         or not 0 <= min_score <= 1
     ):
         raise QueryError(f"min_score must be a number within 0 and 1, got {min_score!r}")
-    scopes = [(p, g) for p in prefixes or [None] for g in globs or [None]]
-    if len(scopes) > MAX_SCOPES:
-        raise QueryError(f"at most {MAX_SCOPES} path prefix × file pattern combinations")
-    best: dict[str, SearchResult] = {}
-    for prefix, glob in scopes:
-        found = core.search(
-            query,
-            limit=limit,
-            context_window=context_window,
-            min_confidence=min_score,
-            path_prefix=prefix,
-            path_glob=glob,
-            **filters,
-        )
-        for result in found:
-            kept = best.get(result.item.id)
-            if kept is None or result.relevance_score > kept.relevance_score:
-                best[result.item.id] = result
-    # A stable sort: with one scope this is exactly the core's order.
-    ranked = sorted(best.values(), key=lambda result: -result.relevance_score)[:limit]
+    for name, values in (("path_prefix", prefixes), ("file_patterns", globs)):
+        if values and len(values) > MAX_SCOPES:
+            raise QueryError(f"at most {MAX_SCOPES} values in {name}, got {len(values)}")
+    ranked = core.search(
+        query,
+        limit=limit,
+        context_window=context_window,
+        min_confidence=min_score,
+        path_prefix=prefixes or None,
+        path_glob=globs or None,
+        **filters,
+    )
     views = [_result_view(result, explain=include_explanation) for result in ranked]
     answer = fit_to_budget(views, max_tokens)
     if not ranked:
