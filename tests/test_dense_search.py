@@ -138,3 +138,17 @@ def test_wordllama_finds_a_paraphrase_with_no_shared_words() -> None:
         core.add_text("The cat sat on the mat all afternoon.", title="Cat")
         core.add_text("Quarterly revenue grew by four percent.", title="Finance")
         assert core.search("How do I reset my password?", mode="dense")[0].item.title == "Account"
+
+
+def test_a_query_in_a_language_the_embedder_does_not_know_skips_the_dense_ranking() -> None:
+    english_only = FakeEmbedder()
+    english_only.languages = ("en",)  # type: ignore[attr-defined]
+    with KnowledgeAgentCore(embedder=english_only) as core:
+        fill(core)
+        core.add_text("账户找回：打开设置页面，按照恢复链接操作。", title="账户")
+        chinese = core.search("如何找回账户 设置 恢复")[0].explanation
+        assert chinese.dense_score is None and "dense" not in chinese.details
+        english = core.search("reset forgotten password settings zeppelin")[0].explanation
+        assert english.dense_rank == 1
+        asked = core.search("账户 恢复", mode="dense")  # asked for by name: still runs
+        assert asked and asked[0].explanation.details["dense"] == "fake:1"

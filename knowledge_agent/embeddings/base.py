@@ -22,6 +22,10 @@ class Embedder(Protocol):
     under another name are not comparable and must be re-embedded. ``embed`` returns float32
     of shape ``(len(texts), dimensions)`` whose rows have unit length, except an all-zero row
     for a text with nothing to embed; cosine similarity is therefore a dot product.
+
+    An embedder may also declare ``languages``, the language codes (``detect_language``'s:
+    "en", "zh" …) it was trained on: a query in another language is then ranked without
+    the dense vectors, which would only add noise.
     """
 
     @property

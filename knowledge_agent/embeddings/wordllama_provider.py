@@ -61,6 +61,9 @@ class WordLlamaEmbedder:
     Thread-safe.
     """
 
+    languages = ("en",)
+    """Its vocabulary and training are English: other languages' queries skip it."""
+
     def __init__(
         self,
         config: str = "l2_supercat",

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from knowledge_agent.analysis import TextAnalyzer, highlight, highlight_terms
+from knowledge_agent.analysis import TextAnalyzer, detect_language, highlight, highlight_terms
 from knowledge_agent.errors import EmbeddingError, NotFoundError, QueryError, SearchIndexError
 from knowledge_agent.models import (
     KnowledgeChunk,
@@ -469,11 +469,15 @@ class SearchEngineImpl:
         return _Rankings(keyword, semantic, fused, details, dense)
 
     def _dense(
-        self, search: Callable[[], Sequence[ChunkHit | ItemHit]]
+        self, query: str, mode: str, search: Callable[[], Sequence[ChunkHit | ItemHit]]
     ) -> Callable[[], Sequence[ChunkHit | ItemHit]] | None:
-        """The dense ranking, when there is a dense index; an embedder that fails (an HTTP
-        service down) leaves it empty rather than failing the search."""
+        """The dense ranking, when there is a dense index and (in hybrid mode) the embedder
+        knows the query's language; an embedder that fails (an HTTP service down) leaves it
+        empty rather than failing the search."""
         if self.dense_index is None:
+            return None
+        languages = getattr(self.dense_index.embedder, "languages", None)
+        if mode == "hybrid" and languages and detect_language(query) not in languages:
             return None
 
         def hits() -> Sequence[ChunkHit | ItemHit]:
@@ -509,7 +513,9 @@ class SearchEngineImpl:
         )
         keyword = functools.cache(lambda: self.keyword_index.search_chunks(terms, count, filters))
         dense = self._dense(
-            lambda: self.dense_index.search_chunks(query, count, 0.0, filters)  # type: ignore[union-attr]
+            query,
+            mode,
+            lambda: self.dense_index.search_chunks(query, count, 0.0, filters),  # type: ignore[union-attr]
         )
         idf = self.keyword_index.idf(terms)
         best_possible = self.keyword_index.best_possible_score(terms, idf)
@@ -910,7 +916,9 @@ class SearchEngineImpl:
             lambda hit: hit.item_id,
             mode,
             self._dense(
-                lambda: self.dense_index.search_items(query, count, 0.0, filters)  # type: ignore[union-attr]
+                query,
+                mode,
+                lambda: self.dense_index.search_items(query, count, 0.0, filters),  # type: ignore[union-attr]
             ),
         )
         boosts = self.item_boosts(rankings.fused)
