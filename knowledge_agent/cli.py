@@ -39,6 +39,7 @@ kb remove      {"name", "items_removed"}
 from __future__ import annotations
 
 import errno
+import fnmatch
 import io
 import logging
 import os
@@ -1275,6 +1276,58 @@ def _same_path(target: str, uri: str | None) -> bool:
     if not uri:
         return False
     return target == uri or os.path.abspath(os.path.expanduser(target)) == uri
+
+
+@cli.command(
+    "multi-get",
+    epilog="""\b
+Examples:
+  knowledge-agent multi-get 'docs/*.md'
+  knowledge-agent multi-get '*/runbooks/*' --files
+
+\b
+A relative pattern matches at any depth ('docs/*.md' finds /home/me/docs/a.md); '*'
+crosses '/'. --json prints {"count", "items": [KnowledgeItem.to_dict()]}.""",
+)
+@click.argument("pattern", metavar="GLOB")
+@kb_option("Only items of this knowledge base.")
+@click.option("--files", "files_only", is_flag=True, help="Only the matching paths.")
+@click.option(
+    "-n",
+    "--limit",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Items at most.",
+)
+@json_option
+@pass_app
+def multi_get(
+    app: App, pattern: str, kb: str | None, files_only: bool, limit: int, as_json: bool
+) -> None:
+    """Show every collected item whose path or URL matches GLOB (several `get`s at once)."""
+    glob = pattern if pattern.startswith(("/", "*")) or "://" in pattern else "*/" + pattern
+    matcher = re.compile(fnmatch.translate(glob))
+    with app.open_core() as core:
+        check_filters(core, kb=[kb] if kb else ())
+        found = [item_id for item_id, path in core.storage.item_paths(kb=kb) if matcher.match(path)]
+        items = core.storage.get_items(found[:limit])
+    ordered = [items[item_id] for item_id in found[:limit] if item_id in items]
+    if not ordered:
+        raise NotFoundError(f"no collected file or page matches {pattern!r}")
+    if files_only:
+        for item in ordered:
+            click.echo(item.source_uri)
+    elif as_json:
+        render.print_json({"count": len(ordered), "items": [item.to_dict() for item in ordered]})
+    else:
+        console = render.make_console()
+        for number, item in enumerate(ordered):
+            if number:
+                console.print()
+            render.print_item(console, item, base=os.getcwd())
+    if len(found) > limit:
+        click.echo(f"{len(found) - limit} more match; raise -n to see them", err=True)
 
 
 @cli.command(

@@ -912,3 +912,13 @@ def test_ids_are_shown_short_and_taken_by_unique_prefix(corpus: tuple[Path, Path
     assert invoke(data, "explain", chunk["chunk_id"][:10]).exit_code == 0
     assert invoke(data, "get", "--chunk", chunk["chunk_id"][:10], "--json").exit_code == 0
     assert invoke(data, "get", short[:4]).exit_code == 1  # too short to be taken as an id
+
+
+def test_multi_get_shows_every_item_a_glob_matches(corpus: tuple[Path, Path]) -> None:
+    docs, data = corpus
+    paths = invoke(data, "multi-get", "*.md", "--files").stdout.splitlines()
+    assert paths and all(path.endswith(".md") for path in paths)
+    as_data = as_json(invoke(data, "multi-get", "*.py", "--json"))
+    assert as_data["count"] == 1 and as_data["items"][0]["content"]
+    assert invoke(data, "multi-get", "*.md", "-n", "1").exit_code == 0
+    assert invoke(data, "multi-get", "*.nothing").exit_code == 1

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.storage.doc_sources import DOC_SOURCES_MIGRATION, DocSourceMixin
-from knowledge_agent.storage.sources import SOURCES_MIGRATION, SourceTrackingMixin
+from knowledge_agent.storage.sources import SOURCES_MIGRATION, SourceTrackingMixin, path_from_db
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStorageManager"]
 
@@ -668,6 +668,17 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
     def get_items(self, item_ids: Iterable[str]) -> dict[str, KnowledgeItem]:
         """The items found among these ids, by id; missing ids are absent."""
         return self._by_ids("get_items", _ITEM_SELECT, item_ids, _row_to_item)
+
+    def item_paths(self, *, kb: str | None = None) -> list[tuple[str, str]]:
+        """``(id, source_uri)`` of every item with a path or URL (of one kb, if given),
+        sorted by path: what matching a glob against items needs, without their text."""
+        sql = "SELECT id, source_uri FROM knowledge_items WHERE source_uri IS NOT NULL"
+        params: tuple[str, ...] = ()
+        if kb is not None:
+            sql, params = sql + " AND kb = ?", (kb,)
+        with self._reading("item_paths") as conn:
+            rows = conn.execute(sql + " ORDER BY source_uri, id", params).fetchall()
+        return [(row[0], path_from_db(row[1])) for row in rows]
 
     def ids_with_prefix(self, kind: str, prefix: str, limit: int = 2) -> list[str]:
         """Up to ``limit`` item (``kind="item"``) or chunk ids starting with ``prefix``, sorted:
