@@ -917,7 +917,7 @@ def test_ids_are_shown_short_and_taken_by_unique_prefix(corpus: tuple[Path, Path
 def test_multi_get_shows_every_item_a_glob_matches(corpus: tuple[Path, Path]) -> None:
     docs, data = corpus
     paths = invoke(data, "multi-get", "*.md", "--files").stdout.splitlines()
-    assert paths and all(path.endswith(".md") for path in paths)
+    assert paths and all(path.endswith(".md") and path.startswith(str(docs)) for path in paths)
     as_data = as_json(invoke(data, "multi-get", "*.py", "--json"))
     assert as_data["count"] == 1 and as_data["items"][0]["content"]
     assert invoke(data, "multi-get", "*.md", "-n", "1").exit_code == 0

@@ -276,3 +276,10 @@ def test_the_command_line_adds_lists_and_removes_a_doc_source(
     assert removed.exit_code == 0 and f"Removed {len(site.within(1))} items" in removed.output
     misuse = runner.invoke(cli, [*base, "add", str(tmp_path), "--depth", "1"])
     assert misuse.exit_code == 2 and "--depth apply only to a URL" in misuse.output
+
+
+def test_a_crawl_that_reached_nothing_stays_due(core: KnowledgeAgentCore) -> None:
+    report = core.collect_knowledge("http://127.0.0.1:9/docs/", crawl={"max_depth": 0})
+    assert report.failed and not report.processed
+    [source] = core.doc_sources()
+    assert source.due() and source.last_error

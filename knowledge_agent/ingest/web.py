@@ -123,9 +123,10 @@ class WebCollector:
                 run.flush()
                 if not report.processed and report.failed and not report.unchanged:
                     error = report.failed[0].reason
-                self.storage.save_doc_source(
-                    replace(source, crawled_at=utc_now(), last_error=error)
-                )
+                # A crawl that reached nothing (offline, a typo in the host) stays due, so
+                # the next sync tries again instead of a day later.
+                crawled = source.crawled_at if error else utc_now()
+                self.storage.save_doc_source(replace(source, crawled_at=crawled, last_error=error))
         logger.info(
             "crawled %s into %s: %d processed, %d unchanged, %d skipped, %d failed, %d removed",
             source.url, source.kb, report.processed, report.unchanged, len(report.skipped),
