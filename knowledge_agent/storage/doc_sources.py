@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from knowledge_agent.errors import StorageError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.models.knowledge_item import utc_now
+from knowledge_agent.storage.host import StorageHost
 
 __all__ = [
     "DEFAULT_REFRESH_INTERVAL",
@@ -226,19 +225,8 @@ def _page_row(page: DocPage) -> tuple[Any, ...]:
     )
 
 
-class DocSourceMixin:
+class DocSourceMixin(StorageHost):
     """Doc-source and doc-page methods of :class:`SQLiteStorageManager`."""
-
-    if TYPE_CHECKING:
-
-        def _reading(self, operation: str) -> AbstractContextManager[sqlite3.Connection]: ...
-        def _writing(self, operation: str) -> AbstractContextManager[sqlite3.Connection]: ...
-        @staticmethod
-        def _journal(conn: sqlite3.Connection, item_ids: Iterable[str], op: str) -> None: ...
-        @staticmethod
-        def _write_item(
-            conn: sqlite3.Connection, item: KnowledgeItem, chunks: list[KnowledgeChunk]
-        ) -> None: ...
 
     # -- sources --------------------------------------------------------------------------
 
@@ -299,9 +287,8 @@ class DocSourceMixin:
                     (kb, url),
                 )
             ]
-            conn.executemany("DELETE FROM knowledge_items WHERE id = ?", [(i,) for i in ids])
             conn.execute("DELETE FROM doc_sources WHERE kb = ? AND url = ?", (kb, url))
-            self._journal(conn, ids, "delete")
+            self._delete_items(conn, ids)
         return ids
 
     # -- pages ----------------------------------------------------------------------------
@@ -341,6 +328,5 @@ class DocSourceMixin:
             conn.execute("DELETE FROM doc_pages WHERE kb = ? AND key = ?", (kb, key))
             item_id = row[0]
             if item_id is not None:
-                conn.execute("DELETE FROM knowledge_items WHERE id = ?", (item_id,))
-                self._journal(conn, [item_id], "delete")
+                self._delete_items(conn, [item_id])
         return item_id

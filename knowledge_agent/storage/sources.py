@@ -18,15 +18,14 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from knowledge_agent.errors import StorageError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.models.knowledge_item import utc_now
+from knowledge_agent.storage.host import StorageHost
 
 __all__ = [
     "SOURCES_MIGRATION",
@@ -231,19 +230,8 @@ def _source_row(record: SourceRecord) -> tuple[Any, ...]:
     )
 
 
-class SourceTrackingMixin:
+class SourceTrackingMixin(StorageHost):
     """Knowledge-base and source-file methods of :class:`SQLiteStorageManager`."""
-
-    if TYPE_CHECKING:
-
-        def _reading(self, operation: str) -> AbstractContextManager[sqlite3.Connection]: ...
-        def _writing(self, operation: str) -> AbstractContextManager[sqlite3.Connection]: ...
-        @staticmethod
-        def _journal(conn: sqlite3.Connection, item_ids: Iterable[str], op: str) -> None: ...
-        @staticmethod
-        def _write_item(
-            conn: sqlite3.Connection, item: KnowledgeItem, chunks: list[KnowledgeChunk]
-        ) -> None: ...
 
     # -- knowledge bases ----------------------------------------------------------------
 
@@ -365,9 +353,8 @@ class SourceTrackingMixin:
                     (kb, root),
                 )
             ]
-            conn.executemany("DELETE FROM knowledge_items WHERE id = ?", [(i,) for i in ids])
+            self._delete_items(conn, ids)
             conn.execute("DELETE FROM source_roots WHERE kb = ? AND root = ?", (kb, root))
-            self._journal(conn, ids, "delete")
         return ids
 
     # -- sources --------------------------------------------------------------------------
@@ -433,8 +420,7 @@ class SourceTrackingMixin:
             conn.execute("DELETE FROM sources WHERE kb = ? AND path = ?", (kb, path))
             item_id = row[0]
             if item_id is not None:
-                conn.execute("DELETE FROM knowledge_items WHERE id = ?", (item_id,))
-                self._journal(conn, [item_id], "delete")
+                self._delete_items(conn, [item_id])
         return item_id
 
 
