@@ -1310,7 +1310,13 @@ def multi_get(
     matcher = re.compile(fnmatch.translate(glob))
     with app.open_core() as core:
         check_filters(core, kb=[kb] if kb else ())
-        found = [item_id for item_id, path in core.storage.item_paths(kb=kb) if matcher.match(path)]
+        found = [
+            facts.id
+            for facts in sorted(
+                core.storage.iter_item_facts(kb=kb), key=lambda f: f.source_uri or ""
+            )
+            if facts.source_uri and matcher.match(facts.source_uri)
+        ]
         items = core.storage.get_items(found[:limit])
     ordered = [items[item_id] for item_id in found[:limit] if item_id in items]
     if not ordered:

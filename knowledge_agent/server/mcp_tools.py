@@ -41,6 +41,7 @@ from knowledge_agent.server.knowledge_tools import (
     knowledge_text_search,
 )
 from knowledge_agent.server.views import bounded, item_path
+from knowledge_agent.storage.sqlite_storage import ItemFacts
 
 __all__ = [
     "DOCUMENT_SOURCE_TYPES",
@@ -572,18 +573,19 @@ def _listed(
     kbs: list[str] | None,
     source_types: list[str] | None,
     globs: list[str] | None,
-) -> Iterator[KnowledgeItem]:
-    """Every item that passes the filters, in the storage's (created_at, id) order.
+) -> Iterator[ItemFacts]:
+    """The facts (no text) of every item that passes the filters, in the storage's
+    (created_at, id) order.
 
     The storage filters by one kb at a time and not by path or several source types, so
-    the rest is filtered here while paging through ``iter_items`` (keyset pages, no lock
-    held between them): one stream per kb, merged in the same order the SQL uses.
+    the rest is filtered here while paging through ``iter_item_facts`` (keyset pages, no
+    lock held between them): one stream per kb, merged in the same order the SQL uses.
     """
-    streams = [core.storage.iter_items(kb=name) for name in kbs or [None]]
-    items: Iterable[KnowledgeItem] = (
+    streams = [core.storage.iter_item_facts(kb=name) for name in kbs or [None]]
+    items: Iterable[ItemFacts] = (
         streams[0]
         if len(streams) == 1
-        else heapq.merge(*streams, key=lambda item: (item.created_at.isoformat(), item.id))
+        else heapq.merge(*streams, key=lambda item: (item.created_at, item.id))
     )
     for item in items:
         if source_types and item.source_type not in source_types:
@@ -632,9 +634,14 @@ def list_items(
         if source_types is None:
             total = core.storage.count_items(kb=one_kb)
     else:
-        page = list(
-            itertools.islice(_listed(core, kbs, source_types, globs), offset, offset + limit + 1)
-        )
+        found = [
+            facts.id
+            for facts in itertools.islice(
+                _listed(core, kbs, source_types, globs), offset, offset + limit + 1
+            )
+        ]
+        read = core.storage.get_items(found)  # only the page's items are read whole
+        page = [read[item_id] for item_id in found if item_id in read]
     more = len(page) > limit
     items = [
         {

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.storage.doc_sources import DOC_SOURCES_MIGRATION, DocSourceMixin
-from knowledge_agent.storage.sources import SOURCES_MIGRATION, SourceTrackingMixin, path_from_db
+from knowledge_agent.storage.sources import SOURCES_MIGRATION, SourceTrackingMixin
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStorageManager"]
 
@@ -130,7 +130,7 @@ _FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
 # A file's modification time when it has one (what "recent" means to its author), else when
 # the item was last written.
 _FACTS_SELECT = (
-    "SELECT id, kb, doc_type, source_uri, title, "
+    "SELECT id, kb, source_type, doc_type, source_uri, title, created_at, "
     "COALESCE(json_extract(metadata, '$.modified_at'), updated_at) AS changed_at "
     "FROM knowledge_items"
 )
@@ -208,16 +208,16 @@ class ItemFacts:
 
     id: str
     kb: str
+    source_type: str
     doc_type: str
     source_uri: str | None
     title: str
+    created_at: str
     changed_at: str
 
 
 def _row_to_facts(row: sqlite3.Row) -> ItemFacts:
-    return ItemFacts(
-        row["id"], row["kb"], row["doc_type"], row["source_uri"], row["title"], row["changed_at"]
-    )
+    return ItemFacts(**{name: row[name] for name in ItemFacts.__dataclass_fields__})
 
 
 def _chunk_to_row(chunk: KnowledgeChunk, item_id: str) -> tuple[Any, ...]:
@@ -669,17 +669,6 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
         """The items found among these ids, by id; missing ids are absent."""
         return self._by_ids("get_items", _ITEM_SELECT, item_ids, _row_to_item)
 
-    def item_paths(self, *, kb: str | None = None) -> list[tuple[str, str]]:
-        """``(id, source_uri)`` of every item with a path or URL (of one kb, if given),
-        sorted by path: what matching a glob against items needs, without their text."""
-        sql = "SELECT id, source_uri FROM knowledge_items WHERE source_uri IS NOT NULL"
-        params: tuple[str, ...] = ()
-        if kb is not None:
-            sql, params = sql + " AND kb = ?", (kb,)
-        with self._reading("item_paths") as conn:
-            rows = conn.execute(sql + " ORDER BY source_uri, id", params).fetchall()
-        return [(row[0], path_from_db(row[1])) for row in rows]
-
     def ids_with_prefix(self, kind: str, prefix: str, limit: int = 2) -> list[str]:
         """Up to ``limit`` item (``kind="item"``) or chunk ids starting with ``prefix``, sorted:
         a range over the primary key, so it stays cheap at any size."""
@@ -710,6 +699,18 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
     def item_facts(self, item_ids: Iterable[str]) -> dict[str, ItemFacts]:
         """What ranking needs of these items, without their text: doc type, path, age."""
         return self._by_ids("item_facts", _FACTS_SELECT, item_ids, _row_to_facts)
+
+    def iter_item_facts(
+        self, *, kb: str | None = None, batch_size: int = 500
+    ) -> Iterator[ItemFacts]:
+        """:meth:`iter_items` without the text: every item's facts (of one kb, if given) in
+        (created_at, id) order, for listings that filter before reading whole items."""
+        where = "" if kb is None else "kb = ?"
+        params: list[Any] = [] if kb is None else [kb]
+        rows = self._pages(
+            "iter_item_facts", _FACTS_SELECT, where, params, ("created_at", "id"), batch_size
+        )
+        return (_row_to_facts(row) for row in rows)
 
     def delete_item(self, item_id: str) -> bool:
         """Delete an item and (by cascade) its chunks; True if it existed."""
