@@ -43,12 +43,13 @@ def check_filters(
     from knowledge_agent.processors.registry import SOURCE_TYPES
 
     storage = core.storage
-    check_values("--kb", kb, storage.kb_names())
-    check_values("--type", source_types, [*SOURCE_TYPES, *storage.field_values("source_type")])
-    known_doc_types = [
-        *doc_type_rules,
-        *core.engine.config.doc_type_weights,
-        *storage.field_values("doc_type"),
-    ]
-    check_values("--doc-type", doc_types, known_doc_types)
-    check_values("--lang", languages, [*_DETECTED_LANGUAGES, *storage.field_values("language")])
+    # The valid values are read only for an option that was given: each is a scan of items.
+    if kb:
+        check_values("--kb", kb, storage.kb_names())
+    if source_types:
+        check_values("--type", source_types, [*SOURCE_TYPES, *storage.field_values("source_type")])
+    if doc_types:
+        known = [*doc_type_rules, *core.engine.config.doc_type_weights]
+        check_values("--doc-type", doc_types, [*known, *storage.field_values("doc_type")])
+    if languages:
+        check_values("--lang", languages, [*_DETECTED_LANGUAGES, *storage.field_values("language")])
