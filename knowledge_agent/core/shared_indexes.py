@@ -42,6 +42,7 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.core.folder_lock import FolderLock
 from knowledge_agent.errors import KnowledgeAgentError, SearchIndexError
 from knowledge_agent.search.dense_index import DenseIndex
+from knowledge_agent.search.dense_store import stored_config
 from knowledge_agent.search.search_engine_impl import SearchConfig, SearchEngineImpl
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
@@ -193,7 +194,13 @@ class SharedIndexes:
         for name in sorted(self._unreadable):
             folder = self._index_dir(name)
             assert folder is not None
-            logger.warning("rebuilding the %s index in %s from the database", name, folder)
+            made = stored_config(folder) if name == "dense" else None
+            logger.warning(
+                "rebuilding the %s index in %s from the database%s",
+                name,
+                folder,
+                f" (it was made with {made.get('embedder')})" if made else "",
+            )
             shutil.rmtree(folder, ignore_errors=True)
             if name == "whoosh":
                 self.keyword_index.close()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from knowledge_agent.chunking import ChunkConfig
+from knowledge_agent.crawl.urls import anchor_url
 from knowledge_agent.errors import IngestError, UnsupportedSourceError
 from knowledge_agent.processors import ProcessedDocument, process_bytes
 from knowledge_agent.processors.encoding import decode_bytes
@@ -124,7 +125,7 @@ def _point_chunks(
             if position > chunk.start_position:
                 break
             anchor = name
-        chunk.metadata["url"] = f"{url}#{anchor}" if anchor else url
+        chunk.metadata["url"] = anchor_url(url, anchor)
         chunk.metadata["anchor"] = anchor or ""
 
 
