@@ -5,7 +5,13 @@ from importlib import metadata as _metadata
 
 from knowledge_agent import errors
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
-from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, SearchResult
+from knowledge_agent.models import (
+    ItemSummary,
+    KnowledgeChunk,
+    KnowledgeItem,
+    MatchedChunk,
+    SearchResult,
+)
 
 if _typing.TYPE_CHECKING:
     from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
@@ -20,6 +26,7 @@ __all__ = [
     "ChunkConfig",
     "ContentChunker",
     "CrawlOptions",
+    "ItemSummary",
     "KnowledgeAgentCore",
     "KnowledgeChunk",
     "KnowledgeItem",

@@ -13,7 +13,7 @@ committed (each file is committed on its own, so a re-run finishes the rest).
 =============  ==========================================================================
 command        shape
 =============  ==========================================================================
-search         {"query", "mode", "results": [SearchResult.to_dict()]}
+search         {"query", "mode", "results": [result_view()]} (knowledge_agent.models.result_view)
 grep           {"pattern", "regex", "case_sensitive", "matches": [TextMatch.to_dict()]}
 get            {"items": [KnowledgeItem.to_dict()]};
                with --chunk: {"chunk", "item" (no content), "before": [...], "after": [...]}
@@ -90,7 +90,7 @@ from knowledge_agent.storage.sources import KnowledgeBaseInfo, path_to_db
 if TYPE_CHECKING:
     from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
     from knowledge_agent.ingest.collector import ProgressCallback
-    from knowledge_agent.models import KnowledgeItem
+    from knowledge_agent.models import KnowledgeItem, SearchResult
 
     if sys.version_info >= (3, 11):
         from importlib.resources.abc import Traversable
@@ -943,12 +943,13 @@ alone in --until
 includes that whole day.
 
 \b
---json prints {"query", "mode", "results": [SearchResult.to_dict()]}; a result is
-{"item", "relevance_score", "confidence", "matched_fields", "highlights",
-"matched_chunks", "context_chunks", "explanation", "search_mode"}; a matched chunk has
-its "evidence_ref" and "explanation"; chunk metadata holds start_line, end_line (and
-page, page_end for PDFs). The item comes without its "content" (its length is in
-"content_chars") unless --full."""
+--json prints {"query", "mode", "results": [...]}; a result is its document's
+"item_id", "title", "path", "kb", "source_type", "doc_type", "language",
+"content_chars", then "score", "confidence", "search_mode", "matched_fields",
+"matched_chunks" (best first) and "context_chunks". A chunk has "chunk_id",
+"location" (path:12-30, path p.3 or url#section), "heading", "start_line", "end_line",
+"page" for PDFs, "content"; a matched one its "evidence_ref", "score" and
+"explanation" too. The document's whole text ("content") only with --full."""
 )
 @click.argument("query")
 @kb_option("Search only this knowledge base (repeatable; default: all).", multiple=True)
@@ -1080,11 +1081,18 @@ def search(
             mode=mode,
             rerank=rerank,
         )
+        texts = _texts(core, results) if full else None
     fmt = "json" if as_json else "files" if files_only else fmt
     if fmt != "text":
-        write_results(fmt, query, mode, results, full=full)
+        write_results(fmt, query, mode, results, texts=texts)
     else:
         render.print_results(render.make_console(), results, explain=explain, base=os.getcwd())
+
+
+def _texts(core: KnowledgeAgentCore, results: list[SearchResult]) -> dict[str, str]:
+    """The whole text of each result's document, by item id (what ``--full`` adds)."""
+    items = (core.get_item(result.item.id) for result in results)
+    return {item.id: item.content for item in items if item is not None}
 
 
 @cli.command(

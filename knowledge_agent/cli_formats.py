@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import csv
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from knowledge_agent.cli_render import print_json, print_json_line
+from knowledge_agent.models.result_view import item_path, location, result_view
 
 if TYPE_CHECKING:
     from knowledge_agent.models import SearchResult
@@ -18,18 +19,17 @@ FORMATS = ("text", "json", "ndjson", "csv", "md", "files")
 """``text`` is the human view; the others are written by :func:`write_results`."""
 
 _CSV_COLUMNS = (
-    "rank", "score", "confidence", "path", "title", "kb", "lines", "heading", "evidence_ref",
+    "rank", "score", "confidence", "path", "title", "kb", "location", "heading", "evidence_ref",
 )  # fmt: skip
 
 
-def result_json(result: SearchResult, *, full: bool) -> dict[str, Any]:
-    """A result as data: its passages always, its document's whole text only when asked
-    (one hit in a 700 KB release-notes file must not make the answer 700 KB)."""
-    data = result.to_dict()
-    if not full:
-        content = data["item"].pop("content")
-        data["item"]["content_chars"] = len(content)
-    return data
+def result_json(result: SearchResult, texts: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A result as data (:func:`result_view`, with explanations): its passages always, its
+    document's whole text only when ``texts`` (by item id) has it — one hit in a 700 KB
+    release-notes file must not make the answer 700 KB."""
+    return result_view(
+        result, explain=True, content=None if texts is None else texts.get(result.item.id)
+    )
 
 
 def write_results(
@@ -38,21 +38,22 @@ def write_results(
     mode: str,
     results: Sequence[SearchResult],
     *,
-    full: bool = False,
+    texts: Mapping[str, str] | None = None,
     stream: TextIO | None = None,
 ) -> None:
-    """Write ``results`` in ``fmt`` (any of :data:`FORMATS` but ``text``)."""
+    """Write ``results`` in ``fmt`` (any of :data:`FORMATS` but ``text``); ``texts``: the
+    documents' whole texts by item id, for the JSON formats."""
     out = stream or sys.stdout
     if fmt == "json":
         payload = {
             "query": query,
             "mode": mode,
-            "results": [result_json(r, full=full) for r in results],
+            "results": [result_json(r, texts) for r in results],
         }
         print_json(payload, out)
     elif fmt == "ndjson":
         for result in results:
-            print_json_line(result_json(result, full=full), out)
+            print_json_line(result_json(result, texts), out)
     elif fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(_CSV_COLUMNS)
@@ -64,7 +65,7 @@ def write_results(
     elif fmt == "files":
         seen: set[str] = set()
         for result in results:
-            path = _path(result)
+            path = item_path(result.item)
             if path not in seen:
                 seen.add(path)
                 out.write(path + "\n")
@@ -72,17 +73,10 @@ def write_results(
         raise ValueError(f"unknown format {fmt!r}; use one of {FORMATS}")
 
 
-def _path(result: SearchResult) -> str:
-    item = result.item
-    return item.source_uri or item.title or item.id
-
-
-def _lines(result: SearchResult) -> str:
-    if not result.matched_chunks:
-        return ""
-    meta = result.matched_chunks[0].metadata
-    start, end = meta.get("start_line"), meta.get("end_line")
-    return f"{start}-{end}" if isinstance(start, int) and isinstance(end, int) else ""
+def _where(result: SearchResult) -> str:
+    """The best passage's location (``path:12-30``, ``path p.3``, ``url#section``)."""
+    path = item_path(result.item)
+    return location(path, result.matched_chunks[0].metadata) if result.matched_chunks else path
 
 
 def _row(rank: int, result: SearchResult) -> list[Any]:
@@ -91,21 +85,18 @@ def _row(rank: int, result: SearchResult) -> list[Any]:
         rank,
         round(result.relevance_score, 4),
         round(result.confidence, 4),
-        _path(result),
+        item_path(result.item),
         result.item.title,
         result.item.kb,
-        _lines(result),
+        _where(result),
         best.heading if best else "",
         best.evidence_ref if best else "",
     ]
 
 
 def _markdown(rank: int, result: SearchResult) -> str:
-    lines = _lines(result)
-    where = f"{_path(result)}:{lines}" if lines else _path(result)
-    text = (
-        f"{rank}. **{result.item.title or _path(result)}** — `{where}` ({result.confidence:.2f})\n"
-    )
+    title = result.item.title or item_path(result.item)
+    text = f"{rank}. **{title}** — `{_where(result)}` ({result.confidence:.2f})\n"
     if result.highlights:
         snippet = " ".join(result.highlights[0].split())
         text += f"   > {snippet}\n"

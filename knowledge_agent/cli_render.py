@@ -43,6 +43,7 @@ from knowledge_agent.models import (
     ScoreExplanation,
     SearchResult,
 )
+from knowledge_agent.models.result_view import location
 from knowledge_agent.storage.doc_sources import DocSource
 
 if TYPE_CHECKING:
@@ -142,23 +143,6 @@ def display_path(uri: str | None, base: str | None = None) -> str:
         if uri.startswith(root):
             return uri[len(root) :]
     return uri
-
-
-def location(path: str, metadata: Mapping[str, Any]) -> str:
-    """``path:12-30`` for text, ``path p.3`` (or ``p.3-4``) for PDF pages, a crawled page's
-    ``url#section``, else ``path``."""
-    url = metadata.get("url")
-    if isinstance(url, str) and "#" in url:
-        return url
-    page, page_end = metadata.get("page"), metadata.get("page_end")
-    if isinstance(page, int):
-        pages = f"{page}-{page_end}" if isinstance(page_end, int) and page_end != page else page
-        return f"{path} p.{pages}".strip()
-    start, end = metadata.get("start_line"), metadata.get("end_line")
-    if isinstance(start, int):
-        lines = f"{start}-{end}" if isinstance(end, int) and end != start else str(start)
-        return f"{path}:{lines}"
-    return path
 
 
 def marked_text(snippet: str, style: str = MATCH_STYLE) -> Text:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.errors import IngestError
+from knowledge_agent.models import SearchResult
 from knowledge_agent.processors import process_bytes
 from knowledge_agent.storage import SQLiteStorageManager
 from knowledge_agent.storage.sources import SourceRecord, SourceRoot, path_from_db, path_to_db
@@ -41,10 +42,16 @@ def good_folder(root: Path) -> Path:
     return root
 
 
+def text_of(core: KnowledgeAgentCore, result: SearchResult) -> str:
+    item = core.get_item(result.item.id)
+    assert item is not None
+    return item.content
+
+
 def assert_good_files_found(core: KnowledgeAgentCore) -> None:
     for word in GOOD_WORDS:
         results = core.search(word)
-        assert results and word in results[0].item.content, word
+        assert results and word in text_of(core, results[0]), word
 
 
 def search_paths(core: KnowledgeAgentCore, word: str) -> list[str]:
@@ -251,7 +258,7 @@ def test_unmarked_utf16_and_utf32_beside_good_files(
     assert_good_files_found(core)
     for n, codec in enumerate(codecs):
         result = core.search(f"utfmarker{n}")[0]
-        assert result.item.content.strip() == text.format(n).strip()
+        assert text_of(core, result).strip() == text.format(n).strip()
         assert result.item.metadata["encoding"] == codec
 
 

@@ -430,10 +430,13 @@ def test_search_finds_the_section_with_its_line_range(corpus: tuple[Path, Path])
     found = as_json(invoke(data, "search", query, "--json"))
     assert set(found) == {"query", "mode", "results"} and found["query"] == query
     top = found["results"][0]
-    assert set(top) >= {"item", "relevance_score", "matched_chunks", "context_chunks"}
-    assert top["item"]["source_uri"] == str(docs / "deploy.md")
+    assert set(top) >= {"item_id", "score", "confidence", "matched_chunks", "context_chunks"}
+    assert top["path"] == str(docs / "deploy.md")
     best = top["matched_chunks"][0]
-    start, end = best["metadata"]["start_line"], best["metadata"]["end_line"]
+    start, end = best["start_line"], best["end_line"]
+    assert best["location"] == f"{docs / 'deploy.md'}:{start}-{end}"
+    assert best["evidence_ref"].startswith(f"kb:{best['chunk_id']}:")
+    assert best["explanation"]["matched_terms"]
     assert start == line_of(DEPLOY, "## Rolling back a failed release")
     assert end >= line_of(DEPLOY, "systemctl restart app")
     human = invoke(data, "search", query)
@@ -450,9 +453,9 @@ def test_search_finds_a_code_function_by_name(corpus: tuple[Path, Path]) -> None
     docs, data = corpus
     found = as_json(invoke(data, "search", "compute_backoff_delay", "--json"))
     top = found["results"][0]
-    assert top["item"]["source_uri"] == str(docs / "src" / "backoff.py")
+    assert top["path"] == str(docs / "src" / "backoff.py")
     best = top["matched_chunks"][0]
-    assert best["metadata"]["start_line"] == line_of(BACKOFF, "def compute_backoff_delay")
+    assert best["start_line"] == line_of(BACKOFF, "def compute_backoff_delay")
     human = invoke(data, "search", "compute_backoff_delay", "-n", "1", "--context", "0")
     first = line_of(BACKOFF, "def compute_backoff_delay")
     assert f"{docs / 'src' / 'backoff.py'}:{first}-" in human.stdout
@@ -480,7 +483,7 @@ def test_search_filters(corpus: tuple[Path, Path]) -> None:
 
     def sources(*args: str) -> set[str]:
         found = as_json(invoke(data, "search", "release restore retry", *args, "--json"))
-        return {Path(r["item"]["source_uri"]).name for r in found["results"]}
+        return {Path(r["path"]).name for r in found["results"]}
 
     assert sources("--type", "code") == {"backoff.py"}
     assert sources("--doc-type", "runbook") == {"restore.md"}
@@ -507,7 +510,7 @@ def test_search_relative_scope_is_made_absolute(
     docs, data = corpus
     monkeypatch.chdir(docs)
     found = as_json(invoke(data, "search", "restore database", "--scope", "runbooks", "--json"))
-    assert [Path(r["item"]["source_uri"]).name for r in found["results"]] == ["restore.md"]
+    assert [Path(r["path"]).name for r in found["results"]] == ["restore.md"]
     human = invoke(data, "search", "restore database", "--scope", "runbooks")
     assert "runbooks/restore.md:" in human.stdout  # shown relative to the working folder
 
@@ -860,10 +863,10 @@ def test_search_json_carries_passages_not_whole_documents(tmp_path: Path) -> Non
     assert invoke(data, "add", str(tmp_path / "docs")).exit_code == 0
     compact = invoke(data, "search", "parser release", "-n", "10", "--json")
     assert len(compact.stdout) < 50_000 and len(notes) > 100_000
-    item = as_json(compact)["results"][0]["item"]
-    assert "content" not in item and item["content_chars"] > 0
+    results = as_json(compact)["results"]
+    assert all("content" not in r and r["content_chars"] > 0 for r in results)
     full = as_json(invoke(data, "search", "parser release", "-n", "10", "--json", "--full"))
-    assert any(len(r["item"]["content"]) > 100_000 for r in full["results"])
+    assert any(len(r["content"]) == r["content_chars"] > 100_000 for r in full["results"])
 
 
 def test_get_a_line_range_of_a_collected_file(tmp_path: Path) -> None:
@@ -885,7 +888,7 @@ def test_search_writes_ndjson_csv_markdown_and_paths(corpus: tuple[Path, Path]) 
 
     docs, data = corpus
     lines = invoke(data, "search", "deploy rollback", "--format", "ndjson").stdout.splitlines()
-    assert lines and all(json.loads(line)["item"]["title"] for line in lines)
+    assert lines and all(json.loads(line)["title"] for line in lines)
     table = list(
         csv.DictReader(io.StringIO(invoke(data, "search", "deploy", "--format", "csv").stdout))
     )

@@ -79,7 +79,7 @@ def test_watch_prints_a_line_per_update_and_stops_cleanly(
     search = CliRunner().invoke(
         cli_module.cli, ["--data-dir", str(tmp_path / "data"), "search", "harbours", "--json"]
     )
-    titles = [r["item"]["title"] for r in json.loads(search.stdout)["results"]]
+    titles = [r["title"] for r in json.loads(search.stdout)["results"]]
     assert titles == ["Beta"]
 
 

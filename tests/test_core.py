@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
-from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, SearchResult
+from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem, SearchResult
 
 FILLER = [
     "The committee reviewed the quarterly budget and approved the new hiring plan.",
@@ -97,8 +97,10 @@ def test_matched_chunks_carry_exact_positions_r5_4_r6_1(
     core: KnowledgeAgentCore, corpus: dict[str, KnowledgeItem]
 ) -> None:
     result = core.search("ultrasonic probe turbine")[0]
+    item = core.get_item(result.item.id)
+    assert item is not None and result.item == ItemSummary.of(item)
     for chunk in result.matched_chunks + result.context_chunks:
-        assert result.item.content[chunk.start_position : chunk.end_position] == chunk.content
+        assert item.content[chunk.start_position : chunk.end_position] == chunk.content
         assert chunk.metadata["start_line"] <= chunk.metadata["end_line"]
     stored = core.storage.get_chunk_by_id(result.matched_chunks[0].chunk_id)
     assert stored is not None and stored.item_id == result.item.id

@@ -116,7 +116,7 @@ def test_serve_over_stdio_end_to_end(tmp_path: Path) -> None:
     added = json.loads(seen["added"].content[0].text)
     assert added["processed"] == 3 and len(added["item_ids"]) == 2, added  # intro.md: no item
     assert seen["refused"].is_error and "outside the folders" in seen["refused"].content[0].text
-    assert seen["found"]["results"][0]["uri"] == str((docs / "deploy.md").resolve())
+    assert seen["found"]["results"][0]["path"] == str((docs / "deploy.md").resolve())
     assert "previous release" in json.loads(seen["read"].content[0].text)["chunk"]["content"]
     assert json.loads(seen["code"].content[0].text)["results"][0]["title"] == "retry.py"
     listed = json.loads(seen["list"].content[0].text)

@@ -229,23 +229,27 @@ async def test_search_returns_the_answering_chunk_first_with_evidence_and_contex
     assert answer["truncated"] is False and "note" not in answer
     top = answer["results"][0]
     assert top["title"] == "Deploying the web service"
-    assert top["uri"] == str(docs / "deploy.md")
+    assert top["path"] == str(docs / "deploy.md")
     assert top["kb"] == "docs" and top["source_type"] == "markdown"
     best = top["matched_chunks"][0]
     assert best["heading"].endswith("Rolling back a failed deploy")
     # The evidence ref names the chunk, the file and the lines the chunk spans in that file.
-    ref = EVIDENCE.fullmatch(best["evidence"])
-    assert ref is not None, best["evidence"]
-    assert ref["chunk"] == best["chunk_id"] and ref["path"] == top["uri"]
+    ref = EVIDENCE.fullmatch(best["evidence_ref"])
+    assert ref is not None, best["evidence_ref"]
+    assert ref["chunk"] == best["chunk_id"] and ref["path"] == top["path"]
     assert (int(ref["start"]), int(ref["end"])) == (best["start_line"], best["end_line"])
-    lines = file_lines(top["uri"])[best["start_line"] - 1 : best["end_line"]]
+    assert best["location"] == f"{top['path']}:{best['start_line']}-{best['end_line']}"
+    lines = file_lines(top["path"])[best["start_line"] - 1 : best["end_line"]]
     assert "\n".join(lines).strip() == best["content"].strip()
     # Context: the neighbouring chunks of the same document, not the matched ones.
     context = {chunk["chunk_index"] for chunk in top["context_chunks"]}
     matched = {chunk["chunk_index"] for chunk in top["matched_chunks"]}
     assert best["chunk_index"] - 1 in context | matched
     assert not context & matched
-    assert all("content" in chunk and "evidence" not in chunk for chunk in top["context_chunks"])
+    assert all("content" in c and "evidence_ref" not in c for c in top["context_chunks"])
+    # The document is a summary: its size, never its whole text.
+    assert top["content_chars"] == len((docs / "deploy.md").read_text(encoding="utf-8"))
+    assert "content" not in top
 
 
 async def test_search_finds_a_chinese_passage(client: Client) -> None:
@@ -330,7 +334,7 @@ async def test_a_pdf_passage_cites_its_page(tmp_path: Path) -> None:
     best = answer["results"][0]["matched_chunks"][0]
     assert answer["results"][0]["source_type"] == "pdf"
     assert best["page"] == 2 and "expired TLS certificate" in best["content"]
-    assert re.fullmatch(r"kb:[^:]+:.+postmortem\.pdf#L\d+-L\d+@[0-9a-f]{12}", best["evidence"])
+    assert re.fullmatch(r"kb:[^:]+:.+postmortem\.pdf#L\d+-L\d+@[0-9a-f]{12}", best["evidence_ref"])
 
 
 async def test_an_unexpected_failure_is_a_tool_error_and_the_server_survives(
@@ -362,10 +366,10 @@ async def test_search_code_filters_before_ranking(client: Client, docs: Path) ->
     # Six invoice policy pages fill the global top 3; the code scope still finds the code.
     assert all(r["source_type"] == "markdown" for r in everything["results"])
     top = code["results"][0]
-    assert top["uri"] == str(docs / "src" / "billing.py") and top["language"] == "python"
+    assert top["path"] == str(docs / "src" / "billing.py") and top["language"] == "python"
     best = top["matched_chunks"][0]
     assert best["symbol"] == "compute_invoice_total" and best["symbol_type"] == "function"
-    assert re.search(r"billing\.py#L4-L7@[0-9a-f]{12}$", best["evidence"])
+    assert re.search(r"billing\.py#L4-L7@[0-9a-f]{12}$", best["evidence_ref"])
     assert {r["source_type"] for r in code["results"]} == {"code"}
 
 
@@ -394,7 +398,7 @@ async def test_search_docs_leaves_code_out_and_takes_path_prefixes(
     )
 
     assert answer["results"] and all(r["source_type"] != "code" for r in answer["results"])
-    assert {Path(r["uri"]).name for r in prefixed["results"]} == {
+    assert {Path(r["path"]).name for r in prefixed["results"]} == {
         "invoice-policy-1.md",
         "deploy.md",
     }
@@ -410,13 +414,13 @@ async def test_read_chunk_returns_the_chunk_its_document_and_neighbours(client: 
     answer = await call(client, "read_chunk", chunk_id=best["chunk_id"], neighbors=1)
 
     assert answer["chunk"]["content"] == best["content"]
-    assert answer["chunk"]["evidence"] == best["evidence"]
+    assert answer["chunk"]["evidence_ref"] == best["evidence_ref"]
     assert answer["item"]["item_id"] == hit["item_id"]
     assert "citation" not in answer
-    cited = await call(client, "read_chunk", chunk_id=best["evidence"], neighbors=0)
+    cited = await call(client, "read_chunk", chunk_id=best["evidence_ref"], neighbors=0)
     assert cited["citation"]["status"] == "unchanged"
     assert cited["chunk"]["content"] == best["content"]
-    stale = best["evidence"].rsplit("@", 1)[0] + "@000000000000"
+    stale = best["evidence_ref"].rsplit("@", 1)[0] + "@000000000000"
     assert (await call(client, "read_chunk", chunk_id=stale))["citation"]["status"] == "changed"
     assert [c["chunk_index"] for c in answer["before"]] == [best["chunk_index"] - 1]
     assert [c["chunk_index"] for c in answer["after"]] == [best["chunk_index"] + 1]
@@ -472,19 +476,21 @@ async def test_list_items_gives_summaries_without_content(client: Client, docs: 
     answer = await call(client, "list_items", kb="docs")
 
     assert (answer["count"], answer["total"], answer["more"]) == (DOCS_FILES, DOCS_FILES, False)
-    by_uri = {item["uri"]: item for item in answer["items"]}
+    by_uri = {item["path"]: item for item in answer["items"]}
     deploy = by_uri[str((docs / "deploy.md").resolve())]
     assert set(deploy) == {
         "item_id",
         "title",
-        "uri",
+        "path",
         "kb",
         "source_type",
         "doc_type",
         "language",
+        "content_chars",
         "updated_at",
         "chunks",
     }
+    assert deploy["content_chars"] == len((docs / "deploy.md").read_text(encoding="utf-8"))
     assert deploy["title"] == "Deploying the web service" and deploy["kb"] == "docs"
     assert deploy["source_type"] == "markdown" and deploy["chunks"] >= 2
     assert by_uri[str((docs / "src" / "billing.py").resolve())]["source_type"] == "code"
@@ -517,10 +523,10 @@ async def test_list_items_filters_by_path_glob(client: Client, docs: Path) -> No
 
     # A relative pattern matches at any depth; no cheap total with a glob: `more` says it.
     assert finance["count"] == 6 and "total" not in finance and finance["more"] is False
-    assert all("/finance/invoice-policy-" in item["uri"] for item in finance["items"])
+    assert all("/finance/invoice-policy-" in item["path"] for item in finance["items"])
     assert [item["title"] for item in code["items"]] == ["billing.py"]
     assert len(markdown) == DOCS_FILES - 1 and len({item["item_id"] for item in markdown}) == 9
-    assert sorted(item["uri"].rsplit("/", 1)[1] for item in either["items"]) == [
+    assert sorted(item["path"].rsplit("/", 1)[1] for item in either["items"]) == [
         "billing.py",
         "deploy.md",
     ]
@@ -537,7 +543,7 @@ async def test_list_items_by_source_type_and_several_knowledge_bases(client: Cli
     assert code["more"] is False and "total" not in code  # storage counts by kb only
     assert len(both["items"]) == DOCS_FILES + 1 and both["more"] is False
     standup = next(item for item in both["items"] if item["kb"] == "notes")
-    assert standup["title"] == "Standup" and standup["uri"] is None
+    assert standup["title"] == "Standup" and standup["path"] is None
     assert documents["count"] == DOCS_FILES - 1
     # A path glob never matches an item without a path.
     assert (await call(client, "list_items", kb="notes", path_glob="*"))["count"] == 0
@@ -684,7 +690,7 @@ async def test_web_pages_are_added_only_under_an_allowed_prefix() -> None:
             report = await call(client, "add_knowledge", kb="web", url=site.url("/guide/"))
             assert report["processed"] == 2
             found = await call(client, "search_docs", query="okapi herds", kb="web")
-            assert found["results"][0]["uri"] == site.url("/guide/x/")
+            assert found["results"][0]["path"] == site.url("/guide/x/")
         assert site.hits("/admin/") == 0
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import knowledge_agent
 from knowledge_agent.models import (
+    ItemSummary,
     KnowledgeChunk,
     KnowledgeItem,
     MatchedChunk,
@@ -98,7 +99,7 @@ explanations = st.builds(
 )
 results = st.builds(
     SearchResult,
-    item=items,
+    item=items.map(ItemSummary.of),
     relevance_score=st.floats(allow_nan=False),
     matched_fields=st.lists(st.text(), max_size=3),
     highlights=st.lists(st.text(), max_size=3),
@@ -118,6 +119,16 @@ def through_json(data: dict[str, Any]) -> dict[str, Any]:
 def test_item_round_trip(item: KnowledgeItem) -> None:
     assert KnowledgeItem.from_dict(item.to_dict()) == item
     assert KnowledgeItem.from_dict(through_json(item.to_dict())) == item
+
+
+@settings(max_examples=200, deadline=None)
+@given(item=items)
+def test_an_item_summary_keeps_everything_but_the_text(item: KnowledgeItem) -> None:
+    summary = ItemSummary.of(item)
+    whole, brief = item.to_dict(), summary.to_dict()
+    assert brief.pop("content_chars") == len(whole.pop("content"))
+    assert brief == whole
+    assert ItemSummary.from_dict(through_json(summary.to_dict())) == summary
 
 
 @settings(max_examples=200, deadline=None)
@@ -219,7 +230,7 @@ def test_an_explanation_of_the_older_shape_still_reads() -> None:
 
 
 def test_search_result_keeps_item_level_fields_r6_3_r6_4() -> None:
-    result = SearchResult(item=KnowledgeItem(title="t"), relevance_score=1.0)
+    result = SearchResult(item=ItemSummary.of(KnowledgeItem(title="t")), relevance_score=1.0)
     data = result.to_dict()
     for name in ("item", "relevance_score", "matched_fields", "highlights"):
         assert name in data

@@ -1,7 +1,15 @@
 """Plain data models: what crosses every layer and the package boundary."""
 
+from knowledge_agent.models.item_summary import ItemSummary
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.models.search_result import MatchedChunk, ScoreExplanation, SearchResult
 
-__all__ = ["KnowledgeChunk", "KnowledgeItem", "MatchedChunk", "ScoreExplanation", "SearchResult"]
+__all__ = [
+    "ItemSummary",
+    "KnowledgeChunk",
+    "KnowledgeItem",
+    "MatchedChunk",
+    "ScoreExplanation",
+    "SearchResult",
+]

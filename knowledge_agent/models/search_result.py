@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from knowledge_agent.models._serialize import copy_json
+from knowledge_agent.models.item_summary import ItemSummary
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
-from knowledge_agent.models.knowledge_item import KnowledgeItem
 
 __all__ = ["MatchedChunk", "ScoreExplanation", "SearchResult"]
 
@@ -154,7 +154,8 @@ class SearchResult:
     chunk lists are empty, R6.4).
     """
 
-    item: KnowledgeItem
+    item: ItemSummary
+    """The document, without its text (``get_item(result.item.id)`` has it)."""
     relevance_score: float
     confidence: float = 0.0
     """How surely this answers the query, 0-1, comparable across queries (relevance_score
@@ -185,7 +186,7 @@ class SearchResult:
         """Build a result from ``to_dict`` output."""
         explanation = data.get("explanation")
         return cls(
-            item=KnowledgeItem.from_dict(data["item"]),
+            item=ItemSummary.from_dict(data["item"]),
             relevance_score=data["relevance_score"],
             confidence=data.get("confidence", 0.0),
             matched_fields=list(data.get("matched_fields") or []),

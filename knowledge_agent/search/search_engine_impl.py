@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from knowledge_agent.analysis import TextAnalyzer, detect_language, highlight, highlight_terms
 from knowledge_agent.errors import EmbeddingError, NotFoundError, QueryError, SearchIndexError
 from knowledge_agent.models import (
+    ItemSummary,
     KnowledgeChunk,
     KnowledgeItem,
     MatchedChunk,
@@ -132,17 +133,9 @@ _MMR_POOL = 3
 _MMR_POOL_MAX = 100
 
 
-def _path(item: KnowledgeItem) -> str:
+def _path(item: KnowledgeItem | ItemSummary) -> str:
     """Where an item's text comes from, for citations: its path or URL, else its title."""
     return item.source_uri or item.title or item.id
-
-
-def _rerank_text(result: SearchResult) -> str:
-    """What a reranker reads of a result: its best chunk under its heading, else the item."""
-    if result.matched_chunks:
-        best = result.matched_chunks[0]
-        return f"{best.heading}\n{best.content}" if best.heading else best.content
-    return f"{result.item.title}\n{result.item.content[:_RERANK_CHARS]}"
 
 
 _RERANK_CHARS = 4000
@@ -576,7 +569,7 @@ class SearchEngineImpl:
         # Hydrate a page at a time: a hit whose item or chunk is gone from SQLite is dropped.
         for start in range(0, len(ranked), limit):
             page = ranked[start : start + limit]
-            items = self.storage.get_items(candidate.item_id for candidate in page)
+            items = self.storage.get_item_summaries(candidate.item_id for candidate in page)
             chunks = self._read_chunks(
                 [chunk_id for candidate in page for _, chunk_id in candidate.chunks], loaded
             )
@@ -696,7 +689,7 @@ class SearchEngineImpl:
         head = results[: self.config.rerank_depth]
         if len(head) < 2:
             return results
-        texts = [_rerank_text(result) for result in head]
+        texts = self._rerank_texts(head)
         try:
             scores = [float(score) for score in reranker.rerank(query, texts)]
         except Exception as exc:  # a reranker service down must not fail the search
@@ -723,8 +716,23 @@ class SearchEngineImpl:
                 result.explanation.rank_after_rerank = rank
         return head + results[len(head) :]
 
+    def _rerank_texts(self, results: list[SearchResult]) -> list[str]:
+        """What a reranker reads of each result: its best chunk under its heading, else
+        (item level) the start of its document."""
+        whole = self.storage.get_items(r.item.id for r in results if not r.matched_chunks)
+        texts = []
+        for result in results:
+            if result.matched_chunks:
+                best = result.matched_chunks[0]
+                texts.append(f"{best.heading}\n{best.content}" if best.heading else best.content)
+            else:
+                item = whole.get(result.item.id)
+                body = item.content[:_RERANK_CHARS] if item else ""
+                texts.append(f"{result.item.title}\n{body}")
+        return texts
+
     def _matched_view(
-        self, chunk: KnowledgeChunk, score: float, item: KnowledgeItem, explained: ScoreExplanation
+        self, chunk: KnowledgeChunk, score: float, item: ItemSummary, explained: ScoreExplanation
     ) -> MatchedChunk:
         """A matched chunk with its evidence reference and its explanation."""
         view = MatchedChunk.from_chunk(chunk, score)
@@ -876,7 +884,7 @@ class SearchEngineImpl:
 
     def _context(
         self,
-        item: KnowledgeItem,
+        item: ItemSummary,
         matched: list[tuple[float, KnowledgeChunk]],
         window: int,
     ) -> list[MatchedChunk]:
@@ -957,7 +965,7 @@ class SearchEngineImpl:
                 explained.path = _path(item)
                 results.append(
                     SearchResult(
-                        item=item,
+                        item=ItemSummary.of(item),
                         relevance_score=score,
                         confidence=sure,
                         matched_fields=found.fields(),

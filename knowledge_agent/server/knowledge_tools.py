@@ -22,8 +22,9 @@ from knowledge_agent.analysis import highlight
 from knowledge_agent.core import KnowledgeAgentCore
 from knowledge_agent.errors import QueryError
 from knowledge_agent.models import SearchResult
+from knowledge_agent.models.result_view import item_path
 from knowledge_agent.server.rerank import plan_rerank, rerank_scores
-from knowledge_agent.server.views import bounded, clip, item_path
+from knowledge_agent.server.views import bounded, clip
 
 __all__ = ["knowledge_list", "knowledge_semantic_search", "knowledge_text_search"]
 
@@ -321,7 +322,9 @@ def _recall(
     return sorted(best.values(), key=lambda result: -result.relevance_score)[:top_k]
 
 
-def _passages(results: Iterable[SearchResult], deduplicate: bool) -> list[dict[str, Any]]:
+def _passages(
+    core: KnowledgeAgentCore, results: Iterable[SearchResult], deduplicate: bool
+) -> list[dict[str, Any]]:
     """Each result's best passage: its source, chunk, full text and relevance."""
     passages: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
@@ -329,7 +332,8 @@ def _passages(results: Iterable[SearchResult], deduplicate: bool) -> list[dict[s
         source = item_path(result.item)
         best = result.matched_chunks[0] if result.matched_chunks else None
         # The item-level fallback (no chunk index yet) has no passages: the document is one.
-        text = (best.content if best else result.item.content).strip()
+        whole = None if best else core.get_item(result.item.id)
+        text = (best.content if best else whole.content if whole else "").strip()
         if deduplicate:
             if (source, text) in seen:
                 continue
@@ -398,7 +402,7 @@ def knowledge_semantic_search(
     )
     notes = list(plan.notes)
     results = _recall(core, query, knowledge_base, top_k, min_relevance, source_keyword)
-    passages = _passages(results, deduplicate)
+    passages = _passages(core, results, deduplicate)
     reranked = False
     if plan.enabled and passages and core.reranker is not None:
         scores = rerank_scores(core.reranker, query, [p["text"] for p in passages])

@@ -32,15 +32,16 @@ from knowledge_agent.crawl import CrawlOptions, UrlPolicy
 from knowledge_agent.errors import ConfigError, IngestError, NotFoundError, QueryError
 from knowledge_agent.ingest.report import CollectReport
 from knowledge_agent.ingest.walker import WalkOptions
-from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, MatchedChunk, SearchResult
+from knowledge_agent.models import KnowledgeChunk, MatchedChunk
 from knowledge_agent.models.evidence import evidence_ref
+from knowledge_agent.models.result_view import chunk_view, item_path, item_view, result_view
 from knowledge_agent.server.budget import dumps, estimate_tokens, fit_to_budget
 from knowledge_agent.server.knowledge_tools import (
     knowledge_list,
     knowledge_semantic_search,
     knowledge_text_search,
 )
-from knowledge_agent.server.views import bounded, item_path
+from knowledge_agent.server.views import bounded
 from knowledge_agent.storage.sqlite_storage import ItemFacts
 
 __all__ = [
@@ -267,56 +268,6 @@ def _glob(pattern: str) -> str:
 # -- result views -----------------------------------------------------------------------------
 
 
-def _chunk_view(chunk: MatchedChunk, path: str, *, matched: bool) -> dict[str, Any]:
-    meta = chunk.metadata
-    view: dict[str, Any] = {"chunk_id": chunk.chunk_id}
-    if matched:
-        view["evidence"] = chunk.evidence_ref or evidence_ref(
-            chunk.chunk_id, path, meta, chunk.content
-        )
-        view["score"] = round(chunk.score, 4)
-    view.update(
-        heading=chunk.heading,
-        chunk_index=chunk.chunk_index,
-        start_position=chunk.start_position,
-        end_position=chunk.end_position,
-        start_line=meta.get("start_line"),
-        end_line=meta.get("end_line"),
-    )
-    for key in ("page", "page_end", "qualified_name", "symbol_type", "signature"):
-        if meta.get(key):
-            view["symbol" if key == "qualified_name" else key] = meta[key]
-    view["content"] = chunk.content
-    return view
-
-
-def _item_view(item: KnowledgeItem) -> dict[str, Any]:
-    return {
-        "item_id": item.id,
-        "title": item.title,
-        "uri": item.source_uri,
-        "kb": item.kb,
-        "source_type": item.source_type,
-        "doc_type": item.doc_type,
-        "language": item.language,
-    }
-
-
-def _result_view(result: SearchResult, *, explain: bool) -> dict[str, Any]:
-    path = item_path(result.item)
-    view = _item_view(result.item)
-    view["score"] = round(result.relevance_score, 4)
-    view["confidence"] = round(result.confidence, 4)
-    view["matched_chunks"] = [_chunk_view(c, path, matched=True) for c in result.matched_chunks]
-    view["context_chunks"] = [_chunk_view(c, path, matched=False) for c in result.context_chunks]
-    if result.search_mode == "item":
-        # The item-level fallback has no chunks: its highlights are the only excerpts.
-        view["snippets"] = list(result.highlights)
-    if explain and result.explanation is not None:
-        view["explanation"] = result.explanation.to_dict()
-    return view
-
-
 # -- search -----------------------------------------------------------------------------------
 
 
@@ -357,7 +308,7 @@ def _search(
         path_glob=globs or None,
         **filters,
     )
-    views = [_result_view(result, explain=include_explanation) for result in ranked]
+    views = [result_view(result, explain=include_explanation) for result in ranked]
     answer = fit_to_budget(views, max_tokens)
     if not ranked:
         answer["hint"] = (
@@ -385,9 +336,10 @@ def search_knowledge(
     """Search the knowledge bases: the best passages for a question, grouped per document.
 
     Hybrid keyword (BM25) + TF-IDF search over chunks. Each result is a document (item_id,
-    title, uri, kb, source_type, doc_type, score) with matched_chunks, best first — content,
-    heading, chunk_index, start/end position, start/end line, page for PDFs, and an
-    `evidence` ref `kb:<chunk_id>:<path>#L<start>-L<end>` to cite — and context_chunks, the
+    title, path, kb, source_type, doc_type, content_chars, score, confidence) with
+    matched_chunks, best first — content, location (path:12-30, path p.3 or url#section),
+    heading, start/end line, page for PDFs, and an `evidence_ref`
+    `kb:<chunk_id>:<path>#L<start>-L<end>@<hash>` to cite — and context_chunks, the
     neighbouring passages. Filters narrow the search before ranking. Use search_code or
     search_docs to search only code or only documents; read_chunk(chunk_id) to read around a
     passage. A reply over max_tokens is trimmed and says so (`truncated`, `note`).
@@ -514,13 +466,13 @@ def read_chunk(
     path = item_path(found.item)
 
     def view(chunk: KnowledgeChunk, *, matched: bool = False) -> dict[str, Any]:
-        shown = _chunk_view(MatchedChunk.from_chunk(chunk), path, matched=matched)
+        shown = chunk_view(MatchedChunk.from_chunk(chunk), path, matched=matched)
         shown.pop("score", None)
         return shown
 
     answer: dict[str, Any] = {
         "chunk": view(found.chunk, matched=True),
-        "item": _item_view(found.item),
+        "item": item_view(found.item),
         "before": [view(chunk) for chunk in found.before],
         "after": [view(chunk) for chunk in found.after],
     }
@@ -553,12 +505,11 @@ def get_knowledge_item(
     content = item.content[offset : offset + max_chars]
     end = offset + len(content)
     answer = {
-        **_item_view(item),
+        **item_view(item),
         "tags": data["tags"],
         "metadata": data["metadata"],
         "created_at": data["created_at"],
         "updated_at": data["updated_at"],
-        "content_chars": len(item.content),
         "offset": offset,
         "content": content,
         "truncated": end < len(item.content),
@@ -610,10 +561,10 @@ def list_items(
     """List the stored documents (items), oldest first, a page at a time — to see what a
     knowledge base holds or find an item_id without searching. Never returns their text.
 
-    Each item: item_id, title, uri (file path or URL), kb, source_type, doc_type, language,
-    updated_at and chunks. The answer says count, more (whether another page follows),
-    next_offset when it does, and total when it is cheap to know (no path_glob and at most
-    one kb and source_type). get_knowledge_item(item_id) reads a document.
+    Each item: item_id, title, path (file path or URL), kb, source_type, doc_type, language,
+    content_chars, updated_at and chunks. The answer says count, more (whether another page
+    follows), next_offset when it does, and total when it is cheap to know (no path_glob
+    and at most one kb and source_type). get_knowledge_item(item_id) reads a document.
     """
     bounded("limit", limit, 1, MAX_LIST_LIMIT)
     bounded("offset", offset, 0, 2**62)
@@ -640,12 +591,12 @@ def list_items(
                 _listed(core, kbs, source_types, globs), offset, offset + limit + 1
             )
         ]
-        read = core.storage.get_items(found)  # only the page's items are read whole
+        read = core.storage.get_item_summaries(found)
         page = [read[item_id] for item_id in found if item_id in read]
     more = len(page) > limit
     items = [
         {
-            **_item_view(item),
+            **item_view(item),
             "updated_at": item.updated_at.isoformat(),
             "chunks": core.storage.count_chunks(item_id=item.id),  # an indexed COUNT
         }
@@ -761,7 +712,7 @@ def delete_knowledge(
     item = core.get_item(item_id)
     if item is None or not core.delete_knowledge_item(item_id):
         raise NotFoundError(f"no item with id {item_id!r}")
-    answer: dict[str, Any] = {"deleted": True, **_item_view(item)}
+    answer: dict[str, Any] = {"deleted": True, **item_view(item)}
     if item.metadata.get("root"):
         answer["note"] = "its file is still tracked: the next sync of its folder brings it back"
     return answer

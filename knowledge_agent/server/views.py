@@ -1,11 +1,10 @@
-"""Small pieces every tool module shares: argument bounds, cut text, how a source is named."""
+"""Small pieces every tool module shares: argument bounds and cut text."""
 
 from __future__ import annotations
 
 from knowledge_agent.errors import QueryError
-from knowledge_agent.models import KnowledgeItem
 
-__all__ = ["bounded", "clip", "item_path"]
+__all__ = ["bounded", "clip"]
 
 
 def bounded(name: str, value: object, low: int, high: int) -> int:
@@ -23,8 +22,3 @@ def clip(text: str, max_chars: int) -> tuple[str, bool]:
     if len(text) <= max_chars:
         return text, False
     return (text[: max_chars - 1].rstrip() + "…") if max_chars > 0 else "", True
-
-
-def item_path(item: KnowledgeItem) -> str:
-    """What a result names as its source: the file path or URL, else the title, else the id."""
-    return item.source_uri or item.title or item.id

@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
-from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
 from knowledge_agent.storage.doc_sources import DOC_SOURCES_MIGRATION, DocSourceMixin
 from knowledge_agent.storage.sources import SOURCES_MIGRATION, SourceTrackingMixin
 
@@ -126,6 +126,10 @@ _CHUNK_COLUMNS = (
     "metadata",
 )
 _ITEM_SELECT = f"SELECT {', '.join(_ITEM_COLUMNS)} FROM knowledge_items"
+_SUMMARY_SELECT = (
+    f"SELECT {', '.join(name for name in _ITEM_COLUMNS if name != 'content')}, "
+    "length(content) AS content_chars FROM knowledge_items"
+)
 _FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
 # A file's modification time when it has one (what "recent" means to its author), else when
 # the item was last written.
@@ -178,16 +182,24 @@ def _item_to_row(item: KnowledgeItem) -> tuple[Any, ...]:
 
 
 def _row_to_item(row: sqlite3.Row) -> KnowledgeItem:
+    return KnowledgeItem(content=row["content"], **_item_fields(row))
+
+
+def _row_to_summary(row: sqlite3.Row) -> ItemSummary:
+    return ItemSummary(content_chars=row["content_chars"], **_item_fields(row))
+
+
+def _item_fields(row: sqlite3.Row) -> dict[str, Any]:
+    """An item row's fields but the text."""
     what = f"item {row['id']!r}"
     try:
         created_at = datetime.fromisoformat(row["created_at"])
         updated_at = datetime.fromisoformat(row["updated_at"])
     except (TypeError, ValueError) as exc:
         raise StorageError(f"corrupt timestamp in {what}: {exc}") from exc
-    return KnowledgeItem(
+    return dict(
         id=row["id"],
         title=row["title"],
-        content=row["content"],
         source_type=row["source_type"],
         source_uri=row["source_uri"],
         content_type=row["content_type"],
@@ -668,6 +680,10 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
     def get_items(self, item_ids: Iterable[str]) -> dict[str, KnowledgeItem]:
         """The items found among these ids, by id; missing ids are absent."""
         return self._by_ids("get_items", _ITEM_SELECT, item_ids, _row_to_item)
+
+    def get_item_summaries(self, item_ids: Iterable[str]) -> dict[str, ItemSummary]:
+        """:meth:`get_items` without the text (its length instead), by id."""
+        return self._by_ids("get_item_summaries", _SUMMARY_SELECT, item_ids, _row_to_summary)
 
     def ids_with_prefix(self, kind: str, prefix: str, limit: int = 2) -> list[str]:
         """Up to ``limit`` item (``kind="item"``) or chunk ids starting with ``prefix``, sorted:
