@@ -1545,6 +1545,13 @@ Over HTTP: knowledge-agent serve --http 8765, then connect to http://127.0.0.1:8
     help="With --http: allow a HOST that is not loopback (e.g. 0.0.0.0). The server has "
     "no authentication: anyone who can reach it can use its tools.",
 )
+@click.option(
+    "--structured-only",
+    is_flag=True,
+    help="Answer with structured content only, without the same answer again as JSON "
+    "text (for clients that read structured content; the MCP specification asks for the "
+    "text copy by default).",
+)
 @pass_app
 def serve(
     app: App,
@@ -1552,6 +1559,7 @@ def serve(
     allow_urls: tuple[str, ...],
     http_address: str | None,
     allow_remote: bool,
+    structured_only: bool,
 ) -> None:
     """Run the MCP server over stdio (or streamable HTTP with --http), for agents (needs the
     [mcp] extra).
@@ -1589,7 +1597,12 @@ def serve(
         if address is None:
             from knowledge_agent.server import run_stdio
 
-            run_stdio(app.new_core, roots=resolved, allow_urls=allow_urls)
+            run_stdio(
+                app.new_core,
+                roots=resolved,
+                allow_urls=allow_urls,
+                text_content=not structured_only,
+            )
             return
         from knowledge_agent.server import bind_http
 
@@ -1600,6 +1613,7 @@ def serve(
             roots=resolved,
             allow_urls=allow_urls,
             allow_remote=allow_remote,
+            text_content=not structured_only,
         )
         click.echo(f"Serving MCP (streamable HTTP) at {server.url}; Ctrl-C stops.", err=True)
         server.serve()

@@ -194,7 +194,7 @@ def test_serve_http_hands_the_address_roots_and_url_prefixes_to_the_server(
     local = invoke(
         data_dir, "--http", "8765", "--root", str(tmp_path), "--allow-url", "https://x.org/"
     )
-    remote = invoke(data_dir, "--http", "0.0.0.0:0", "--allow-remote")
+    remote = invoke(data_dir, "--http", "0.0.0.0:0", "--allow-remote", "--structured-only")
     ipv6 = invoke(data_dir, "--http", "[::1]:9000")
 
     assert local.exit_code == 0 and remote.exit_code == 0 and ipv6.exit_code == 0, local.output
@@ -205,10 +205,12 @@ def test_serve_http_hands_the_address_roots_and_url_prefixes_to_the_server(
         "roots": [tmp_path.resolve()],
         "allow_urls": ("https://x.org/",),
         "allow_remote": False,
+        "text_content": True,
         "data_dir": data_dir,
         "served": True,
     }
     assert (calls[1]["host"], calls[1]["port"], calls[1]["allow_remote"]) == ("0.0.0.0", 0, True)
+    assert calls[1]["text_content"] is False
     assert (calls[2]["host"], calls[2]["port"]) == ("::1", 9000)
 
 

@@ -189,6 +189,27 @@ async def test_every_tool_is_listed_with_described_parameters(client: Client) ->
     assert "required" not in listed["add_knowledge"].input_schema  # kb defaults like the CLI
     # Clients learn from the schema too that no other argument is accepted.
     assert all(tool.input_schema["additionalProperties"] is False for tool in listed.values())
+    # Every answer has a published shape; the SDK client checks each call's answer against
+    # it, so every tool call in these tests checks its tool's schema too.
+    for tool in listed.values():
+        assert tool.output_schema and tool.output_schema["type"] == "object", tool.name
+    search = listed["search_knowledge"].output_schema
+    assert set(search["required"]) == {"results", "count", "truncated"}
+    chunk = search["$defs"]["ChunkView"]["properties"]
+    assert {"evidence_ref", "location", "content", "explanation"} <= set(chunk)
+
+
+async def test_structured_only_answers_carry_no_text_copy(
+    core: KnowledgeAgentCore, docs: Path
+) -> None:
+    server = create_server(core, roots=[docs], text_content=False)
+    async with Client(server) as client:
+        result = await client.call_tool("search_knowledge", {"query": "roll back a deploy"})
+        status = await client.call_tool("index_status", {})
+    assert result.content == [] and status.content == []
+    assert result.structured_content is not None
+    assert result.structured_content["results"][0]["title"] == "Deploying the web service"
+    assert status.structured_content is not None and status.structured_content["consistent"]
 
 
 REQUIRED = {

@@ -39,6 +39,7 @@ from knowledge_agent.core import KnowledgeAgentCore
 from knowledge_agent.crawl import UrlPolicy
 from knowledge_agent.errors import ConfigError, KnowledgeAgentError
 from knowledge_agent.server import mcp_tools
+from knowledge_agent.server.schemas import output_schema
 
 __all__ = [
     "HttpServer",
@@ -111,15 +112,14 @@ def _lifespan(
     return lifespan
 
 
-def _result(payload: dict[str, Any]) -> CallToolResult:
-    """The answer as compact JSON text (what the budget measured) and as structured content."""
-    return CallToolResult(
-        content=[TextContent(type="text", text=mcp_tools.dumps(payload))],
-        structured_content=payload,
-    )
+def _result(payload: dict[str, Any], text_content: bool) -> CallToolResult:
+    """The answer as structured content and, for clients that read only text, as compact
+    JSON text too (what the budget measured)."""
+    text = [TextContent(type="text", text=mcp_tools.dumps(payload))] if text_content else []
+    return CallToolResult(content=text, structured_content=payload)
 
 
-def _as_tool(function: Callable[..., dict[str, Any]]) -> Callable[..., Any]:
+def _as_tool(function: Callable[..., dict[str, Any]], text_content: bool) -> Callable[..., Any]:
     """An async MCP tool over ``function(core, …)``, with the same agent-facing parameters.
 
     The SDK derives the input schema from the signature, so the wrapper carries the
@@ -135,7 +135,7 @@ def _as_tool(function: Callable[..., dict[str, Any]]) -> Callable[..., Any]:
         values = {name: getattr(state, name) for name in injected}
         call = functools.partial(function, **values, **arguments)
         try:
-            return _result(await anyio.to_thread.run_sync(call))
+            return _result(await anyio.to_thread.run_sync(call), text_content)
         except KnowledgeAgentError as exc:
             # An anticipated failure: its message goes back to the agent as a tool error.
             raise ToolError(str(exc)) from exc
@@ -180,14 +180,19 @@ class _KnownArgumentsOnly(BaseModel):
 
 
 def _strict(tool: Tool) -> Tool:
-    """``tool`` with an argument model (and input schema) that refuses unknown arguments.
+    """``tool`` with an argument model (and input schema) that refuses unknown arguments,
+    and the output schema of its answer.
 
     The SDK derives the model from the signature with no say over its configuration, so
-    the model is replaced by a subclass of it; everything else about the tool stays.
+    the model is replaced by a subclass of it; everything else about the tool stays. The
+    output schema is published, not enforced here: a client that reads structured content
+    checks it.
     """
     loose = tool.fn_metadata.arg_model
     strict = create_model(loose.__name__, __base__=(loose, _KnownArgumentsOnly))
-    metadata = tool.fn_metadata.model_copy(update={"arg_model": strict})
+    metadata = tool.fn_metadata.model_copy(
+        update={"arg_model": strict, "output_schema": output_schema(tool.name)}
+    )
     return tool.model_copy(
         update={"fn_metadata": metadata, "parameters": strict.model_json_schema(by_alias=True)}
     )
@@ -205,6 +210,7 @@ def create_server(
     *,
     roots: Sequence[str | os.PathLike[str]] = (),
     allow_urls: Sequence[str] = (),
+    text_content: bool = True,
 ) -> MCPServer[ServerState]:
     """An MCP server exposing ``core`` through the tools of :mod:`.mcp_tools`.
 
@@ -212,7 +218,10 @@ def create_server(
     then the server's lifespan opens it at startup and closes it at shutdown. ``roots`` are
     the folders ``add_knowledge`` may read files from; without any, it accepts text only.
     ``allow_urls`` are the URL prefixes it may crawl (none: no web pages at all); a host on
-    a private, loopback or link-local address only when a prefix names that host.
+    a private, loopback or link-local address only when a prefix names that host. Every
+    answer is structured content, checked by its tool's output schema; ``text_content``
+    also sends it as JSON text, which the MCP specification asks for the clients that read
+    only text (``False`` halves the bytes for clients that read structured content).
     ``ConfigError`` if a root is not a folder.
     """
     if not isinstance(core, KnowledgeAgentCore) and not callable(core):
@@ -221,7 +230,7 @@ def create_server(
     tools = [
         _strict(
             Tool.from_function(
-                _as_tool(function),
+                _as_tool(function, text_content),
                 name=function.__name__,
                 annotations=_WRITING.get(function.__name__, _READ_ONLY),
             )
@@ -246,13 +255,14 @@ def run_stdio(
     *,
     roots: Sequence[str | os.PathLike[str]] = (),
     allow_urls: Sequence[str] = (),
+    text_content: bool = True,
 ) -> None:
     """Serve over stdin/stdout until the client disconnects (blocking).
 
     The core is opened once the server starts and closed when it stops. Logs go to stderr;
     stdout carries the protocol only.
     """
-    server = create_server(open_core, roots=roots, allow_urls=allow_urls)
+    server = create_server(open_core, roots=roots, allow_urls=allow_urls, text_content=text_content)
     logger.info(
         "serving the knowledge base over stdio (roots: %s; URLs: %s)",
         list(roots) or "none",
@@ -312,8 +322,10 @@ class HttpServer:
         host: str,
         roots: tuple[str, ...],
         allow_urls: tuple[str, ...],
+        text_content: bool = True,
     ) -> None:
         self._open_core = open_core
+        self._text_content = text_content
         self._socket = sock
         self._host = host
         self._roots = roots
@@ -346,7 +358,12 @@ class HttpServer:
             core = self._open_core()
             # Handed to the lifespan "to open": it returns this core and closes it when the
             # app shuts down, before uvicorn re-raises a SIGTERM that would end the process.
-            server = create_server(lambda: core, roots=self._roots, allow_urls=self._allow_urls)
+            server = create_server(
+                lambda: core,
+                roots=self._roots,
+                allow_urls=self._allow_urls,
+                text_content=self._text_content,
+            )
             try:
                 app = server.streamable_http_app(
                     streamable_http_path=HTTP_PATH,
@@ -387,6 +404,7 @@ def bind_http(
     roots: Sequence[str | os.PathLike[str]] = (),
     allow_urls: Sequence[str] = (),
     allow_remote: bool = False,
+    text_content: bool = True,
 ) -> HttpServer:
     """Bind the streamable-HTTP server to ``host:port`` (port 0: any free port).
 
@@ -402,7 +420,14 @@ def bind_http(
         )
     roots = mcp_tools.resolve_roots(roots)  # a bad root fails before the port is taken
     sock = _bind(host.strip("[]"), port)
-    return HttpServer(open_core, sock, host=host, roots=roots, allow_urls=tuple(allow_urls))
+    return HttpServer(
+        open_core,
+        sock,
+        host=host,
+        roots=roots,
+        allow_urls=tuple(allow_urls),
+        text_content=text_content,
+    )
 
 
 def run_http(
@@ -413,6 +438,7 @@ def run_http(
     roots: Sequence[str | os.PathLike[str]] = (),
     allow_urls: Sequence[str] = (),
     allow_remote: bool = False,
+    text_content: bool = True,
 ) -> None:
     """Serve over streamable HTTP at ``http://host:port/mcp`` until Ctrl-C (blocking).
 
@@ -426,6 +452,7 @@ def run_http(
         roots=roots,
         allow_urls=allow_urls,
         allow_remote=allow_remote,
+        text_content=text_content,
     )
     logger.info(
         "serving over streamable HTTP (roots: %s; URLs: %s)",
