@@ -571,7 +571,10 @@ def add(
             progress = app.counting(bar)
             for path in paths:
                 if path == "-":
-                    reports.append(_add_stdin(core, stdin_text or "", title, name))
+                    text = stdin_text or ""
+                    reports.append(
+                        core.collect_text(text, title=title or _text_title(text), kb=name)
+                    )
                     app.count_report(reports[-1])
                     continue
                 if is_url(path):
@@ -600,21 +603,6 @@ def add(
                     )
                 )
         _show_report(_merged(reports, name), as_json, verbose)
-
-
-def _add_stdin(core: KnowledgeAgentCore, text: str, title: str | None, kb: str) -> CollectReport:
-    """Store stdin text as one item; a report like a one-file collection."""
-    started = time.perf_counter()
-    try:
-        before = core.get_kb(kb).chunks
-    except NotFoundError:
-        before = 0  # add_text creates the knowledge base
-    item = core.add_text(text, title=title or _text_title(text), kb=kb)
-    report = CollectReport(kb=kb, processed=1, item_ids=[item.id])
-    report.chunks_added = core.get_kb(kb).chunks - before
-    report.bytes_processed = len(text.encode("utf-8", "surrogatepass"))
-    report.duration_s = time.perf_counter() - started
-    return report
 
 
 @cli.command(

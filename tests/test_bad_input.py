@@ -29,12 +29,6 @@ GOOD_WORDS = [f"goodword{n}x" for n in range(10)]
 undecodable_names = os.name == "posix" and sys.platform != "darwin"  # macOS refuses them
 
 
-@pytest.fixture
-def core() -> Iterator[KnowledgeAgentCore]:
-    with KnowledgeAgentCore(workers=1) as knowledge:
-        yield knowledge
-
-
 def good_folder(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for n, word in enumerate(GOOD_WORDS):

@@ -148,11 +148,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pat
     yield docs, data
 
 
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
 # -- help, version, errors ------------------------------------------------------------------
 
 
@@ -793,11 +788,12 @@ def test_serve_hands_a_core_opener_roots_and_url_prefixes_to_the_server(
 
     seen: dict[str, object] = {}
 
-    def fake_run_stdio(open_core, *, roots, allow_urls):  # type: ignore[no-untyped-def]
+    def fake_run_stdio(open_core, *, roots, allow_urls, text_content):  # type: ignore[no-untyped-def]
         with open_core() as core:
             seen["data_dir"] = core.data_dir
         seen["roots"] = roots
         seen["allow_urls"] = allow_urls
+        seen["text_content"] = text_content
 
     monkeypatch.setattr(server, "run_stdio", fake_run_stdio)
     result = invoke(
@@ -809,7 +805,10 @@ def test_serve_hands_a_core_opener_roots_and_url_prefixes_to_the_server(
         "data_dir": data_dir,
         "roots": [tmp_path.resolve()],
         "allow_urls": ("https://docs.python.org/3/",),
+        "text_content": True,
     }
+    assert invoke(data_dir, "serve", "--structured-only").exit_code == 0
+    assert seen["text_content"] is False
     assert invoke(data_dir, "serve", "--root", str(tmp_path / "missing")).exit_code == 2
 
 

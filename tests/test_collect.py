@@ -52,12 +52,6 @@ def tree(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def core():
-    with KnowledgeAgentCore(workers=1) as knowledge:
-        yield knowledge
-
-
 def titles(results) -> list[str]:
     return [result.item.title for result in results]
 
@@ -314,11 +308,10 @@ def test_sync_rescans_every_root(core, tree, tmp_path):
         core.sync(kb="nope")
 
 
-def test_sources_and_roots_survive_reopening(tmp_path, tree):
-    data = tmp_path / "data"
-    with KnowledgeAgentCore(data, workers=1) as core:
+def test_sources_and_roots_survive_reopening(data_dir, tree):
+    with KnowledgeAgentCore(data_dir, workers=1) as core:
         core.collect_knowledge(tree, kb="ops", exclude=["src/"])
-    with KnowledgeAgentCore(data, workers=1) as core:
+    with KnowledgeAgentCore(data_dir, workers=1) as core:
         report = core.sync()
         assert (report.processed, report.unchanged) == (0, 3)
         assert titles(core.search("drain node"))[0] == "Deploy guide"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem, SearchResult
+from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
 
 FILLER = [
     "The committee reviewed the quarterly budget and approved the new hiring plan.",
@@ -540,3 +542,29 @@ def test_ids_resolve_by_unique_prefix_and_ambiguity_is_an_error() -> None:
         assert core.short_id("abcdef12-0000-aaaa") == "abcdef12-000"
         chunk = core.storage.get_chunks_for_item("abcdef12-0000-aaaa")[0].id
         assert core.resolve_id(chunk[:9], "chunk") == chunk
+
+
+def test_index_configs_are_typed_and_a_tfidf_change_rebuilds_once(tmp_path: Path) -> None:
+    def fingerprint(core: KnowledgeAgentCore) -> dict[str, object]:
+        return json.loads(core.storage.get_meta("index_fingerprint") or "{}")
+
+    text = "The turbine blades are inspected with an ultrasonic probe every spring."
+    with KnowledgeAgentCore(tmp_path) as core:
+        core.add_text(text, title="Maintenance calendar")
+        core.search("turbine")
+        # The defaults record no TF-IDF setting, as before the settings were typed.
+        assert fingerprint(core)["semantic"] == {}
+    with KnowledgeAgentCore(tmp_path, tfidf_config=TfidfConfig(include_title=True)) as core:
+        # Opening with another TF-IDF setting rebuilt the index with it, and recorded it.
+        assert fingerprint(core)["semantic"] == {"include_title": True}
+        assert core.semantic_searcher.include_title is True
+        assert core.search("ultrasonic probe", mode="semantic")[0].item.title == (
+            "Maintenance calendar"
+        )
+    with pytest.raises(ConfigError, match="tfidf_config"):
+        KnowledgeAgentCore(tfidf_config={"n_feature": 8})
+    with pytest.raises(ConfigError, match="field_boosts"):
+        KnowledgeAgentCore(keyword_config=KeywordIndexConfig(field_boosts={"titel": 2.0}))
+    with KnowledgeAgentCore(keyword_config={"field_boosts": {"heading": 0.0}}) as core:
+        core.add_text("# Rollback\n\nUndo the last deploy with the release tool.", title="Ops")
+        assert core.search("deploy")

@@ -9,7 +9,6 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import httpx
@@ -27,12 +26,6 @@ from knowledge_agent.crawl import (
 )
 
 Event = CrawlPage | CrawlFailure
-
-
-@pytest.fixture
-def server() -> Iterator[SiteServer]:
-    with SiteServer() as site:
-        yield site
 
 
 def run(

@@ -81,14 +81,13 @@ def assert_one_error_line(stderr: str, *fragments: str) -> None:
     ],
 )
 def test_a_full_disk_while_adding_is_one_line_and_the_base_stays_sound(
-    tmp_path: Path, folder: Path, where: str, names: str
+    tmp_path: Path, data_dir: Path, folder: Path, where: str, names: str
 ) -> None:
     script = tmp_path / "inject.py"
     script.write_text(INJECT)
-    data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if k != "KNOWLEDGE_AGENT_HOME"}
     result = subprocess.run(
-        [sys.executable, str(script), where, "--data-dir", str(data), "add", str(folder)],
+        [sys.executable, str(script), where, "--data-dir", str(data_dir), "add", str(folder)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -96,10 +95,10 @@ def test_a_full_disk_while_adding_is_one_line_and_the_base_stays_sound(
     )
     assert result.returncode == 1
     assert_one_error_line(result.stderr, names)
-    committed = stored_items(data)
+    committed = stored_items(data_dir)
     if where == "sqlite":
         assert 0 < committed < 12 and committed % 2 == 0  # some groups fitted, the rest not
-    with KnowledgeAgentCore(data) as core:  # space again: opening catches the indexes up
+    with KnowledgeAgentCore(data_dir) as core:  # space again: opening catches the indexes up
         status = core.check()
         assert status.consistent, status.problems
         assert status.items == committed
@@ -142,12 +141,11 @@ def make_base(data: Path, folder: Path) -> int:
 
 
 def test_storage_that_cannot_write_opens_read_only(
-    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+    data_dir: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    data = tmp_path / "data"
-    count = make_base(data, folder)
+    count = make_base(data_dir, folder)
     monkeypatch.setattr(SQLiteStorageManager, "_open_read_write", failing_open)
-    with SQLiteStorageManager(data / "knowledge.sqlite3") as storage:
+    with SQLiteStorageManager(data_dir / "knowledge.sqlite3") as storage:
         assert storage.read_only
         assert "disk I/O error" in (storage.read_only_reason or "")
         assert storage.count_items() == count
@@ -157,17 +155,16 @@ def test_storage_that_cannot_write_opens_read_only(
 
 
 def test_a_database_that_cannot_be_written_is_still_searched(
-    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+    data_dir: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    data = tmp_path / "data"
-    make_base(data, folder)
+    make_base(data_dir, folder)
     monkeypatch.setattr(SQLiteStorageManager, "_open_read_write", failing_open)
     monkeypatch.delenv("KNOWLEDGE_AGENT_HOME", raising=False)
     runner = CliRunner()
-    found = runner.invoke(cli, ["--data-dir", str(data), "search", "lighthouse", "--json"])
+    found = runner.invoke(cli, ["--data-dir", str(data_dir), "search", "lighthouse", "--json"])
     assert found.exit_code == 0, found.output
     assert '"title": "Note' in found.stdout
-    refused = runner.invoke(cli, ["--data-dir", str(data), "add", str(folder), "--full"])
+    refused = runner.invoke(cli, ["--data-dir", str(data_dir), "add", str(folder), "--full"])
     assert refused.exit_code == 1
     assert "Traceback" not in refused.stderr
     assert refused.stderr.startswith("Error: ") and "read-only" in refused.stderr

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -121,40 +120,40 @@ def assert_interrupted_cleanly(
     return committed
 
 
-def test_ctrl_c_during_add_stops_at_once(tmp_path: Path) -> None:
+def test_ctrl_c_during_add_stops_at_once(tmp_path: Path, data_dir: Path) -> None:
     folder = make_folder(tmp_path / "docs", 150, paragraphs=8)
-    data = tmp_path / "data"
-    code, stderr, stopped = interrupt(["add", str(folder)], data, after_items=20)
-    committed = assert_interrupted_cleanly(code, stderr, stopped, data)
+    code, stderr, stopped = interrupt(["add", str(folder)], data_dir, after_items=20)
+    committed = assert_interrupted_cleanly(code, stderr, stopped, data_dir)
     assert 20 <= committed <= 150
     rerun = subprocess.run(
-        [sys.executable, "-m", "knowledge_agent.cli", "--data-dir", str(data), "add", str(folder)],
+        [
+            sys.executable,
+            "-m",
+            "knowledge_agent.cli",
+            "--data-dir",
+            str(data_dir),
+            "add",
+            str(folder),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert rerun.returncode == 0, rerun.stderr
-    with KnowledgeAgentCore(data) as core:
+    with KnowledgeAgentCore(data_dir) as core:
         assert core.check().consistent and core.status().items == 150
 
 
-def test_ctrl_c_during_sync_stops_at_once(tmp_path: Path) -> None:
+def test_ctrl_c_during_sync_stops_at_once(tmp_path: Path, data_dir: Path) -> None:
     folder = make_folder(tmp_path / "docs", 5, paragraphs=1)
-    data = tmp_path / "data"
-    with KnowledgeAgentCore(data) as core:
+    with KnowledgeAgentCore(data_dir) as core:
         core.collect_knowledge(folder)
     make_folder(folder, 250, start=5)  # new files for sync to collect
-    code, stderr, stopped = interrupt(["sync"], data, after_items=5 + 20)
-    assert_interrupted_cleanly(code, stderr, stopped, data, before=5)
+    code, stderr, stopped = interrupt(["sync"], data_dir, after_items=5 + 20)
+    assert_interrupted_cleanly(code, stderr, stopped, data_dir, before=5)
 
 
 # -- the collector ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def storage() -> Iterator[SQLiteStorageManager]:
-    with SQLiteStorageManager() as manager:
-        yield manager
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -268,11 +267,10 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("_isolated")
 def test_interrupted_sync_prints_one_line_and_exits_130(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = make_folder(tmp_path / "docs", 3, paragraphs=1)
-    data = tmp_path / "data"
-    with KnowledgeAgentCore(data) as core:
+    with KnowledgeAgentCore(data_dir) as core:
         core.collect_knowledge(folder)
     for path in folder.iterdir():
         path.write_text(path.read_text() + "\nchanged\n")
@@ -284,7 +282,7 @@ def test_interrupted_sync_prints_one_line_and_exits_130(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(KnowledgeAgentCore, "sync", sync)
-    result = CliRunner().invoke(cli_module.cli, ["--data-dir", str(data), "sync"])
+    result = CliRunner().invoke(cli_module.cli, ["--data-dir", str(data_dir), "sync"])
     assert result.exit_code == 130
     assert result.stderr == (
         "interrupted: 2 files committed; run the same command again to finish\n"
@@ -293,10 +291,9 @@ def test_interrupted_sync_prints_one_line_and_exits_130(
 
 @pytest.mark.usefixtures("_isolated")
 def test_ctrl_c_that_cuts_a_watch_update_short_exits_130(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = make_folder(tmp_path / "notes", 1, paragraphs=1)
-    data = tmp_path / "data"
     stores = 0
     cut = threading.Event()
     real_store = Collector._store
@@ -317,12 +314,12 @@ def test_ctrl_c_that_cuts_a_watch_update_short_exits_130(
 
     monkeypatch.setattr(Collector, "_store", store)
     monkeypatch.setattr(cli_module, "_wait_for_interrupt", wait_for_interrupt)
-    args = ["--data-dir", str(data), "watch", str(folder), "--debounce", "0.05", "--json"]
+    args = ["--data-dir", str(data_dir), "watch", str(folder), "--debounce", "0.05", "--json"]
     result = CliRunner().invoke(cli_module.cli, args)
     assert result.exit_code == 130, result.output
     assert result.stderr == (
         "interrupted: 4 files committed; run the same command again to finish\n"
     )
-    with KnowledgeAgentCore(data) as core:
+    with KnowledgeAgentCore(data_dir) as core:
         status = core.check()
         assert status.consistent and status.items == 4

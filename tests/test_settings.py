@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from files import write
 
 from knowledge_agent.chunking import ChunkConfig
 from knowledge_agent.cli import cli
@@ -42,10 +43,7 @@ def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def project(folder: Path, text: str = "") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / CONFIG_FILE_NAME
-    path.write_text(text, encoding="utf-8")
-    return path
+    return write(folder / CONFIG_FILE_NAME, text)
 
 
 # -- resolution order ------------------------------------------------------------------------

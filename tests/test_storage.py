@@ -6,7 +6,6 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -54,12 +53,6 @@ def make_chunks(prefix: str, count: int) -> list[KnowledgeChunk]:
 
 def journal_ops(storage: SQLiteStorageManager) -> list[tuple[str, str]]:
     return [(item_id, op) for _, item_id, op in storage.journal_since(0)]
-
-
-@pytest.fixture
-def storage() -> Iterator[SQLiteStorageManager]:
-    with SQLiteStorageManager(":memory:") as manager:
-        yield manager
 
 
 @pytest.fixture

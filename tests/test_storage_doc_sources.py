@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 
@@ -18,10 +17,10 @@ SITE = "https://docs.example.com/"
 
 
 @pytest.fixture
-def storage() -> Iterator[SQLiteStorageManager]:
-    with SQLiteStorageManager() as manager:
-        manager.save_doc_source(DocSource("docs", SITE, name="Example", options={"max_depth": 2}))
-        yield manager
+def storage(storage: SQLiteStorageManager) -> SQLiteStorageManager:
+    """The shared in-memory storage, with a doc source for SITE saved in it."""
+    storage.save_doc_source(DocSource("docs", SITE, name="Example", options={"max_depth": 2}))
+    return storage
 
 
 def add_page(storage: SQLiteStorageManager, path: str, **fields: object) -> KnowledgeItem:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,12 +12,6 @@ from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.storage import SQLiteStorageManager
 from knowledge_agent.storage.sources import SourceRecord, SourceRoot
 from knowledge_agent.storage.sqlite_storage import _MIGRATIONS, SCHEMA_VERSION
-
-
-@pytest.fixture
-def storage() -> Iterator[SQLiteStorageManager]:
-    with SQLiteStorageManager() as manager:
-        yield manager
 
 
 def record(path: str, item_id: str | None, *, kb: str = "docs", root: str = "/r") -> SourceRecord:

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from files import write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,12 +26,7 @@ from knowledge_agent.ingest.walker import (
 def make_tree(root: Path, files: dict[str, str | bytes]) -> None:
     """Create ``files`` ({posix relative path: content}) under ``root``."""
     for rel, content in files.items():
-        path = root.joinpath(*rel.split("/"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
+        write(root.joinpath(*rel.split("/")), content)
 
 
 def rels(root: Path, options: WalkOptions | None = None) -> list[str]:

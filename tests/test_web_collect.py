@@ -6,7 +6,6 @@ Every site is served on 127.0.0.1 by ``tests/web_site.py``; nothing here uses th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,18 +20,6 @@ from knowledge_agent.ingest import interrupts, web
 from knowledge_agent.ingest.report import CollectProgress
 
 PDF = Path(__file__).resolve().parents[1] / "knowledge_agent" / "samples"
-
-
-@pytest.fixture
-def server() -> Iterator[SiteServer]:
-    with SiteServer() as site:
-        yield site
-
-
-@pytest.fixture
-def core() -> Iterator[KnowledgeAgentCore]:
-    with KnowledgeAgentCore() as knowledge_base:
-        yield knowledge_base
 
 
 def top_urls(core: KnowledgeAgentCore, query: str) -> list[str]:

@@ -425,16 +425,15 @@ def test_latin1_encode_is_allowed_for_bytes_only() -> None:
 
 
 def test_core_rebuilds_an_index_with_a_planted_toc_without_running_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    data = tmp_path / "data"
-    with KnowledgeAgentCore(data) as core:
+    with KnowledgeAgentCore(data_dir) as core:
         item = core.add_text("The ultrasonic probe measures wall thickness.", title="Probe")
-    folder = data / "index" / "whoosh" / "chunks"
+    folder = data_dir / "index" / "whoosh" / "chunks"
     marker = tmp_path / "marker"
     _plant_schema(folder, Payload(marker))
     planted = max(folder.glob("_MAIN_*.toc"))
-    with caplog.at_level(logging.WARNING), KnowledgeAgentCore(data) as core:
+    with caplog.at_level(logging.WARNING), KnowledgeAgentCore(data_dir) as core:
         assert not marker.exists()
         warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert any(str(folder) in message for message in warned)

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer, detect_language
+from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.core.citations import CitationCheck, check_citation
 from knowledge_agent.core.shared_indexes import SharedIndexes
@@ -35,6 +35,7 @@ from knowledge_agent.errors import (
     QueryError,
 )
 from knowledge_agent.ingest.collector import Collector, ProgressCallback
+from knowledge_agent.ingest.items import build_item
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.ingest.watcher import ChangeSet, FolderWatcher
@@ -42,9 +43,10 @@ from knowledge_agent.ingest.web import WebCollector
 from knowledge_agent.models import KnowledgeItem, ScoreExplanation, SearchResult
 from knowledge_agent.models.evidence import chunk_hash, lines_label
 from knowledge_agent.models.knowledge_item import utc_now
+from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
 from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
-from knowledge_agent.search.search_engine_impl import NO_BOOST, SearchConfig, SearchEngineImpl
+from knowledge_agent.search.search_engine_impl import NO_BOOST, SearchEngineImpl
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import DATABASE_FILE, SQLiteStorageManager
@@ -146,7 +148,11 @@ class KnowledgeAgentCore:
     search asks for it (an object with ``rerank(query, texts) -> list[float]``, or the
     settings of one: ``{"provider": "openai", "base_url": …, "model": …}``); ``embedder``
     adds a third ranking, dense vectors of every chunk (``{"provider": "wordllama"}`` runs
-    offline): set or changed, it embeds every chunk again, once.
+    offline): set or changed, it embeds every chunk again, once. Each ``*_config`` is its
+    dataclass or a mapping of its fields: ``chunk_config`` (:class:`ChunkConfig`),
+    ``search_config`` (:class:`SearchConfig`), ``analyzer_config``, ``keyword_config``
+    (:class:`KeywordIndexConfig`: BM25F field weights) and ``tfidf_config``
+    (:class:`TfidfConfig`); a changed analyzer or TF-IDF setting rebuilds the indexes once.
 
     **Writes are indexed behind.** ``add_text`` and deletes commit to SQLite at once; the
     indexes apply them in one batch at this process's next search (which always sees them),
@@ -171,8 +177,8 @@ class KnowledgeAgentCore:
         chunk_config: ChunkConfig | Mapping[str, Any] | None = None,
         search_config: SearchConfig | Mapping[str, Any] | None = None,
         analyzer_config: AnalyzerConfig | Mapping[str, Any] | None = None,
-        keyword_options: Mapping[str, Any] | None = None,
-        semantic_options: Mapping[str, Any] | None = None,
+        keyword_config: KeywordIndexConfig | Mapping[str, Any] | None = None,
+        tfidf_config: TfidfConfig | Mapping[str, Any] | None = None,
         doc_type_rules: Mapping[str, str] | None = None,
         workers: int | None = None,
         lock_timeout: float | None = None,
@@ -202,8 +208,8 @@ class KnowledgeAgentCore:
                 self.storage,
                 self.analyzer,
                 config,
-                keyword_options=keyword_options or {},
-                semantic_options=semantic_options or {},
+                keyword_config=_config(keyword_config, KeywordIndexConfig, "keyword_config"),
+                tfidf_config=_config(tfidf_config, TfidfConfig, "tfidf_config"),
                 lock_timeout=lock_timeout,
                 on_lock_wait=on_lock_wait,
                 embedder=embedder,
@@ -270,29 +276,40 @@ class KnowledgeAgentCore:
         if not isinstance(content, str):
             raise IngestError(where, f"content must be a string, got {type(content).__name__}")
         _kb_name(kb)
-        fields: dict[str, Any] = {
-            "title": title,
-            "content": content,
-            "source_type": source_type,
-            "source_uri": source_uri,
-            "doc_type": doc_type,
-            "language": detect_language(content) if language is None else language,
-            "tags": list(tags),
-            "metadata": dict(metadata or {}),
-            "kb": kb,
-        }
         chunks = self.chunker.chunk(content, title=title)
         with self._indexes.writing():
-            existing = self.storage.get_item(item_id) if item_id else None
-            now = utc_now()
-            fields["created_at"] = existing.created_at if existing else now
-            fields["updated_at"] = now
-            item = (
-                KnowledgeItem(**fields) if item_id is None else KnowledgeItem(id=item_id, **fields)
+            item = build_item(
+                self.storage,
+                content,
+                item_id=item_id,
+                title=title,
+                source_type=source_type,
+                source_uri=source_uri,
+                doc_type=doc_type,
+                language=language,
+                tags=tags,
+                metadata=metadata,
+                kb=kb,
             )
             self.storage.save_item_with_chunks(item, chunks)
             self._indexes.defer(len(content))
         return item
+
+    def collect_text(self, text: str, *, title: str = "", kb: str = "default") -> CollectReport:
+        """:meth:`add_text` with a report like a one-file collection's (chunks, bytes,
+        time); ``IngestError`` naming the text's title for a text with nothing in it."""
+        started = time.perf_counter()
+        if isinstance(text, str) and not text.strip():
+            raise IngestError(title or "<text>", "the text is empty")
+        item = self.add_text(text, title=title, kb=kb)
+        return CollectReport(
+            kb=kb,
+            processed=1,
+            chunks_added=self.storage.count_chunks(item_id=item.id),
+            bytes_processed=len(text.encode("utf-8", "surrogatepass")),
+            duration_s=time.perf_counter() - started,
+            item_ids=[item.id],
+        )
 
     def delete_knowledge_item(self, item_id: str) -> bool:
         """Delete an item from SQLite and both indexes (R4.4); True if it existed."""
@@ -349,12 +366,7 @@ class KnowledgeAgentCore:
             )
         root = _source_path(source)
         if root is None:
-            report = CollectReport(kb=kb)
-            item = self.add_text(str(source), title=title, kb=kb)
-            report.processed = 1
-            report.chunks_added = self.storage.count_chunks(item_id=item.id)
-            report.item_ids.append(item.id)
-            return report
+            return self.collect_text(str(source), title=title, kb=kb)
         options = walk_options or WalkOptions(include=tuple(include), exclude=tuple(exclude))
         started = time.perf_counter()
         with self.batch():

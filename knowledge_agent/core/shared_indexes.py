@@ -33,7 +33,7 @@ import json
 import logging
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -41,9 +41,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.core.folder_lock import FolderLock
 from knowledge_agent.errors import KnowledgeAgentError, SearchIndexError
+from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
 from knowledge_agent.search.dense_index import DenseIndex
 from knowledge_agent.search.dense_store import stored_config
-from knowledge_agent.search.search_engine_impl import SearchConfig, SearchEngineImpl
+from knowledge_agent.search.search_engine_impl import SearchEngineImpl
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import SQLiteStorageManager
@@ -75,8 +76,8 @@ class SharedIndexes:
         analyzer: TextAnalyzer,
         search_config: SearchConfig,
         *,
-        keyword_options: Mapping[str, Any],
-        semantic_options: Mapping[str, Any],
+        keyword_config: KeywordIndexConfig,
+        tfidf_config: TfidfConfig,
         lock_timeout: float | None,
         on_lock_wait: Callable[[str], None] | None,
         embedder: Embedder | None = None,
@@ -89,8 +90,8 @@ class SharedIndexes:
         self.lock_timeout = lock_timeout
         # One reader or writer of this object at a time: a watcher calls in from its thread.
         self.lock = threading.RLock()
-        self._keyword_options = dict(keyword_options)
-        self._semantic_options = dict(semantic_options)
+        self._keyword_config = keyword_config
+        self._tfidf_config = tfidf_config
         self._on_lock_wait = on_lock_wait
         self._on_status = on_status
         self._folder_lock = None if data_dir is None else FolderLock(data_dir)
@@ -167,10 +168,24 @@ class SharedIndexes:
         return None if self.data_dir is None else self.data_dir / "index" / name
 
     def _new_keyword_index(self) -> SearchIndexManager:
-        return SearchIndexManager(self._index_dir("whoosh"), self.analyzer, **self._keyword_options)
+        config = self._keyword_config
+        return SearchIndexManager(
+            self._index_dir("whoosh"),
+            self.analyzer,
+            field_boosts=config.field_boosts,
+            lock_timeout=config.lock_timeout,
+        )
 
     def _new_semantic_searcher(self) -> SemanticSearcher:
-        return SemanticSearcher(self._index_dir("tfidf"), self.analyzer, **self._semantic_options)
+        config = self._tfidf_config
+        return SemanticSearcher(
+            self._index_dir("tfidf"),
+            self.analyzer,
+            n_features=config.n_features,
+            sublinear_tf=config.sublinear_tf,
+            include_title=config.include_title,
+            include_heading=config.include_heading,
+        )
 
     def _new_dense_index(self) -> DenseIndex:
         # An index made with another embedder fails to open: it is rebuilt, never mixed.
@@ -220,7 +235,7 @@ class SharedIndexes:
     def fingerprint(self) -> str:
         """What the indexed terms depend on: a change of it means a rebuild."""
         return json.dumps(
-            {"analyzer": self.analyzer.config.to_dict(), "semantic": self._semantic_options},
+            {"analyzer": self.analyzer.config.to_dict(), "semantic": self._tfidf_config.changed()},
             sort_keys=True,
             default=str,
         )

@@ -45,10 +45,10 @@ from knowledge_agent.ingest.interrupts import (
     interrupt_requested,
     timed,
 )
+from knowledge_agent.ingest.items import build_item
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 from knowledge_agent.ingest.walker import FoundFile, WalkOptions, walk
 from knowledge_agent.models import KnowledgeItem
-from knowledge_agent.models.knowledge_item import utc_now
 from knowledge_agent.processors import ProcessedDocument, process_bytes
 from knowledge_agent.processors.encoding import decode_bytes
 from knowledge_agent.storage import SQLiteStorageManager
@@ -508,8 +508,6 @@ class Collector:
         record: SourceRecord | None,
         document: ProcessedDocument,
     ) -> tuple[KnowledgeItem, int]:
-        existing = self.storage.get_item(record.item_id) if record and record.item_id else None
-        now = utc_now()
         metadata = dict(document.metadata)
         metadata.update(
             {
@@ -519,22 +517,20 @@ class Collector:
                 "modified_at": _mtime_iso(file.mtime_ns),
             }
         )
-        item = KnowledgeItem(
+        item = build_item(
+            self.storage,
+            document.content,
+            item_id=record.item_id if record else None,
             title=document.title or file.path.name,
-            content=document.content,
             source_type=document.source_type,
             source_uri=path_to_db(str(file.path)),
             content_type=document.content_type,
             doc_type=doc_type_for(file.relative, Path(root).name, self.doc_type_rules),
             language=document.language,
-            tags=list(document.tags),
+            tags=document.tags,
             metadata=metadata,
             kb=kb,
-            created_at=existing.created_at if existing else now,
-            updated_at=now,
         )
-        if existing is not None:
-            item.id = existing.id
         return item, len(document.chunks)
 
     def _skip(

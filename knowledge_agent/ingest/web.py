@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-from knowledge_agent.analysis import detect_language
 from knowledge_agent.chunking import ChunkConfig
 from knowledge_agent.crawl import (
     Crawler,
@@ -38,6 +37,7 @@ from knowledge_agent.ingest.interrupts import (
     interrupt_requested,
     timed,
 )
+from knowledge_agent.ingest.items import build_item
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 from knowledge_agent.ingest.web_pages import page_document
 from knowledge_agent.models import KnowledgeItem
@@ -286,34 +286,29 @@ class _Run:
     def _item(
         self, page: CrawlPage, known: DocPage | None, document: ProcessedDocument
     ) -> KnowledgeItem:
-        existing = self.storage.get_item(known.item_id) if known and known.item_id else None
-        now = utc_now()
         metadata = dict(document.metadata)
         metadata.update(
             {
                 "url": page.url,
                 "doc_source": self.source.url,
-                "fetched_at": now.isoformat(),
+                "fetched_at": utc_now().isoformat(),
                 "http_status": page.status,
                 "size": len(page.body),
             }
         )
         if page.last_modified:
             metadata["last_modified"] = page.last_modified
-        item = KnowledgeItem(
+        return build_item(
+            self.storage,
+            document.content,
+            item_id=known.item_id if known else None,
             title=document.title or page.url,
-            content=document.content,
             source_type=document.source_type,
             source_uri=page.url,
             content_type=document.content_type,
             doc_type=doc_type_for(urlsplit(page.url).path.lstrip("/"), "", self.doc_type_rules),
-            language=document.language or detect_language(document.content),
+            language=document.language or None,
             tags=[*self.source.tags, *(t for t in document.tags if t not in self.source.tags)],
             metadata=metadata,
             kb=self.source.kb,
-            created_at=existing.created_at if existing else now,
-            updated_at=now,
         )
-        if existing is not None:
-            item.id = existing.id
-        return item

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.search.boosts import DEFAULT_DOC_TYPE_WEIGHTS
 from knowledge_agent.search.fusion import FUSION_METHODS
 
-__all__ = ["SearchConfig"]
+__all__ = ["KeywordIndexConfig", "SearchConfig", "TfidfConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,3 +121,37 @@ class SearchConfig:
         for doc_type, weight in self.doc_type_weights.items():
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
                 raise ConfigError(f"doc_type_weights[{doc_type!r}] must be a number >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeywordIndexConfig:
+    """The keyword (Whoosh, BM25F) chunk index."""
+
+    field_boosts: Mapping[str, float] = field(default_factory=dict)
+    """BM25F weights of the fields to change (``title``, ``heading``, ``content``, …); the
+    others keep the index's defaults."""
+    lock_timeout: float = 10.0
+    """Seconds to wait for Whoosh's own write lock."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TfidfConfig:
+    """The semantic (TF-IDF) chunk index. Any change rebuilds it: it changes the vectors."""
+
+    n_features: int = 2**20
+    """Hashed feature space (terms are hashed, no vocabulary is kept)."""
+    sublinear_tf: bool = True
+    """1 + log(tf) instead of raw term counts."""
+    include_title: bool = False
+    """Index the document title with every chunk."""
+    include_heading: bool = True
+    """Index the chunk's heading path with its text."""
+
+    def changed(self) -> dict[str, Any]:
+        """The fields set away from their defaults (what an index's fingerprint records)."""
+        default = TfidfConfig()
+        return {
+            name: getattr(self, name)
+            for name in self.__dataclass_fields__
+            if getattr(self, name) != getattr(default, name)
+        }

@@ -30,7 +30,6 @@ from pydantic import Field
 from knowledge_agent.core import KnowledgeAgentCore
 from knowledge_agent.crawl import CrawlOptions, UrlPolicy
 from knowledge_agent.errors import ConfigError, IngestError, NotFoundError, QueryError
-from knowledge_agent.ingest.report import CollectReport
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.models import KnowledgeChunk, MatchedChunk
 from knowledge_agent.models.evidence import evidence_ref
@@ -688,14 +687,9 @@ def add_knowledge(
         crawl = CrawlOptions(max_depth=depth, max_pages=max_pages)
         return core.collect_knowledge(url, kb=kb, crawl=crawl, url_policy=url_policy).to_dict()
     if text is not None:
-        if not text.strip():
-            raise IngestError(title or "<text>", "the text is empty")
         # Not collect_knowledge(text): it would read a text that looks like a path as a file,
         # bypassing the roots check below.
-        item = core.add_text(text, title=title, kb=kb)
-        report = CollectReport(kb=kb, processed=1, item_ids=[item.id])
-        report.chunks_added = core.storage.count_chunks(item_id=item.id)
-        return report.to_dict()
+        return core.collect_text(text, title=title, kb=kb).to_dict()
     if path is not None and path[:8].lower().startswith(("http://", "https://")):
         raise ConfigError(f"{path!r} is a web address: pass it as url, not path")
     real = path_within_roots(path, roots)  # type: ignore[arg-type]

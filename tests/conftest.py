@@ -1,0 +1,39 @@
+"""Fixtures shared by several test modules; a module may still define its own of the same name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from web_site import SiteServer
+
+from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.storage import SQLiteStorageManager
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A knowledge base's data dir, ``tmp_path / "data"``, not created yet."""
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def core() -> Iterator[KnowledgeAgentCore]:
+    """An in-memory core that extracts files in this process (``workers=1``); closed after."""
+    with KnowledgeAgentCore(workers=1) as knowledge_base:
+        yield knowledge_base
+
+
+@pytest.fixture
+def storage() -> Iterator[SQLiteStorageManager]:
+    """An empty in-memory SQLiteStorageManager; closed after."""
+    with SQLiteStorageManager() as manager:
+        yield manager
+
+
+@pytest.fixture
+def server() -> Iterator[SiteServer]:
+    """A local web site on 127.0.0.1 (``tests/web_site.py``) to crawl; stopped after."""
+    with SiteServer() as site:
+        yield site
