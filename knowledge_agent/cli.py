@@ -358,7 +358,7 @@ def _progress_console(as_json: bool) -> Console | None:
 def _check_kbs(core: KnowledgeAgentCore, names: Sequence[str] | str | None) -> None:
     """Exit 2 naming the valid knowledge bases for a name that does not exist."""
     check_values(
-        "--kb", [names] if isinstance(names, str) else names or (), core.storage.kb_names()
+        "--kb", [names] if isinstance(names, str) else names or (), core.storage.sources.kb_names()
     )
 
 
@@ -823,7 +823,7 @@ def sources(app: App, kb: str | None, as_json: bool) -> None:
     """List what was collected: folders and files, and doc sources crawled from the web."""
     with app.open_core() as core:
         _check_kbs(core, kb)
-        roots = core.storage.get_roots(kb)
+        roots = core.storage.sources.get_roots(kb)
         docs = core.doc_sources(kb=kb)
     if as_json:
         render.print_json(
@@ -936,8 +936,8 @@ includes that whole day.
 "content_chars", then "score", "confidence", "search_mode", "matched_fields",
 "matched_chunks" (best first) and "context_chunks". A chunk has "chunk_id",
 "location" (path:12-30, path p.3 or url#section), "heading", "start_line", "end_line",
-"page" for PDFs, "content"; a matched one its "evidence_ref", "score" and
-"explanation" too. The document's whole text ("content") only with --full."""
+"page" for PDFs, "content"; a matched one its "evidence_ref" and "score" too, and its
+"explanation" with --explain. The document's whole text ("content") only with --full."""
 )
 @click.argument("query")
 @kb_option("Search only this knowledge base (repeatable; default: all).", multiple=True)
@@ -976,10 +976,10 @@ includes that whole day.
 @click.option(
     "--context",
     type=click.IntRange(min=0),
-    default=1,
-    show_default=True,
+    default=None,
     metavar="N",
-    help="Neighbouring chunks shown on each side of a match.",
+    help="Neighbouring chunks shown on each side of a match [default: 1; 0 with --json and "
+    "the other data formats, which give the matched passages].",
 )
 @click.option(
     "--min-score",
@@ -995,7 +995,12 @@ includes that whole day.
     help="Rank with every engine, keywords (BM25F) only, TF-IDF only, or dense vectors only "
     "(with [embeddings] in the project file).",
 )
-@click.option("--explain", is_flag=True, help="Show the score breakdown and matched terms.")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Show the score breakdown and matched terms (with --json: each matched chunk's "
+    "explanation).",
+)
 @click.option("--full", is_flag=True, help="With --json: each result's whole document text too.")
 @click.option(
     "--format",
@@ -1027,7 +1032,7 @@ def search(
     since: str | None,
     until: str | None,
     limit: int,
-    context: int,
+    context: int | None,
     min_score: float | None,
     mode: str,
     explain: bool,
@@ -1045,6 +1050,9 @@ def search(
     """
     updated_after = _parse_date(since, "--since", end_of_day=False)
     updated_before = _parse_date(until, "--until", end_of_day=True)
+    fmt = "json" if as_json else "files" if files_only else fmt
+    if context is None:  # neighbours help a reader; a program asks for them (size stays small)
+        context = 1 if fmt == "text" else 0
     with app.open_core() as core:
         check_filters(
             core,
@@ -1070,9 +1078,8 @@ def search(
             rerank=rerank,
         )
         texts = _texts(core, results) if full else None
-    fmt = "json" if as_json else "files" if files_only else fmt
     if fmt != "text":
-        write_results(fmt, query, mode, results, texts=texts)
+        write_results(fmt, query, mode, results, texts=texts, explain=explain)
     else:
         render.print_results(render.make_console(), results, explain=explain, base=os.getcwd())
 

@@ -45,7 +45,7 @@ def check_filters(
     storage = core.storage
     # The valid values are read only for an option that was given: each is a scan of items.
     if kb:
-        check_values("--kb", kb, storage.kb_names())
+        check_values("--kb", kb, storage.sources.kb_names())
     if source_types:
         check_values("--type", source_types, [*SOURCE_TYPES, *storage.field_values("source_type")])
     if doc_types:

@@ -23,12 +23,14 @@ _CSV_COLUMNS = (
 )  # fmt: skip
 
 
-def result_json(result: SearchResult, texts: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A result as data (:func:`result_view`, with explanations): its passages always, its
-    document's whole text only when ``texts`` (by item id) has it — one hit in a 700 KB
-    release-notes file must not make the answer 700 KB."""
+def result_json(
+    result: SearchResult, texts: Mapping[str, str] | None = None, *, explain: bool = False
+) -> dict[str, Any]:
+    """A result as data (:func:`result_view`): its passages always, their explanations when
+    asked, its document's whole text only when ``texts`` (by item id) has it — one hit in a
+    700 KB release-notes file must not make the answer 700 KB."""
     return result_view(
-        result, explain=True, content=None if texts is None else texts.get(result.item.id)
+        result, explain=explain, content=None if texts is None else texts.get(result.item.id)
     )
 
 
@@ -39,21 +41,23 @@ def write_results(
     results: Sequence[SearchResult],
     *,
     texts: Mapping[str, str] | None = None,
+    explain: bool = False,
     stream: TextIO | None = None,
 ) -> None:
     """Write ``results`` in ``fmt`` (any of :data:`FORMATS` but ``text``); ``texts``: the
-    documents' whole texts by item id, for the JSON formats."""
+    documents' whole texts by item id, and ``explain``: the score explanations, both for
+    the JSON formats."""
     out = stream or sys.stdout
     if fmt == "json":
         payload = {
             "query": query,
             "mode": mode,
-            "results": [result_json(r, texts) for r in results],
+            "results": [result_json(r, texts, explain=explain) for r in results],
         }
         print_json(payload, out)
     elif fmt == "ndjson":
         for result in results:
-            print_json_line(result_json(result, texts), out)
+            print_json_line(result_json(result, texts, explain=explain), out)
     elif fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(_CSV_COLUMNS)

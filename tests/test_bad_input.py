@@ -126,7 +126,7 @@ def test_any_path_round_trips_through_the_escape(path: str) -> None:
 @pytest.fixture(scope="module")
 def storage() -> Iterator[SQLiteStorageManager]:
     with SQLiteStorageManager() as manager:
-        manager.ensure_kb("kb")
+        manager.sources.ensure_kb("kb")
         yield manager
 
 
@@ -146,17 +146,19 @@ def test_any_file_name_bytes_round_trip_through_the_sources_table(
 ) -> None:
     root = os.fsdecode(b"/r/" + (folder or b"f"))
     path = os.fsdecode(b"/r/" + (folder or b"f") + b"/" + (name or b"n"))
-    storage.save_root(SourceRoot("kb", root))
-    storage.save_source(SourceRecord("kb", path, root, 3, 7, "skipped", error=f"odd {path}"))
-    assert [r.root for r in storage.get_roots("kb") if r.root == root] == [root]
-    record = storage.get_source("kb", path)
+    storage.sources.save_root(SourceRoot("kb", root))
+    storage.sources.save_source(
+        SourceRecord("kb", path, root, 3, 7, "skipped", error=f"odd {path}")
+    )
+    assert [r.root for r in storage.sources.get_roots("kb") if r.root == root] == [root]
+    record = storage.sources.get_source("kb", path)
     assert record is not None and (record.path, record.root) == (path, root)
-    assert path in storage.get_sources("kb", root)
-    assert [r.path for r in storage.sources_at(root)] == [path]
-    assert [r.path for r in storage.sources_at(path)] == [path]
-    storage.delete_source("kb", path)
-    assert storage.get_source("kb", path) is None
-    storage.delete_root("kb", root)
+    assert path in storage.sources.get_sources("kb", root)
+    assert [r.path for r in storage.sources.sources_at(root)] == [path]
+    assert [r.path for r in storage.sources.sources_at(path)] == [path]
+    storage.sources.delete_source("kb", path)
+    assert storage.sources.get_source("kb", path) is None
+    storage.sources.delete_root("kb", root)
 
 
 # -- file contents --------------------------------------------------------------------------

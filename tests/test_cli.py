@@ -431,7 +431,14 @@ def test_search_finds_the_section_with_its_line_range(corpus: tuple[Path, Path])
     start, end = best["start_line"], best["end_line"]
     assert best["location"] == f"{docs / 'deploy.md'}:{start}-{end}"
     assert best["evidence_ref"].startswith(f"kb:{best['chunk_id']}:")
-    assert best["explanation"]["matched_terms"]
+    # Data for programs: the passages; explanations and neighbours when asked for.
+    assert "explanation" not in best and top["context_chunks"] == []
+    asked = as_json(invoke(data, "search", query, "--json", "--explain", "--context", "1"))
+    explained = asked["results"][0]
+    assert explained["matched_chunks"][0]["explanation"]["matched_terms"]
+    matched = {c["chunk_index"] for c in explained["matched_chunks"]}
+    context = {c["chunk_index"] for c in explained["context_chunks"]}
+    assert context and all({i - 1, i + 1} & matched for i in context) and not context & matched
     assert start == line_of(DEPLOY, "## Rolling back a failed release")
     assert end >= line_of(DEPLOY, "systemctl restart app")
     human = invoke(data, "search", query)

@@ -110,7 +110,7 @@ def test_touched_but_identical_file_is_not_reprocessed(core, tree):
     report = core.collect_knowledge(tree)
     assert (report.processed, report.unchanged) == (0, 4)
     # The new mtime was recorded: the next run does not even hash the file.
-    record = core.storage.get_source("default", str(tree / "notes.txt"))
+    record = core.storage.sources.get_source("default", str(tree / "notes.txt"))
     assert record is not None and record.mtime_ns == (tree / "notes.txt").stat().st_mtime_ns
 
 
@@ -297,7 +297,7 @@ def test_sync_rescans_every_root(core, tree, tmp_path):
     assert (report.processed, report.removed, report.unchanged) == (1, 1, 4)
     assert titles(core.search("kayaking")) == ["New"]
     assert core.search("gardening") == []
-    assert [root.root for root in core.storage.get_roots()] == [str(tree)]
+    assert [root.root for root in core.storage.sources.get_roots()] == [str(tree)]
 
     moved = tmp_path / "moved"
     tree.rename(moved)
@@ -415,7 +415,7 @@ def test_remove_source_forgets_a_root_a_subfolder_or_a_file(core, tree):
         core.remove_source(tree / "absent.md")
     assert core.sync().processed == 2  # still under the root: sync brings them back
     assert core.remove_source(tree) == 4  # the root itself: forgotten for good
-    assert core.storage.get_roots() == [] and core.storage.count_items() == 0
+    assert core.storage.sources.get_roots() == [] and core.storage.count_items() == 0
     assert core.sync().processed == 0
 
 

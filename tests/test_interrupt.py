@@ -38,8 +38,8 @@ WORDS = ["retry", "backoff", "cache", "deploy", "rollback", "timeout", "checkout
 
 def collector_for(storage: SQLiteStorageManager, root: Path, workers: int) -> Collector:
     """A collector for ``root`` in knowledge base "default", set up as the core does it."""
-    storage.ensure_kb("default")
-    storage.save_root(SourceRoot("default", str(root)))
+    storage.sources.ensure_kb("default")
+    storage.sources.save_root(SourceRoot("default", str(root)))
     return Collector(storage, ChunkConfig(), workers=workers)
 
 

@@ -332,8 +332,10 @@ async def test_invalid_search_arguments_are_tool_errors(client: Client) -> None:
 async def test_explanations_are_added_on_request(client: Client) -> None:
     answer = await call(client, "search_knowledge", query="ETag", include_explanation=True)
 
-    explanation = answer["results"][0]["explanation"]
+    explanation = answer["results"][0]["matched_chunks"][0]["explanation"]
     assert explanation["keyword_rank"] == 1 and "etag" in explanation["matched_terms"]
+    plain = await call(client, "search_knowledge", query="ETag")
+    assert "explanation" not in plain["results"][0]["matched_chunks"][0]
 
 
 async def test_a_query_with_no_match_says_what_to_try(client: Client) -> None:

@@ -251,7 +251,8 @@ def test_the_command_line_explains_a_chunk_and_checks_a_citation(tmp_path) -> No
     (tmp_path / "keys.md").write_text("# Keys\n\n" + ROTATION + "\n", encoding="utf-8")
     runner = CliRunner()
     assert runner.invoke(cli, [*data, "add", str(tmp_path / "keys.md")]).exit_code == 0
-    found = json.loads(runner.invoke(cli, [*data, "search", "rotate keys", "--json"]).output)
+    found = runner.invoke(cli, [*data, "search", "rotate keys", "--json", "--explain"]).output
+    found = json.loads(found)
     chunk = found["results"][0]["matched_chunks"][0]
     assert chunk["explanation"]["final_score"] == pytest.approx(chunk["score"])
     shown = runner.invoke(cli, [*data, "explain", chunk["chunk_id"], "--query", "rotate keys"])
@@ -288,7 +289,7 @@ def test_a_project_file_reranker_reorders_command_line_searches(tmp_path, monkey
         monkeypatch.chdir(tmp_path)  # the project file is found from the working folder
         monkeypatch.delenv("KNOWLEDGE_AGENT_HOME", raising=False)
         assert runner.invoke(cli, ["add", str(docs)]).exit_code == 0
-        query = ["search", "rotate signing keys every quarter", "--json"]
+        query = ["search", "rotate signing keys every quarter", "--json", "--explain"]
         reranked = runner.invoke(cli, [*query, "--rerank"])
         assert reranked.exit_code == 0, reranked.output
         best = json.loads(reranked.output)["results"][0]["matched_chunks"][0]["explanation"]

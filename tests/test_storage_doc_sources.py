@@ -19,7 +19,9 @@ SITE = "https://docs.example.com/"
 @pytest.fixture
 def storage(storage: SQLiteStorageManager) -> SQLiteStorageManager:
     """The shared in-memory storage, with a doc source for SITE saved in it."""
-    storage.save_doc_source(DocSource("docs", SITE, name="Example", options={"max_depth": 2}))
+    storage.doc_sources.save_doc_source(
+        DocSource("docs", SITE, name="Example", options={"max_depth": 2})
+    )
     return storage
 
 
@@ -28,14 +30,16 @@ def add_page(storage: SQLiteStorageManager, path: str, **fields: object) -> Know
     item = KnowledgeItem(title=path, content=f"text of {path}", kb="docs", source_uri=url)
     chunk = KnowledgeChunk(content=item.content, end_position=len(item.content))
     page = DocPage("docs", url, SITE, url, "indexed", item_id=item.id, **fields)  # type: ignore[arg-type]
-    storage.save_doc_page_item(page, item, [chunk])
+    storage.doc_sources.save_doc_page_item(page, item, [chunk])
     return item
 
 
 def test_a_doc_source_round_trips_and_counts_its_indexed_pages(storage) -> None:
     add_page(storage, "a", etag='"1"', links=(SITE + "b",))
-    storage.save_doc_page(DocPage("docs", SITE + "b", SITE, SITE + "b", "failed", error="HTTP 500"))
-    [source] = storage.get_doc_sources()
+    storage.doc_sources.save_doc_page(
+        DocPage("docs", SITE + "b", SITE, SITE + "b", "failed", error="HTTP 500")
+    )
+    [source] = storage.doc_sources.get_doc_sources()
     assert (source.kb, source.url, source.name, source.options) == (
         "docs",
         SITE,
@@ -43,17 +47,17 @@ def test_a_doc_source_round_trips_and_counts_its_indexed_pages(storage) -> None:
         {"max_depth": 2},
     )
     assert source.pages == 1  # the failed page is tracked but not counted
-    assert storage.kb_names() == ["docs"]  # saving a source creates its knowledge base
-    page = storage.get_doc_pages("docs", SITE)[SITE + "a"]
+    assert storage.sources.kb_names() == ["docs"]  # saving a source creates its knowledge base
+    page = storage.doc_sources.get_doc_pages("docs", SITE)[SITE + "a"]
     assert page.etag == '"1"' and page.links == (SITE + "b",) and page.item_id is not None
 
 
 def test_saving_a_source_again_keeps_when_it_was_added(storage) -> None:
-    first = storage.get_doc_source("docs", SITE)
+    first = storage.doc_sources.get_doc_source("docs", SITE)
     assert first is not None
     later = replace(first, name="Renamed", added_at=first.added_at + timedelta(days=3), tags=("x",))
-    storage.save_doc_source(later)
-    again = storage.get_doc_source("docs", SITE)
+    storage.doc_sources.save_doc_source(later)
+    again = storage.doc_sources.get_doc_source("docs", SITE)
     assert again is not None
     assert again.name == "Renamed" and again.tags == ("x",) and again.added_at == first.added_at
 
@@ -70,23 +74,23 @@ def test_a_source_is_due_when_never_crawled_or_its_interval_passed() -> None:
 
 def test_deleting_a_source_deletes_its_pages_and_their_items(storage) -> None:
     items = [add_page(storage, name) for name in ("a", "b")]
-    removed = storage.delete_doc_source("docs", SITE)
+    removed = storage.doc_sources.delete_doc_source("docs", SITE)
     assert sorted(removed) == sorted(item.id for item in items)
     assert storage.get_items(item.id for item in items) == {}
-    assert storage.get_doc_pages("docs") == {}
+    assert storage.doc_sources.get_doc_pages("docs") == {}
     assert [op for _, _, op in storage.journal_since(0)][-2:] == ["delete", "delete"]
 
 
 def test_deleting_a_page_deletes_its_item_and_deleting_the_item_forgets_the_page(storage) -> None:
     first = add_page(storage, "a")
     second = add_page(storage, "b")
-    assert storage.delete_doc_page("docs", SITE + "a") == first.id
+    assert storage.doc_sources.delete_doc_page("docs", SITE + "a") == first.id
     assert storage.get_item(first.id) is None
-    assert storage.delete_doc_page("docs", SITE + "a") is None
+    assert storage.doc_sources.delete_doc_page("docs", SITE + "a") is None
     storage.delete_item(second.id)
-    assert storage.get_doc_pages("docs") == {}
+    assert storage.doc_sources.get_doc_pages("docs") == {}
 
 
 def test_a_page_with_an_unknown_status_is_refused(storage) -> None:
     with pytest.raises(StorageError, match="status"):
-        storage.save_doc_page(DocPage("docs", SITE + "x", SITE, SITE + "x", "maybe"))
+        storage.doc_sources.save_doc_page(DocPage("docs", SITE + "x", SITE, SITE + "x", "maybe"))

@@ -21,14 +21,14 @@ def record(path: str, item_id: str | None, *, kb: str = "docs", root: str = "/r"
 def add_file(storage: SQLiteStorageManager, path: str, *, kb: str = "docs") -> KnowledgeItem:
     item = KnowledgeItem(title=path, content=f"text of {path}", kb=kb)
     chunk = KnowledgeChunk(content=item.content, end_position=len(item.content))
-    storage.save_source_item(record(path, item.id, kb=kb), item, [chunk])
+    storage.sources.save_source_item(record(path, item.id, kb=kb), item, [chunk])
     return item
 
 
 @pytest.fixture
 def tracked(storage: SQLiteStorageManager) -> SQLiteStorageManager:
-    storage.ensure_kb("docs", "Team docs")
-    storage.save_root(SourceRoot("docs", "/r", options={"include": ["*.md"]}))
+    storage.sources.ensure_kb("docs", "Team docs")
+    storage.sources.save_root(SourceRoot("docs", "/r", options={"include": ["*.md"]}))
     return storage
 
 
@@ -46,9 +46,9 @@ def test_version_1_database_is_migrated_and_its_kbs_backfilled(tmp_path: Path) -
     conn.close()
     with SQLiteStorageManager(path) as storage:
         assert SCHEMA_VERSION == 3
-        assert storage.get_doc_sources() == []  # the tables of later versions exist
-        assert storage.kb_names() == ["legacy"]
-        info = storage.kb_info("legacy")
+        assert storage.doc_sources.get_doc_sources() == []  # the tables of later versions exist
+        assert storage.sources.kb_names() == ["legacy"]
+        info = storage.sources.kb_info("legacy")
         assert info is not None and info.items == 1 and info.sources == 0
         assert str(info.created_at.date()) == "2024-01-01"
 
@@ -56,76 +56,78 @@ def test_version_1_database_is_migrated_and_its_kbs_backfilled(tmp_path: Path) -
 def test_saving_an_item_creates_its_kb(storage: SQLiteStorageManager) -> None:
     storage.save_item(KnowledgeItem(kb="notes"))
     storage.save_item_with_chunks(KnowledgeItem(kb="more"), [])
-    assert storage.kb_names() == ["more", "notes"]
+    assert storage.sources.kb_names() == ["more", "notes"]
 
 
 def test_ensure_kb_creates_once_and_updates_the_description(storage) -> None:
-    assert storage.ensure_kb("docs") is True
-    assert storage.ensure_kb("docs", "About docs") is False
-    assert storage.ensure_kb("docs") is False  # no description given: kept
-    assert storage.kb_info("docs").description == "About docs"
-    assert storage.kb_info("absent") is None
+    assert storage.sources.ensure_kb("docs") is True
+    assert storage.sources.ensure_kb("docs", "About docs") is False
+    assert storage.sources.ensure_kb("docs") is False  # no description given: kept
+    assert storage.sources.kb_info("docs").description == "About docs"
+    assert storage.sources.kb_info("absent") is None
 
 
 def test_source_item_written_together_and_counted(tracked: SQLiteStorageManager) -> None:
     item = add_file(tracked, "/r/a.md")
-    found = tracked.get_source("docs", "/r/a.md")
+    found = tracked.sources.get_source("docs", "/r/a.md")
     expected = record("/r/a.md", item.id)
     assert found is not None and replace(found, indexed_at=expected.indexed_at) == expected
-    info = tracked.kb_info("docs")
+    info = tracked.sources.kb_info("docs")
     assert (info.items, info.chunks, info.sources, info.roots) == (1, 1, 1, ["/r"])
     assert info.description == "Team docs"
     assert info.last_indexed_at is not None
-    assert tracked.get_roots("docs")[0].options == {"include": ["*.md"]}
+    assert tracked.sources.get_roots("docs")[0].options == {"include": ["*.md"]}
     assert [op for _, _, op in tracked.journal_since(0)] == ["upsert"]
 
 
 def test_deleting_an_item_forgets_its_source(tracked: SQLiteStorageManager) -> None:
     item = add_file(tracked, "/r/a.md")
     tracked.delete_item(item.id)
-    assert tracked.get_sources("docs") == {}
+    assert tracked.sources.get_sources("docs") == {}
 
 
 def test_delete_source_deletes_the_item_and_journals_it(tracked: SQLiteStorageManager) -> None:
     item = add_file(tracked, "/r/a.md")
-    assert tracked.delete_source("docs", "/r/a.md") == item.id
+    assert tracked.sources.delete_source("docs", "/r/a.md") == item.id
     assert tracked.get_item(item.id) is None
     assert tracked.count_chunks() == 0
     assert tracked.journal_since(0)[-1][1:] == (item.id, "delete")
-    assert tracked.delete_source("docs", "/r/a.md") is None
+    assert tracked.sources.delete_source("docs", "/r/a.md") is None
 
 
 def test_skipped_source_has_no_item(tracked: SQLiteStorageManager) -> None:
-    tracked.save_source(
+    tracked.sources.save_source(
         SourceRecord("docs", "/r/b.bin", "/r", 3, 1, "skipped", error="binary file")
     )
-    found = tracked.get_source("docs", "/r/b.bin")
+    found = tracked.sources.get_source("docs", "/r/b.bin")
     assert found is not None and (found.item_id, found.error) == (None, "binary file")
     with pytest.raises(Exception, match="CHECK"):
-        tracked.save_source(SourceRecord("docs", "/r/c", "/r", 1, 1, "bogus"))
+        tracked.sources.save_source(SourceRecord("docs", "/r/c", "/r", 1, 1, "bogus"))
 
 
 def test_delete_root_removes_its_sources_and_items(tracked: SQLiteStorageManager) -> None:
-    tracked.save_root(SourceRoot("docs", "/other"))
+    tracked.sources.save_root(SourceRoot("docs", "/other"))
     keep = add_file(tracked, "/other/x.md")
-    tracked.save_source(SourceRecord("docs", "/other/x.md", "/other", 1, 1, "indexed", keep.id))
+    tracked.sources.save_source(
+        SourceRecord("docs", "/other/x.md", "/other", 1, 1, "indexed", keep.id)
+    )
     gone = add_file(tracked, "/r/a.md")
-    assert tracked.delete_root("docs", "/r") == [gone.id]
+    assert tracked.sources.delete_root("docs", "/r") == [gone.id]
     assert tracked.get_item(gone.id) is None and tracked.get_item(keep.id) is not None
-    assert list(tracked.get_sources("docs")) == ["/other/x.md"]
-    assert [root.root for root in tracked.get_roots()] == ["/other"]
+    assert list(tracked.sources.get_sources("docs")) == ["/other/x.md"]
+    assert [root.root for root in tracked.sources.get_roots()] == ["/other"]
 
 
 def test_delete_kb_removes_everything_of_that_kb_only(tracked: SQLiteStorageManager) -> None:
     first = add_file(tracked, "/r/a.md")
-    tracked.ensure_kb("other")
-    tracked.save_root(SourceRoot("other", "/r"))
+    tracked.sources.ensure_kb("other")
+    tracked.sources.save_root(SourceRoot("other", "/r"))
     other = add_file(tracked, "/r/a.md", kb="other")
-    assert tracked.delete_kb("docs") == [first.id]
-    assert tracked.kb_names() == ["other"]
+    assert tracked.sources.delete_kb("docs") == [first.id]
+    assert tracked.sources.kb_names() == ["other"]
     assert tracked.get_item(other.id) is not None
-    assert tracked.get_sources("docs") == {} and tracked.get_roots("docs") == []
-    assert list(tracked.get_sources("other")) == ["/r/a.md"]
+    assert tracked.sources.get_sources("docs") == {} and tracked.sources.get_roots("docs") == []
+    assert list(tracked.sources.get_sources("other")) == ["/r/a.md"]
     assert (first.id, "delete") in [(i, op) for _, i, op in tracked.journal_since(0)]
 
 

@@ -397,7 +397,7 @@ class KnowledgeAgentCore:
             raise IngestError(start, refusal)
         started = time.perf_counter()
         with self.batch():
-            known = self.storage.get_doc_source(kb, start)
+            known = self.storage.doc_sources.get_doc_source(kb, start)
             source = DocSource(
                 kb=kb,
                 url=start,
@@ -412,7 +412,7 @@ class KnowledgeAgentCore:
                 added_at=known.added_at if known else utc_now(),
                 crawled_at=known.crawled_at if known else None,
             )
-            self.storage.save_doc_source(source)
+            self.storage.doc_sources.save_doc_source(source)
             report = self.web_collector.collect(
                 source, full=full, policy=policy, progress=self._indexing_along(progress)
             )
@@ -453,14 +453,14 @@ class KnowledgeAgentCore:
         full: bool,
         progress: ProgressCallback | None,
     ) -> CollectReport:
-        self.storage.ensure_kb(kb)
+        self.storage.sources.ensure_kb(kb)
         options = self._without_own_data(root, options)
         stored = SourceRoot(kb, root, options=dataclasses.asdict(options))
-        self.storage.save_root(stored)
+        self.storage.sources.save_root(stored)
         report = self.collector.collect(
             kb, root, options, full=full, progress=self._indexing_along(progress)
         )
-        self.storage.save_root(dataclasses.replace(stored, synced_at=utc_now()))
+        self.storage.sources.save_root(dataclasses.replace(stored, synced_at=utc_now()))
         logger.info(
             "collected %s into %s: %d processed, %d unchanged, %d skipped, %d failed, %d removed",
             root, kb, report.processed, report.unchanged, len(report.skipped),
@@ -500,19 +500,19 @@ class KnowledgeAgentCore:
         started = time.perf_counter()
         report = CollectReport(kb=kb or "*")
         with self.batch():
-            for stored in self.storage.get_roots(kb):
+            for stored in self.storage.sources.get_roots(kb):
                 if os.path.exists(stored.root):
                     options = WalkOptions(**stored.options)
                     report.merge(
                         self._collect_root(stored.kb, stored.root, options, full, progress)
                     )
-                elif stored.root in self.storage.get_sources(stored.kb, stored.root):
+                elif stored.root in self.storage.sources.get_sources(stored.kb, stored.root):
                     self.collector.remove_missing_root(stored.kb, stored.root, report)
                 else:
                     reason = "folder no longer exists; its items are kept"
                     report.failed.append(FileIssue(stored.root, reason))
             now = utc_now()
-            for doc in self.storage.get_doc_sources(kb):
+            for doc in self.storage.doc_sources.get_doc_sources(kb):
                 if doc.due(now) or (full and doc.enabled):
                     report.merge(self.web_collector.collect(doc, full=full, progress=progress))
             self._index_with_progress(progress)
@@ -574,12 +574,12 @@ class KnowledgeAgentCore:
         full = os.path.abspath(os.path.expanduser(os.fspath(path)))
         with self._indexes.writing():
             removed: list[str] = []
-            roots = [r for r in self.storage.get_roots(kb) if r.root == full]
+            roots = [r for r in self.storage.sources.get_roots(kb) if r.root == full]
             for root in roots:
-                removed.extend(self.storage.delete_root(root.kb, root.root))
-            for record in self.storage.sources_at(full):
+                removed.extend(self.storage.sources.delete_root(root.kb, root.root))
+            for record in self.storage.sources.sources_at(full):
                 if kb is None or record.kb == kb:
-                    item_id = self.storage.delete_source(record.kb, record.path)
+                    item_id = self.storage.sources.delete_source(record.kb, record.path)
                     removed.extend([item_id] if item_id else [])
             if not roots and not removed:
                 raise NotFoundError(f"nothing collected at {full}")
@@ -593,9 +593,9 @@ class KnowledgeAgentCore:
             raise NotFoundError(f"no doc source at {url}: {exc}") from exc
         with self._indexes.writing():
             removed: list[str] = []
-            sources = [s for s in self.storage.get_doc_sources(kb) if s.url == start]
+            sources = [s for s in self.storage.doc_sources.get_doc_sources(kb) if s.url == start]
             for doc in sources:
-                removed.extend(self.storage.delete_doc_source(doc.kb, doc.url))
+                removed.extend(self.storage.doc_sources.delete_doc_source(doc.kb, doc.url))
             if not sources:
                 raise NotFoundError(f"no doc source at {start}")
             self._indexes.defer()
@@ -605,40 +605,40 @@ class KnowledgeAgentCore:
         """The doc sources crawled into the knowledge bases (or one), by kb and URL."""
         if kb is not None:
             self.get_kb(kb)
-        return self.storage.get_doc_sources(kb)
+        return self.storage.doc_sources.get_doc_sources(kb)
 
     # -- knowledge bases ---------------------------------------------------------------------
 
     def create_kb(self, name: str, description: str = "") -> KnowledgeBaseInfo:
         """Create an empty knowledge base; ``ConfigError`` if the name is taken."""
         with self._indexes.writing():
-            if not self.storage.ensure_kb(_kb_name(name), description):
+            if not self.storage.sources.ensure_kb(_kb_name(name), description):
                 raise ConfigError(f"knowledge base {name!r} already exists")
             return self.get_kb(name)
 
     def get_kb(self, name: str) -> KnowledgeBaseInfo:
         """A knowledge base with its description and counts; ``NotFoundError`` if unknown."""
-        info = self.storage.kb_info(name)
+        info = self.storage.sources.kb_info(name)
         if info is None:
             raise NotFoundError(f"no knowledge base named {name!r}")
         return info
 
     def list_kbs(self) -> list[KnowledgeBaseInfo]:
         """Every knowledge base, by name."""
-        return [self.get_kb(name) for name in self.storage.kb_names()]
+        return [self.get_kb(name) for name in self.storage.sources.kb_names()]
 
     def describe_kb(self, name: str, description: str) -> KnowledgeBaseInfo:
         """Set a knowledge base's description (its intro for agents)."""
         with self._indexes.writing():
             self.get_kb(name)
-            self.storage.ensure_kb(name, description)
+            self.storage.sources.ensure_kb(name, description)
             return self.get_kb(name)
 
     def remove_kb(self, name: str) -> int:
         """Delete a knowledge base with its items and tracked sources; returns items deleted."""
         with self._indexes.writing():
             self.get_kb(name)
-            removed = self.storage.delete_kb(name)
+            removed = self.storage.sources.delete_kb(name)
             self._indexes.defer()
         return len(removed)
 
@@ -919,7 +919,7 @@ class KnowledgeAgentCore:
                 items=self.storage.count_items(),
                 chunks=self.storage.count_chunks(),
                 sources=sum(info.sources for info in kbs),
-                roots=len(self.storage.get_roots()),
+                roots=len(self.storage.sources.get_roots()),
                 keyword_items=self.keyword_index.item_count(),
                 keyword_chunks=self.keyword_index.chunk_count(),
                 semantic_items=self.semantic_searcher.item_count(),

@@ -215,7 +215,7 @@ class Collector:
 
         with timed(report):
             found = list(walk(root, options, on_excluded=not_text))
-            known = self.storage.get_sources(kb, root)
+            known = self.storage.sources.get_sources(kb, root)
             present = {str(file.path) for file in found}
             vanished = [path for path in known if path not in present]
             self._run(kb, root, found, known, vanished, options, full, report, progress)
@@ -267,17 +267,18 @@ class Collector:
         known = {
             path: record
             for path in [*gone, *(str(file.path) for file in found)]
-            if (record := self.storage.get_source(kb, path)) is not None and record.root == root
+            if (record := self.storage.sources.get_source(kb, path)) is not None
+            and record.root == root
         }
         vanished = [path for path in gone if path in known]
         self._run(kb, root, found, known, vanished, options, False, report, progress)
 
     def remove_missing_root(self, kb: str, root: str, report: CollectReport) -> None:
         """A collected single file that no longer exists: drop its item and its root."""
-        for path in self.storage.get_sources(kb, root):
+        for path in self.storage.sources.get_sources(kb, root):
             self._remove(kb, path, report)
             report.removed += 1
-        self.storage.delete_root(kb, root)
+        self.storage.sources.delete_root(kb, root)
 
     # -- the pipeline ------------------------------------------------------------------------
 
@@ -315,7 +316,9 @@ class Collector:
                 if intro is None:
                     status = self._clear_intro(kb, intro_path, report)
                 else:
-                    record = known.get(intro_path) or self.storage.get_source(kb, intro_path)
+                    record = known.get(intro_path) or self.storage.sources.get_source(
+                        kb, intro_path
+                    )
                     status = self._read_intro(kb, root, intro, record, options, full, report)
                 step(intro_path, status, intro.size if intro else 0)
 
@@ -330,7 +333,9 @@ class Collector:
         for file in found:
             check_interrupt()
             # A file tracked under another root of this kb keeps its item (no duplicate).
-            record = known.get(str(file.path)) or self.storage.get_source(kb, str(file.path))
+            record = known.get(str(file.path)) or self.storage.sources.get_source(
+                kb, str(file.path)
+            )
             if file.too_large:
                 reason = _too_large(file, options)
                 with committing():
@@ -471,7 +476,9 @@ class Collector:
         )
         if outcome.unchanged:
             # Touched but not changed: remember the new mtime so the hash is not read again.
-            self.storage.save_source(replace(base, status=record.status if record else "indexed"))
+            self.storage.sources.save_source(
+                replace(base, status=record.status if record else "indexed")
+            )
             report.unchanged += 1
             return "unchanged"
         error = outcome.error
@@ -482,7 +489,7 @@ class Collector:
             # Keep what was indexed before (the failure may be passing); no size, mtime or
             # hash to compare against makes the next run try again.
             logger.warning("could not ingest %s: %s", path, error.reason)
-            self.storage.save_source(
+            self.storage.sources.save_source(
                 replace(
                     base, size=-1, mtime_ns=0, content_hash="", status="failed", error=error.reason
                 )
@@ -492,7 +499,9 @@ class Collector:
         assert outcome.document is not None
         item, chunk_count = self._item(kb, root, file, record, outcome.document)
         old_chunks = self.storage.count_chunks(item_id=item.id) if record else 0
-        self.storage.save_source_item(replace(base, item_id=item.id), item, outcome.document.chunks)
+        self.storage.sources.save_source_item(
+            replace(base, item_id=item.id), item, outcome.document.chunks
+        )
         report.processed += 1
         report.chunks_added += chunk_count
         report.chunks_removed += old_chunks
@@ -547,7 +556,7 @@ class Collector:
         path = str(file.path)
         if record is not None and record.item_id:
             self._remove(kb, path, report)
-        self.storage.save_source(
+        self.storage.sources.save_source(
             SourceRecord(kb, path, root, file.size, file.mtime_ns, "skipped", error=reason)
         )
         report.skipped.append(FileIssue(path, reason, kind))
@@ -587,14 +596,14 @@ class Collector:
             kb, path, root, file.size, file.mtime_ns, "indexed", content_hash=digest
         )
         if applied is not None and not full and applied.content_hash == digest:
-            self.storage.save_source(base)  # touched, not changed: remember the new time
+            self.storage.sources.save_source(base)  # touched, not changed: remember the new time
             report.unchanged += 1
             return "unchanged"
         if record is not None and record.item_id:
             self._remove(kb, path, report)
         text, _ = decode_bytes(data)
-        self.storage.ensure_kb(kb, text.strip())
-        self.storage.save_source(base)
+        self.storage.sources.ensure_kb(kb, text.strip())
+        self.storage.sources.save_source(base)
         logger.info("%s: %s is the description of knowledge base %s", root, INTRO_FILE, kb)
         report.processed += 1
         report.bytes_processed += file.size
@@ -603,15 +612,15 @@ class Collector:
     def _clear_intro(self, kb: str, path: str, report: CollectReport) -> str:
         """``intro.md`` is gone: so is the description it gave (counted as removed)."""
         self._remove(kb, path, report)
-        self.storage.ensure_kb(kb, "")
+        self.storage.sources.ensure_kb(kb, "")
         report.removed += 1
         return "removed"
 
     def _remove(self, kb: str, path: str, report: CollectReport) -> None:
-        record = self.storage.get_source(kb, path)
+        record = self.storage.sources.get_source(kb, path)
         if record is not None and record.item_id:
             report.chunks_removed += self.storage.count_chunks(item_id=record.item_id)
-        self.storage.delete_source(kb, path)
+        self.storage.sources.delete_source(kb, path)
 
 
 def _size_text(size: int) -> str:

@@ -95,7 +95,7 @@ class WebCollector:
     ) -> CollectReport:
         """Crawl ``source`` and store what changed; with ``full``, re-process every page."""
         options = CrawlOptions.from_dict(source.options)
-        pages = self.storage.get_doc_pages(source.kb, source.url)
+        pages = self.storage.doc_sources.get_doc_pages(source.kb, source.url)
         known = {
             key: KnownPage(
                 page.url,
@@ -126,7 +126,9 @@ class WebCollector:
                 # A crawl that reached nothing (offline, a typo in the host) stays due, so
                 # the next sync tries again instead of a day later.
                 crawled = source.crawled_at if error else utc_now()
-                self.storage.save_doc_source(replace(source, crawled_at=crawled, last_error=error))
+                self.storage.doc_sources.save_doc_source(
+                    replace(source, crawled_at=crawled, last_error=error)
+                )
         logger.info(
             "crawled %s into %s: %d processed, %d unchanged, %d skipped, %d failed, %d removed",
             source.url, source.kb, report.processed, report.unchanged, len(report.skipped),
@@ -220,7 +222,7 @@ class _Run:
             http_status=event.status,
         )
         if event.unchanged and known is not None and known.status == "indexed":
-            self.storage.save_doc_page(row)
+            self.storage.doc_sources.save_doc_page(row)
             self.report.unchanged += 1
             return "unchanged"
         try:
@@ -234,7 +236,9 @@ class _Run:
             return self._fail(event.key, event.url, f"{type(exc).__name__}: {exc}", event.status)
         item = self._item(event, known, document)
         old_chunks = self.storage.count_chunks(item_id=item.id) if known and known.item_id else 0
-        self.storage.save_doc_page_item(replace(row, item_id=item.id), item, document.chunks)
+        self.storage.doc_sources.save_doc_page_item(
+            replace(row, item_id=item.id), item, document.chunks
+        )
         self.report.processed += 1
         self.report.chunks_added += len(document.chunks)
         self.report.chunks_removed += old_chunks
@@ -258,7 +262,7 @@ class _Run:
         known = self.pages.get(key)
         if known is not None and known.item_id:
             self._remove(key, known)
-        self.storage.save_doc_page(
+        self.storage.doc_sources.save_doc_page(
             DocPage(self.source.kb, key, self.source.url, url, "skipped",
                     http_status=status, error=reason)
         )  # fmt: skip
@@ -270,7 +274,7 @@ class _Run:
         logger.warning("could not crawl %s: %s", url, reason)
         known = self.pages.get(key)
         if known is None or known.status != "indexed":
-            self.storage.save_doc_page(
+            self.storage.doc_sources.save_doc_page(
                 DocPage(self.source.kb, key, self.source.url, url, "failed",
                         http_status=status, error=reason)
             )  # fmt: skip
@@ -280,7 +284,7 @@ class _Run:
     def _remove(self, key: str, page: DocPage) -> None:
         if page.item_id:
             self.report.chunks_removed += self.storage.count_chunks(item_id=page.item_id)
-        self.storage.delete_doc_page(self.source.kb, key)
+        self.storage.doc_sources.delete_doc_page(self.source.kb, key)
         self.report.removed += 1
 
     def _item(

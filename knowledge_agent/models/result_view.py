@@ -115,7 +115,8 @@ def result_view(
     if result.search_mode == "item":
         # The item-level fallback has no chunks: its highlights are the only excerpts.
         view["snippets"] = list(result.highlights)
-    if explain and result.explanation is not None:
+    if explain and result.explanation is not None and not result.matched_chunks:
+        # At chunk level the result's explanation is its best chunk's, shown there.
         view["explanation"] = result.explanation.to_dict()
     if content is not None:
         view["content"] = content

@@ -247,7 +247,7 @@ def _kbs(core: KnowledgeAgentCore, kb: str | Sequence[str] | None) -> list[str] 
     and the valid ones (so an agent can correct itself without another call)."""
     names = _names(kb, "kb")
     if names:
-        known = core.storage.kb_names()
+        known = core.storage.sources.kb_names()
         unknown = [name for name in names if name not in known]
         if unknown:
             raise NotFoundError(

@@ -1,4 +1,9 @@
-"""SQLite storage: the source of truth for items and chunks."""
+"""SQLite storage: the source of truth for items and chunks.
+
+:class:`SQLiteStorageManager` also owns the stores of the other rows on its connection:
+``storage.sources`` (knowledge bases, collected roots, tracked files) and
+``storage.doc_sources`` (crawled doc sources and their pages).
+"""
 
 from knowledge_agent.storage.sqlite_storage import SQLiteStorageManager
 

@@ -5,7 +5,8 @@ base with its crawl options, tags and refresh interval; a *doc page* is one URL 
 reached, with the validators (ETag, Last-Modified, content hash) and links it had when
 last fetched, so the next crawl asks the server "changed since?" and an unchanged page
 costs one request. A page row is deleted with its item (``ON DELETE CASCADE``) and with
-its source.
+its source. :class:`DocSourceStore` reads and writes these rows on the connection of the
+:class:`SQLiteStorageManager` that owns it (``storage.doc_sources``).
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from typing import Any
 from knowledge_agent.errors import StorageError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.models.knowledge_item import utc_now
-from knowledge_agent.storage.host import StorageHost
+from knowledge_agent.storage.connection import StoreConnection
 
 __all__ = [
     "DEFAULT_REFRESH_INTERVAL",
     "DOC_SOURCES_MIGRATION",
     "DocPage",
     "DocSource",
-    "DocSourceMixin",
+    "DocSourceStore",
 ]
 
 DEFAULT_REFRESH_INTERVAL = 24 * 3600.0
@@ -225,14 +226,20 @@ def _page_row(page: DocPage) -> tuple[Any, ...]:
     )
 
 
-class DocSourceMixin(StorageHost):
-    """Doc-source and doc-page methods of :class:`SQLiteStorageManager`."""
+class DocSourceStore:
+    """Documentation sources crawled from the web, and the pages each crawl found.
+
+    Owned by :class:`SQLiteStorageManager` as ``storage.doc_sources``; uses its connection.
+    """
+
+    def __init__(self, db: StoreConnection) -> None:
+        self._db = db
 
     # -- sources --------------------------------------------------------------------------
 
     def save_doc_source(self, source: DocSource) -> None:
         """Record a doc source, or update everything but when it was added."""
-        with self._writing("save_doc_source") as conn:
+        with self._db.writing("save_doc_source") as conn:
             conn.execute(
                 "INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) "
                 "ON CONFLICT(name) DO NOTHING",
@@ -264,13 +271,13 @@ class DocSourceMixin(StorageHost):
         sql, params = _SOURCE_SELECT, ()
         if kb is not None:
             sql, params = sql + " WHERE s.kb = ?", (kb,)
-        with self._reading("get_doc_sources") as conn:
+        with self._db.reading("get_doc_sources") as conn:
             rows = conn.execute(sql + " ORDER BY s.kb, s.url", params).fetchall()
         return [_source(row) for row in rows]
 
     def get_doc_source(self, kb: str, url: str) -> DocSource | None:
         """One doc source, or None."""
-        with self._reading("get_doc_source") as conn:
+        with self._db.reading("get_doc_source") as conn:
             row = conn.execute(
                 _SOURCE_SELECT + " WHERE s.kb = ? AND s.url = ?", (kb, url)
             ).fetchone()
@@ -278,7 +285,7 @@ class DocSourceMixin(StorageHost):
 
     def delete_doc_source(self, kb: str, url: str) -> list[str]:
         """Forget a doc source and delete the items of its pages; returns those item ids."""
-        with self._writing("delete_doc_source") as conn:
+        with self._db.writing("delete_doc_source") as conn:
             ids = [
                 row[0]
                 for row in conn.execute(
@@ -288,7 +295,7 @@ class DocSourceMixin(StorageHost):
                 )
             ]
             conn.execute("DELETE FROM doc_sources WHERE kb = ? AND url = ?", (kb, url))
-            self._delete_items(conn, ids)
+            self._db.delete_items(conn, ids)
         return ids
 
     # -- pages ----------------------------------------------------------------------------
@@ -298,28 +305,28 @@ class DocSourceMixin(StorageHost):
         sql, params = "SELECT * FROM doc_pages WHERE kb = ?", (kb,)
         if source_url is not None:
             sql, params = sql + " AND source_url = ?", (kb, source_url)
-        with self._reading("get_doc_pages") as conn:
+        with self._db.reading("get_doc_pages") as conn:
             rows = conn.execute(sql, params).fetchall()
         return {row["key"]: _page(row) for row in rows}
 
     def save_doc_page(self, page: DocPage) -> None:
         """Record a page that was skipped, failed or unchanged (no item written)."""
-        with self._writing("save_doc_page") as conn:
+        with self._db.writing("save_doc_page") as conn:
             conn.execute(_PAGE_UPSERT, _page_row(page))
 
     def save_doc_page_item(
         self, page: DocPage, item: KnowledgeItem, chunks: list[KnowledgeChunk]
     ) -> None:
         """Save an item, its chunks and its page row in one transaction."""
-        with self._writing("save_doc_page_item") as conn:
-            self._write_item(conn, item, chunks)
+        with self._db.writing("save_doc_page_item") as conn:
+            self._db.write_item(conn, item, chunks)
             conn.execute(_PAGE_UPSERT, _page_row(page))
         for chunk in chunks:
             chunk.item_id = item.id
 
     def delete_doc_page(self, kb: str, key: str) -> str | None:
         """Forget a page and delete its item; returns the item id, if there was one."""
-        with self._writing("delete_doc_page") as conn:
+        with self._db.writing("delete_doc_page") as conn:
             row = conn.execute(
                 "SELECT item_id FROM doc_pages WHERE kb = ? AND key = ?", (kb, key)
             ).fetchone()
@@ -328,5 +335,5 @@ class DocSourceMixin(StorageHost):
             conn.execute("DELETE FROM doc_pages WHERE kb = ? AND key = ?", (kb, key))
             item_id = row[0]
             if item_id is not None:
-                self._delete_items(conn, [item_id])
+                self._db.delete_items(conn, [item_id])
         return item_id

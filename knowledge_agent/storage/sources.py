@@ -4,7 +4,8 @@ A *root* is what a user asked to collect (a folder or a file, with its walk opti
 *source* is one file found under a root, with the size, mtime and content hash it had
 when it was last indexed. Re-running a collection compares the disk against these rows.
 A source row is deleted with its item (``ON DELETE CASCADE``), so a deleted item comes
-back on the next sync of its root.
+back on the next sync of its root. :class:`SourceStore` reads and writes these rows on the
+connection of the :class:`SQLiteStorageManager` that owns it (``storage.sources``).
 
 File names are bytes; Python gives the ones that are not valid UTF-8 as lone surrogates
 (``\udcff`` for the byte ``0xff``), which SQLite text cannot hold. Every path goes in
@@ -25,13 +26,14 @@ from typing import Any
 from knowledge_agent.errors import StorageError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.models.knowledge_item import utc_now
-from knowledge_agent.storage.host import StorageHost
+from knowledge_agent.storage.connection import StoreConnection
 
 __all__ = [
     "SOURCES_MIGRATION",
     "KnowledgeBaseInfo",
     "SourceRecord",
     "SourceRoot",
+    "SourceStore",
     "path_from_db",
     "path_to_db",
 ]
@@ -230,8 +232,14 @@ def _source_row(record: SourceRecord) -> tuple[Any, ...]:
     )
 
 
-class SourceTrackingMixin(StorageHost):
-    """Knowledge-base and source-file methods of :class:`SQLiteStorageManager`."""
+class SourceStore:
+    """Knowledge bases, the roots collected into them and their tracked source files.
+
+    Owned by :class:`SQLiteStorageManager` as ``storage.sources``; uses its connection.
+    """
+
+    def __init__(self, db: StoreConnection) -> None:
+        self._db = db
 
     # -- knowledge bases ----------------------------------------------------------------
 
@@ -240,7 +248,7 @@ class SourceTrackingMixin(StorageHost):
 
         Returns True when it was created.
         """
-        with self._writing("ensure_kb") as conn:
+        with self._db.writing("ensure_kb") as conn:
             created = conn.execute(
                 "INSERT INTO knowledge_bases (name, description, created_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(name) DO NOTHING",
@@ -255,13 +263,13 @@ class SourceTrackingMixin(StorageHost):
 
     def kb_names(self) -> list[str]:
         """Every knowledge base name, sorted."""
-        with self._reading("kb_names") as conn:
+        with self._db.reading("kb_names") as conn:
             rows = conn.execute("SELECT name FROM knowledge_bases ORDER BY name").fetchall()
         return [row[0] for row in rows]
 
     def kb_info(self, name: str) -> KnowledgeBaseInfo | None:
         """One knowledge base with its counts, or None."""
-        with self._reading("kb_info") as conn:
+        with self._db.reading("kb_info") as conn:
             row = conn.execute(
                 "SELECT name, description, created_at FROM knowledge_bases WHERE name = ?",
                 (name,),
@@ -294,21 +302,21 @@ class SourceTrackingMixin(StorageHost):
 
     def delete_kb(self, name: str) -> list[str]:
         """Delete a knowledge base, its items, chunks, roots and sources; returns the item ids."""
-        with self._writing("delete_kb") as conn:
+        with self._db.writing("delete_kb") as conn:
             ids = [
                 row[0]
                 for row in conn.execute("SELECT id FROM knowledge_items WHERE kb = ?", (name,))
             ]
             conn.execute("DELETE FROM knowledge_items WHERE kb = ?", (name,))
             conn.execute("DELETE FROM knowledge_bases WHERE name = ?", (name,))
-            self._journal(conn, ids, "delete")
+            self._db.journal(conn, ids, "delete")
         return ids
 
     # -- roots ----------------------------------------------------------------------------
 
     def save_root(self, root: SourceRoot) -> None:
         """Record (or update the options of) a collected root."""
-        with self._writing("save_root") as conn:
+        with self._db.writing("save_root") as conn:
             conn.execute(
                 "INSERT INTO source_roots (kb, root, options, added_at, synced_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT(kb, root) DO UPDATE SET "
@@ -329,7 +337,7 @@ class SourceTrackingMixin(StorageHost):
         if kb is not None:
             sql += " WHERE kb = ?"
             params = (kb,)
-        with self._reading("get_roots") as conn:
+        with self._db.reading("get_roots") as conn:
             rows = conn.execute(sql + " ORDER BY kb, root", params).fetchall()
         return [
             SourceRoot(
@@ -345,7 +353,7 @@ class SourceTrackingMixin(StorageHost):
     def delete_root(self, kb: str, root: str) -> list[str]:
         """Forget a root and delete the items of its sources; returns those item ids."""
         root = path_to_db(root)
-        with self._writing("delete_root") as conn:
+        with self._db.writing("delete_root") as conn:
             ids = [
                 row[0]
                 for row in conn.execute(
@@ -353,7 +361,7 @@ class SourceTrackingMixin(StorageHost):
                     (kb, root),
                 )
             ]
-            self._delete_items(conn, ids)
+            self._db.delete_items(conn, ids)
             conn.execute("DELETE FROM source_roots WHERE kb = ? AND root = ?", (kb, root))
         return ids
 
@@ -366,14 +374,14 @@ class SourceTrackingMixin(StorageHost):
         if root is not None:
             sql += " AND root = ?"
             params = (kb, path_to_db(root))
-        with self._reading("get_sources") as conn:
+        with self._db.reading("get_sources") as conn:
             rows = conn.execute(sql, params).fetchall()
         records = [_record(row) for row in rows]
         return {record.path: record for record in records}
 
     def get_source(self, kb: str, path: str) -> SourceRecord | None:
         """One tracked file, or None."""
-        with self._reading("get_source") as conn:
+        with self._db.reading("get_source") as conn:
             row = conn.execute(
                 "SELECT * FROM sources WHERE kb = ? AND path = ?", (kb, path_to_db(path))
             ).fetchone()
@@ -383,7 +391,7 @@ class SourceTrackingMixin(StorageHost):
         """Tracked files (of any knowledge base) at ``path`` or anywhere under it."""
         path = path_to_db(path)
         inside = path.rstrip(separator) + separator
-        with self._reading("sources_at") as conn:
+        with self._db.reading("sources_at") as conn:
             rows = conn.execute(
                 "SELECT * FROM sources WHERE path = ? OR substr(path, 1, ?) = ? ORDER BY kb, path",
                 (path, len(inside), inside),
@@ -392,7 +400,7 @@ class SourceTrackingMixin(StorageHost):
 
     def save_source(self, record: SourceRecord) -> None:
         """Record a file that was skipped, failed, or is unchanged (no item written)."""
-        with self._writing("save_source") as conn:
+        with self._db.writing("save_source") as conn:
             conn.execute(_SOURCE_UPSERT, _source_row(record))
 
     def save_source_item(
@@ -402,8 +410,8 @@ class SourceTrackingMixin(StorageHost):
         chunks: list[KnowledgeChunk],
     ) -> None:
         """Save an item, its chunks and its source row in one transaction."""
-        with self._writing("save_source_item") as conn:
-            self._write_item(conn, item, chunks)
+        with self._db.writing("save_source_item") as conn:
+            self._db.write_item(conn, item, chunks)
             conn.execute(_SOURCE_UPSERT, _source_row(record))
         for chunk in chunks:
             chunk.item_id = item.id
@@ -411,7 +419,7 @@ class SourceTrackingMixin(StorageHost):
     def delete_source(self, kb: str, path: str) -> str | None:
         """Forget a tracked file and delete its item; returns the item id, if there was one."""
         path = path_to_db(path)
-        with self._writing("delete_source") as conn:
+        with self._db.writing("delete_source") as conn:
             row = conn.execute(
                 "SELECT item_id FROM sources WHERE kb = ? AND path = ?", (kb, path)
             ).fetchone()
@@ -420,7 +428,7 @@ class SourceTrackingMixin(StorageHost):
             conn.execute("DELETE FROM sources WHERE kb = ? AND path = ?", (kb, path))
             item_id = row[0]
             if item_id is not None:
-                self._delete_items(conn, [item_id])
+                self._db.delete_items(conn, [item_id])
         return item_id
 
 

@@ -9,6 +9,11 @@ opened read-only instead: reads work, writes raise ``StorageError`` saying why. 
 disk a WAL database whose ``-shm`` file does not exist yet cannot even be read normally
 (SQLite must size that file); when its ``-wal`` file is empty the main file alone is the
 whole database, and it is read as an immutable file.
+
+Knowledge bases, collected roots and tracked files (``storage.sources``, a
+:class:`SourceStore`) and crawled doc sources and pages (``storage.doc_sources``, a
+:class:`DocSourceStore`) are stores the manager owns. They share its one connection through
+:class:`StoreConnection`, so the same lock, read-only check, write groups and journal apply.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import sqlite3
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -30,8 +35,8 @@ from typing import Any, TypeVar
 
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
-from knowledge_agent.storage.doc_sources import DOC_SOURCES_MIGRATION, DocSourceMixin
-from knowledge_agent.storage.sources import SOURCES_MIGRATION, SourceTrackingMixin
+from knowledge_agent.storage.doc_sources import DOC_SOURCES_MIGRATION, DocSourceStore
+from knowledge_agent.storage.sources import SOURCES_MIGRATION, SourceStore
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStorageManager"]
 
@@ -310,13 +315,159 @@ def _wal_is_empty(path: str) -> bool:
         return False
 
 
-class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
+def _journal(conn: sqlite3.Connection, item_ids: Iterable[str], op: str) -> None:
+    conn.executemany(
+        "INSERT INTO index_journal (item_id, op) VALUES (?, ?)",
+        [(item_id, op) for item_id in item_ids],
+    )
+
+
+def _upsert_item(conn: sqlite3.Connection, item: KnowledgeItem) -> None:
+    # An item's knowledge base exists as soon as the item does.
+    conn.execute(
+        "INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING",
+        (item.kb, item.created_at.isoformat()),
+    )
+    conn.execute(_ITEM_UPSERT, _item_to_row(item))
+
+
+def _replace_chunks(
+    conn: sqlite3.Connection, item_id: str, chunks: Sequence[KnowledgeChunk]
+) -> None:
+    conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (item_id,))
+    conn.executemany(_CHUNK_INSERT, [_chunk_to_row(chunk, item_id) for chunk in chunks])
+
+
+class _GuardedConnection:
+    """The manager's one connection with its rules, shared with its stores (a
+    :class:`StoreConnection`): every use holds one re-entrant lock and turns sqlite3 errors
+    into ``StorageError``; writes are refused while read-only, and become savepoints of one
+    transaction inside :meth:`write_group`."""
+
+    def __init__(
+        self, conn: sqlite3.Connection, db_path: str, read_only_reason: str | None
+    ) -> None:
+        self.conn: sqlite3.Connection | None = conn  # None once closed
+        self.read_only_reason = read_only_reason
+        self._db_path = db_path
+        self._lock = threading.RLock()
+        self._grouped = False  # inside write_group(): writes become savepoints
+
+    @contextmanager
+    def reading(self, operation: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self.conn is None:
+                raise StorageError(f"{operation}: the storage manager is closed")
+            try:
+                yield self.conn
+            except sqlite3.Error as exc:
+                if _is_full(exc):
+                    raise StorageError(
+                        f"disk full while writing {self._db_path}: {exc} ({operation})"
+                    ) from exc
+                raise StorageError(f"{operation} failed: {exc}") from exc
+
+    @contextmanager
+    def writing(self, operation: str) -> Iterator[sqlite3.Connection]:
+        self._check_writable(operation)
+        with self.reading(operation) as conn:
+            if self._grouped:
+                # One all-or-nothing step of the group's transaction.
+                conn.execute("SAVEPOINT write")
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK TO write")
+                        conn.execute("RELEASE write")
+                    raise
+                conn.execute("RELEASE write")
+                return
+            # IMMEDIATE takes the write lock up front, so a busy database waits in BEGIN
+            # (honouring busy_timeout) instead of failing half-way through.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                self._rollback(conn, operation)
+                raise
+
+    @contextmanager
+    def write_group(self, operation: str) -> Iterator[None]:
+        """See :meth:`SQLiteStorageManager.write_group`."""
+        self._check_writable(operation)
+        with self.reading(operation) as conn:
+            if self._grouped:
+                yield
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            self._grouped = True
+            try:
+                yield
+            finally:
+                self._grouped = False
+                try:
+                    # SQLite ends the transaction itself on some errors (a full disk).
+                    if conn.in_transaction:
+                        conn.execute("COMMIT")
+                except BaseException:
+                    self._rollback(conn, operation)
+                    raise
+
+    def journal(self, conn: sqlite3.Connection, item_ids: Iterable[str], op: str) -> None:
+        _journal(conn, item_ids, op)
+
+    def write_item(
+        self, conn: sqlite3.Connection, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]
+    ) -> None:
+        """Upsert the item, replace its chunks, journal it."""
+        _upsert_item(conn, item)
+        _replace_chunks(conn, item.id, chunks)
+        _journal(conn, [item.id], "upsert")
+
+    def delete_items(self, conn: sqlite3.Connection, item_ids: Sequence[str]) -> None:
+        """Delete items (their chunks and tracking rows cascade) and journal the deletes."""
+        conn.executemany("DELETE FROM knowledge_items WHERE id = ?", [(i,) for i in item_ids])
+        _journal(conn, item_ids, "delete")
+
+    def close(self) -> None:
+        with self._lock:
+            if self.conn is None:
+                return
+            conn, self.conn = self.conn, None
+            try:
+                conn.close()
+            except sqlite3.Error as exc:
+                raise StorageError(f"close {self._db_path!r} failed: {exc}") from exc
+
+    def _check_writable(self, operation: str) -> None:
+        if self.read_only_reason is not None:
+            raise StorageError(
+                f"cannot write {self._db_path} ({operation}): {self.read_only_reason}"
+            )
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection, operation: str) -> None:
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            # The original error matters more than a failed rollback.
+            logger.exception("rollback after failed %s failed", operation)
+
+
+class SQLiteStorageManager:
     """Items, chunks, the index journal and small settings, in one SQLite database.
 
-    Also the knowledge bases, the source files collected into them (see ``sources``) and the
-    documentation sources crawled from the web (see ``doc_sources``).
+    Owns two stores on the same connection: ``sources`` (a :class:`SourceStore`: the
+    knowledge bases, the roots collected into them and their tracked files) and
+    ``doc_sources`` (a :class:`DocSourceStore`: the documentation sources crawled from the
+    web, and their pages).
 
-    Thread-safe: one connection, every public method serialised by a re-entrant lock.
+    Thread-safe: one connection, every public method (the stores' too) serialised by a
+    re-entrant lock.
     Use as a context manager or call ``close()``.
 
     With ``read_only`` (or when the existing database cannot be opened for writing, see
@@ -327,39 +478,41 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
         self, db_path: str | os.PathLike[str] = ":memory:", *, read_only: bool = False
     ) -> None:
         self._db_path = os.fspath(db_path)
-        self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = None
-        self._grouped = False  # inside write_group(): writes become savepoints
-        self._read_only_reason: str | None = None
+        conn, read_only_reason = self._open(read_only)
+        self._db = _GuardedConnection(conn, self._db_path, read_only_reason)
+        self.sources = SourceStore(self._db)
+        """Knowledge bases, collected roots and tracked source files."""
+        self.doc_sources = DocSourceStore(self._db)
+        """Documentation sources crawled from the web, and their pages."""
+
+    # -- connection setup ---------------------------------------------------------------
+
+    def _open(self, read_only: bool) -> tuple[sqlite3.Connection, str | None]:
+        """The connection, and why it cannot write (None when it can)."""
         if read_only:
             if _is_memory(self._db_path):
                 raise StorageError("an in-memory database cannot be opened read-only")
-            self._conn = self._open_read_only()
-            self._read_only_reason = "it was opened read-only"
-            return
+            return self._open_read_only(), "it was opened read-only"
         try:
-            self._conn = self._open_read_write()
+            return self._open_read_write(), None
         except StorageError as exc:
             cause = exc.__cause__
             if _is_memory(self._db_path) or not os.path.isfile(self._db_path) or _is_busy(cause):
                 raise
             failure = exc
-        else:
-            return
         # Reading must keep working while writing cannot (a full disk, a read-only mount).
         try:
-            self._conn = self._open_read_only()
+            conn = self._open_read_only()
         except StorageError as exc:
             logger.debug("opening %s read-only failed too: %s", self._db_path, exc)
             raise failure from failure.__cause__
         if _low_space(self._db_path):
-            self._read_only_reason = "the disk is full, so it was opened read-only"
+            reason = "the disk is full, so it was opened read-only"
         else:
             cause = failure.__cause__ or failure
-            self._read_only_reason = f"opening it for writing failed ({cause}), so it is read-only"
-        logger.warning("%s is open read-only: %s", self._db_path, self._read_only_reason)
-
-    # -- connection setup ---------------------------------------------------------------
+            reason = f"opening it for writing failed ({cause}), so it is read-only"
+        logger.warning("%s is open read-only: %s", self._db_path, reason)
+        return conn, reason
 
     def _open_read_write(self) -> sqlite3.Connection:
         try:
@@ -461,122 +614,6 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
         except sqlite3.Error as exc:
             raise StorageError(f"migrate {self._db_path!r} failed: {exc}") from exc
 
-    # -- guards -------------------------------------------------------------------------
-
-    @contextmanager
-    def _reading(self, operation: str) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            if self._conn is None:
-                raise StorageError(f"{operation}: the storage manager is closed")
-            try:
-                yield self._conn
-            except sqlite3.Error as exc:
-                if _is_full(exc):
-                    raise StorageError(
-                        f"disk full while writing {self._db_path}: {exc} ({operation})"
-                    ) from exc
-                raise StorageError(f"{operation} failed: {exc}") from exc
-
-    @contextmanager
-    def _writing(self, operation: str) -> Iterator[sqlite3.Connection]:
-        self._check_writable(operation)
-        with self._reading(operation) as conn:
-            if self._grouped:
-                # One all-or-nothing step of the group's transaction.
-                conn.execute("SAVEPOINT write")
-                try:
-                    yield conn
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK TO write")
-                        conn.execute("RELEASE write")
-                    raise
-                conn.execute("RELEASE write")
-                return
-            # IMMEDIATE takes the write lock up front, so a busy database waits in BEGIN
-            # (honouring busy_timeout) instead of failing half-way through.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                self._rollback(conn, operation)
-                raise
-
-    def _check_writable(self, operation: str) -> None:
-        if self._read_only_reason is not None:
-            raise StorageError(
-                f"cannot write {self._db_path} ({operation}): {self._read_only_reason}"
-            )
-
-    @contextmanager
-    def write_group(self, operation: str) -> Iterator[None]:
-        """Commit the writes made inside in one transaction (a commit per file is a third of
-        a folder ingest). Each write stays all-or-nothing on its own: one that fails is
-        rolled back alone, and those that completed are committed even if the block raises.
-        Other threads wait for the group to end, so keep it short."""
-        self._check_writable(operation)
-        with self._reading(operation) as conn:
-            if self._grouped:
-                yield
-                return
-            conn.execute("BEGIN IMMEDIATE")
-            self._grouped = True
-            try:
-                yield
-            finally:
-                self._grouped = False
-                try:
-                    # SQLite ends the transaction itself on some errors (a full disk).
-                    if conn.in_transaction:
-                        conn.execute("COMMIT")
-                except BaseException:
-                    self._rollback(conn, operation)
-                    raise
-
-    @staticmethod
-    def _rollback(conn: sqlite3.Connection, operation: str) -> None:
-        if not conn.in_transaction:
-            return
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            # The original error matters more than a failed rollback.
-            logger.exception("rollback after failed %s failed", operation)
-
-    @staticmethod
-    def _journal(conn: sqlite3.Connection, item_ids: Iterable[str], op: str) -> None:
-        conn.executemany(
-            "INSERT INTO index_journal (item_id, op) VALUES (?, ?)",
-            [(item_id, op) for item_id in item_ids],
-        )
-
-    @staticmethod
-    def _replace_chunks(
-        conn: sqlite3.Connection, item_id: str, chunks: Sequence[KnowledgeChunk]
-    ) -> None:
-        conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (item_id,))
-        conn.executemany(_CHUNK_INSERT, [_chunk_to_row(chunk, item_id) for chunk in chunks])
-
-    @classmethod
-    def _write_item(
-        cls, conn: sqlite3.Connection, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]
-    ) -> None:
-        """Upsert the item, replace its chunks, journal it."""
-        cls._upsert_item(conn, item)
-        cls._replace_chunks(conn, item.id, chunks)
-        cls._journal(conn, [item.id], "upsert")
-
-    @staticmethod
-    def _upsert_item(conn: sqlite3.Connection, item: KnowledgeItem) -> None:
-        # An item's knowledge base exists as soon as the item does.
-        conn.execute(
-            "INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) "
-            "ON CONFLICT(name) DO NOTHING",
-            (item.kb, item.created_at.isoformat()),
-        )
-        conn.execute(_ITEM_UPSERT, _item_to_row(item))
-
     def _by_ids(
         self,
         operation: str,
@@ -586,7 +623,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
     ) -> dict[str, _T]:
         """Rows of ``select`` whose id is among ``ids``, one ``IN (...)`` query per batch."""
         found: dict[str, _T] = {}
-        with self._reading(operation) as conn:
+        with self._db.reading(operation) as conn:
             for batch in _batches(ids):
                 sql = f"{select} WHERE id IN ({_placeholders(len(batch))})"
                 for row in conn.execute(sql, batch):
@@ -615,7 +652,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
             clauses = [c for c in (where, condition if last else "") if c]
             sql = f"{select}{' WHERE ' + ' AND '.join(clauses) if clauses else ''}"
             sql += f" ORDER BY {order} LIMIT ?"
-            with self._reading(operation) as conn:
+            with self._db.reading(operation) as conn:
                 rows = conn.execute(sql, [*params, *(last or ()), batch_size]).fetchall()
             if not rows:
                 return
@@ -634,23 +671,28 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
     @property
     def read_only(self) -> bool:
         """Whether writes are refused (asked for, or the database could not be written)."""
-        return self._read_only_reason is not None
+        return self._db.read_only_reason is not None
 
     @property
     def read_only_reason(self) -> str | None:
         """Why the database is read-only, or None."""
-        return self._read_only_reason
+        return self._db.read_only_reason
+
+    @property
+    def _conn(self) -> sqlite3.Connection | None:
+        # The bare connection (None once closed), for tests that inspect or break the file.
+        return self._db.conn
+
+    def write_group(self, operation: str) -> AbstractContextManager[None]:
+        """Commit the writes made inside in one transaction (a commit per file is a third of
+        a folder ingest). Each write stays all-or-nothing on its own: one that fails is
+        rolled back alone, and those that completed are committed even if the block raises.
+        Other threads wait for the group to end, so keep it short."""
+        return self._db.write_group(operation)
 
     def close(self) -> None:
         """Close the connection; safe to call twice."""
-        with self._lock:
-            if self._conn is None:
-                return
-            conn, self._conn = self._conn, None
-            try:
-                conn.close()
-            except sqlite3.Error as exc:
-                raise StorageError(f"close {self._db_path!r} failed: {exc}") from exc
+        self._db.close()
 
     def __enter__(self) -> SQLiteStorageManager:
         return self
@@ -667,13 +709,13 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
 
     def save_item(self, item: KnowledgeItem) -> None:
         """Insert or update an item; its chunks are kept."""
-        with self._writing("save_item") as conn:
-            self._upsert_item(conn, item)
-            self._journal(conn, [item.id], "upsert")
+        with self._db.writing("save_item") as conn:
+            _upsert_item(conn, item)
+            _journal(conn, [item.id], "upsert")
 
     def get_item(self, item_id: str) -> KnowledgeItem | None:
         """The item with this id, or None."""
-        with self._reading("get_item") as conn:
+        with self._db.reading("get_item") as conn:
             row = conn.execute(f"{_ITEM_SELECT} WHERE id = ?", (item_id,)).fetchone()
         return None if row is None else _row_to_item(row)
 
@@ -694,7 +736,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
         if not prefix:
             return []
         upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        with self._reading("ids_with_prefix") as conn:
+        with self._db.reading("ids_with_prefix") as conn:
             rows = conn.execute(
                 f"SELECT id FROM {table} WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
                 (prefix, upper, limit),
@@ -706,7 +748,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
         ``source_type``, ``doc_type``, ``language``), sorted."""
         if name not in _FILTER_FIELDS:
             raise StorageError(f"field_values: not a filter field: {name!r}")
-        with self._reading("field_values") as conn:
+        with self._db.reading("field_values") as conn:
             rows = conn.execute(
                 f"SELECT DISTINCT {name} FROM knowledge_items WHERE {name} != '' ORDER BY 1"
             ).fetchall()
@@ -730,11 +772,11 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
 
     def delete_item(self, item_id: str) -> bool:
         """Delete an item and (by cascade) its chunks; True if it existed."""
-        with self._writing("delete_item") as conn:
+        with self._db.writing("delete_item") as conn:
             deleted = conn.execute("DELETE FROM knowledge_items WHERE id = ?", (item_id,))
             existed = deleted.rowcount > 0
             if existed:
-                self._journal(conn, [item_id], "delete")
+                _journal(conn, [item_id], "delete")
         return existed
 
     def items_with_source(self, source_uri: str, *, kb: str | None = None) -> list[KnowledgeItem]:
@@ -744,7 +786,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
         if kb is not None:
             sql += " AND kb = ?"
             params.append(kb)
-        with self._reading("items_with_source") as conn:
+        with self._db.reading("items_with_source") as conn:
             rows = conn.execute(sql + " ORDER BY kb, id", params).fetchall()
         return [_row_to_item(row) for row in rows]
 
@@ -769,7 +811,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
             params.append(source_type)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         sql = f"{_ITEM_SELECT}{where} ORDER BY created_at, id LIMIT ? OFFSET ?"
-        with self._reading("list_items") as conn:
+        with self._db.reading("list_items") as conn:
             rows = conn.execute(sql, [*params, limit, offset]).fetchall()
         return [_row_to_item(row) for row in rows]
 
@@ -791,12 +833,12 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
             if with_chunks
             else "SELECT id FROM knowledge_items"
         )
-        with self._reading("item_ids") as conn:
+        with self._db.reading("item_ids") as conn:
             return {row[0] for row in conn.execute(sql)}
 
     def count_items(self, *, kb: str | None = None) -> int:
         """How many items (in one kb, if given)."""
-        with self._reading("count_items") as conn:
+        with self._db.reading("count_items") as conn:
             if kb is None:
                 row = conn.execute("SELECT COUNT(*) FROM knowledge_items").fetchone()
             else:
@@ -810,12 +852,12 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
     def save_chunks(self, item_id: str, chunks: Iterable[KnowledgeChunk]) -> None:
         """Replace every chunk of an existing item with these, atomically."""
         chunk_list = list(chunks)
-        with self._writing("save_chunks") as conn:
+        with self._db.writing("save_chunks") as conn:
             exists = conn.execute("SELECT 1 FROM knowledge_items WHERE id = ?", (item_id,))
             if exists.fetchone() is None:
                 raise NotFoundError(f"item {item_id!r} does not exist")
-            self._replace_chunks(conn, item_id, chunk_list)
-            self._journal(conn, [item_id], "upsert")
+            _replace_chunks(conn, item_id, chunk_list)
+            _journal(conn, [item_id], "upsert")
         # Only after the commit, so a failed save leaves the caller's objects untouched.
         for chunk in chunk_list:
             chunk.item_id = item_id
@@ -823,14 +865,14 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
     def save_item_with_chunks(self, item: KnowledgeItem, chunks: Iterable[KnowledgeChunk]) -> None:
         """Upsert an item and replace its chunks in one transaction."""
         chunk_list = list(chunks)
-        with self._writing("save_item_with_chunks") as conn:
-            self._write_item(conn, item, chunk_list)
+        with self._db.writing("save_item_with_chunks") as conn:
+            self._db.write_item(conn, item, chunk_list)
         for chunk in chunk_list:
             chunk.item_id = item.id
 
     def get_chunks_for_item(self, item_id: str) -> list[KnowledgeChunk]:
         """An item's chunks in chunk_index order ([] for an unknown item)."""
-        with self._reading("get_chunks_for_item") as conn:
+        with self._db.reading("get_chunks_for_item") as conn:
             rows = conn.execute(
                 f"{_CHUNK_SELECT} WHERE item_id = ? ORDER BY chunk_index", (item_id,)
             ).fetchall()
@@ -838,7 +880,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
 
     def get_chunk_by_id(self, chunk_id: str) -> KnowledgeChunk | None:
         """The chunk with this id, or None."""
-        with self._reading("get_chunk_by_id") as conn:
+        with self._db.reading("get_chunk_by_id") as conn:
             row = conn.execute(f"{_CHUNK_SELECT} WHERE id = ?", (chunk_id,)).fetchone()
         return None if row is None else _row_to_chunk(row)
 
@@ -854,7 +896,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
             raise QueryError(f"window must be >= 0, got {window}")
         if window == 0:
             return []
-        with self._reading("get_adjacent_chunks") as conn:
+        with self._db.reading("get_adjacent_chunks") as conn:
             rows = conn.execute(
                 f"{_CHUNK_SELECT} WHERE item_id = ? AND chunk_index BETWEEN ? AND ? "
                 "AND chunk_index != ? ORDER BY chunk_index",
@@ -871,7 +913,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
 
     def count_chunks(self, *, kb: str | None = None, item_id: str | None = None) -> int:
         """How many chunks (of one item, or of the items in one kb, if given)."""
-        with self._reading("count_chunks") as conn:
+        with self._db.reading("count_chunks") as conn:
             if item_id is not None:
                 row = conn.execute(
                     "SELECT COUNT(*) FROM knowledge_chunks WHERE item_id = ?", (item_id,)
@@ -891,7 +933,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
     def last_journal_seq(self) -> int:
         """The highest sequence number ever written to the journal (0 if none)."""
         # sqlite_sequence, not MAX(seq): trimming must not make the journal look older.
-        with self._reading("last_journal_seq") as conn:
+        with self._db.reading("last_journal_seq") as conn:
             row = conn.execute(
                 "SELECT seq FROM sqlite_sequence WHERE name = 'index_journal'"
             ).fetchone()
@@ -899,7 +941,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
 
     def journal_since(self, seq: int) -> list[tuple[int, str, str]]:
         """Journal entries (seq, item_id, op) with a sequence number above ``seq``."""
-        with self._reading("journal_since") as conn:
+        with self._db.reading("journal_since") as conn:
             rows = conn.execute(
                 "SELECT seq, item_id, op FROM index_journal WHERE seq > ? ORDER BY seq", (seq,)
             ).fetchall()
@@ -907,7 +949,7 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
 
     def count_chunks_since(self, seq: int) -> int:
         """Chunks of the items with journal entries above ``seq``: what a replay indexes."""
-        with self._reading("count_chunks_since") as conn:
+        with self._db.reading("count_chunks_since") as conn:
             row = conn.execute(
                 "SELECT COUNT(*) FROM knowledge_chunks WHERE item_id IN "
                 "(SELECT item_id FROM index_journal WHERE seq > ?)",
@@ -917,20 +959,20 @@ class SQLiteStorageManager(SourceTrackingMixin, DocSourceMixin):
 
     def trim_journal(self, upto_seq: int) -> None:
         """Delete journal entries with a sequence number up to ``upto_seq``."""
-        with self._writing("trim_journal") as conn:
+        with self._db.writing("trim_journal") as conn:
             conn.execute("DELETE FROM index_journal WHERE seq <= ?", (upto_seq,))
 
     # -- key/value settings -------------------------------------------------------------
 
     def get_meta(self, key: str, default: str | None = None) -> str | None:
         """A stored setting, or ``default``."""
-        with self._reading("get_meta") as conn:
+        with self._db.reading("get_meta") as conn:
             row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
         return default if row is None else row[0]
 
     def set_meta(self, key: str, value: str) -> None:
         """Store a setting, replacing any previous value."""
-        with self._writing("set_meta") as conn:
+        with self._db.writing("set_meta") as conn:
             conn.execute(
                 "INSERT INTO kv (key, value) VALUES (?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
