@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from knowledge_agent.models._serialize import copy_json, to_datetime
+from knowledge_agent.models._serialize import fields_from_json, fields_to_json
 
 __all__ = ["KnowledgeItem", "content_hash", "utc_now"]
 
@@ -52,45 +52,9 @@ class KnowledgeItem:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; datetimes become ISO 8601 strings."""
-        return {
-            "id": self.id,
-            "title": self.title,
-            "content": self.content,
-            "source_type": self.source_type,
-            "source_uri": self.source_uri,
-            "content_type": self.content_type,
-            "doc_type": self.doc_type,
-            "language": self.language,
-            "tags": list(self.tags),
-            "metadata": copy_json(self.metadata),
-            "content_hash": self.content_hash,
-            "kb": self.kb,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
-        }
+        return fields_to_json(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> KnowledgeItem:
         """Build an item from ``to_dict`` output; missing keys take their defaults."""
-        kwargs: dict[str, Any] = {
-            name: data[name]
-            for name in (
-                "id",
-                "title",
-                "content",
-                "source_type",
-                "source_uri",
-                "content_type",
-                "doc_type",
-                "language",
-                "content_hash",
-                "kb",
-            )
-            if name in data
-        }
-        kwargs["tags"] = list(data.get("tags") or [])
-        kwargs["metadata"] = copy_json(data.get("metadata") or {})
-        for name in ("created_at", "updated_at"):
-            if data.get(name) is not None:
-                kwargs[name] = to_datetime(data[name])
-        return cls(**kwargs)
+        return cls(**fields_from_json(cls, data))
