@@ -2,7 +2,9 @@
 that API changes.
 
 Both levels (``knowledge_agent``: two-stage hybrid; ``knowledge_agent-item``: item level only)
-search the same in-memory knowledge base, so each corpus is ingested once per data set.
+search the same in-memory knowledge base, so each corpus is ingested once per data set; so does
+``knowledge_agent+rerank`` (the default search with ``rerank=True``), the base then being
+opened with the reranker, which no other search calls.
 """
 
 from __future__ import annotations
@@ -21,6 +23,17 @@ def load_core_class() -> type:
     import knowledge_agent
 
     return knowledge_agent.KnowledgeAgentCore
+
+
+def check_reranker(config: dict[str, Any]) -> None:
+    """Build the reranker ``config`` describes and have it score two texts once: a service
+    that is down or answers wrongly fails here, not silently in every search (a failed rerank
+    keeps the search's order)."""
+    from knowledge_agent.embeddings import reranker_from_config
+
+    scores = reranker_from_config(config).rerank("probe", ["a probe", "another probe"])
+    if len(scores) != 2:
+        raise ValueError(f"the reranker gave {len(scores)} scores for 2 texts")
 
 
 def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
@@ -85,7 +98,8 @@ class SharedKnowledgeBase:
 
 
 class KnowledgeAgentSystem:
-    """knowledge_agent through ``KnowledgeAgentCore.search`` at one level."""
+    """knowledge_agent through ``KnowledgeAgentCore.search`` at one level (and mode, and with
+    the core's reranker when ``rerank``)."""
 
     def __init__(
         self,
@@ -93,11 +107,13 @@ class KnowledgeAgentSystem:
         shared: SharedKnowledgeBase,
         level: str | None = None,
         mode: str | None = None,
+        rerank: bool = False,
     ) -> None:
         self.name = name
         self._shared = shared
         self._level = level
         self._mode = mode
+        self._rerank = rerank
         self._core: Any = None
         self.ingest_seconds: float | None = None
         self.ingest_shared = False
@@ -113,6 +129,8 @@ class KnowledgeAgentSystem:
             kwargs["level"] = self._level
         if self._mode is not None:
             kwargs["mode"] = self._mode
+        if self._rerank:
+            kwargs["rerank"] = True
         return [
             Hit(
                 r.item.source_uri,

@@ -4,10 +4,14 @@
     python benchmarks/quality.py --datasets-only cranfield,cmrc2018 --limit-queries 200
     python benchmarks/quality.py --systems knowledge_agent,bm25s-doc --ka-option key=value
     python benchmarks/quality.py --json figures.json
+    python benchmarks/quality.py --systems knowledge_agent,knowledge_agent+rerank --reranker JSON
 
 Data sets are read in place from ../shared/datasets (or --datasets DIR, or
 $KNOWLEDGE_AGENT_DATASETS). Quality figures are comparable across machines; ingest and query
 times are informative only (compare ratios against the references, not absolute values).
+knowledge_agent+rerank is the default search with rerank=True; its reranker is --reranker, a
+configuration as KnowledgeAgentCore(reranker=...) takes it, e.g. '{"provider": "openai",
+"base_url": "http://127.0.0.1:8911/v1", "model": "minilm"}' for benchmarks/rerank_server.py.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from benchmarks.evaluation import METRICS, evaluate
 from benchmarks.package_system import (
     KnowledgeAgentSystem,
     SharedKnowledgeBase,
+    check_reranker,
     load_core_class,
     parse_options,
 )
@@ -50,7 +55,9 @@ REFERENCE_SYSTEMS = ("bm25s-doc", "bm25s-para", "fts5")
 PACKAGE_SYSTEMS = ("knowledge_agent", "knowledge_agent-item")
 # With WordLlama embeddings (the [embed] extra): the three rankings fused, and dense alone.
 DENSE_SYSTEMS = ("knowledge_agent+dense", "knowledge_agent-dense")
-SYSTEM_NAMES = REFERENCE_SYSTEMS + PACKAGE_SYSTEMS + DENSE_SYSTEMS
+# The default search with rerank=True, the reranker given by --reranker.
+RERANK_SYSTEMS = ("knowledge_agent+rerank",)
+SYSTEM_NAMES = REFERENCE_SYSTEMS + PACKAGE_SYSTEMS + DENSE_SYSTEMS + RERANK_SYSTEMS
 
 
 @dataclass
@@ -64,10 +71,13 @@ class SystemResult:
     error: str | None = None
 
 
-def build_systems(names: list[str], core_class: type | None, ka_options: dict) -> list[System]:
-    """Fresh systems for one data set (the two knowledge_agent levels share one ingestion,
-    and so do the two dense systems)."""
-    shared = SharedKnowledgeBase(core_class, ka_options) if core_class else None
+def build_systems(
+    names: list[str], core_class: type | None, ka_options: dict, reranker: dict | None = None
+) -> list[System]:
+    """Fresh systems for one data set (the two knowledge_agent levels and the reranked search
+    share one ingestion, and so do the two dense systems)."""
+    options = {**ka_options, "reranker": reranker} if reranker is not None else ka_options
+    shared = SharedKnowledgeBase(core_class, options) if core_class else None
     embedded = (
         SharedKnowledgeBase(core_class, {**ka_options, "embedder": {"provider": "wordllama"}})
         if core_class and any(name in DENSE_SYSTEMS for name in names)
@@ -83,6 +93,10 @@ def build_systems(names: list[str], core_class: type | None, ka_options: dict) -
         factories["knowledge_agent-item"] = lambda: KnowledgeAgentSystem(
             "knowledge_agent-item", shared, level="item"
         )
+        if reranker is not None:
+            factories["knowledge_agent+rerank"] = lambda: KnowledgeAgentSystem(
+                "knowledge_agent+rerank", shared, rerank=True
+            )
     if embedded is not None:
         factories["knowledge_agent+dense"] = lambda: KnowledgeAgentSystem(
             "knowledge_agent+dense", embedded
@@ -199,6 +213,16 @@ def split_names(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
     return names
 
 
+def parse_reranker(value: str) -> dict:
+    try:
+        config = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise argparse.ArgumentTypeError('a JSON object is expected, e.g. {"provider": …}')
+    return config
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Retrieval quality of knowledge_agent against bm25s and SQLite FTS5."
@@ -221,9 +245,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--systems",
         type=lambda v: split_names(v, SYSTEM_NAMES, "system"),
-        default=list(SYSTEM_NAMES),
+        default=None,
         metavar="NAMES",
-        help=f"comma-separated subset of {','.join(SYSTEM_NAMES)}",
+        help=f"comma-separated subset of {','.join(SYSTEM_NAMES)} (default: all; "
+        "knowledge_agent+rerank only with --reranker)",
     )
     parser.add_argument(
         "--limit-queries",
@@ -241,8 +266,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="keyword argument for KnowledgeAgentCore(...), repeatable; VALUE parsed as JSON "
         "when it parses (e.g. --ka-option fusion='\"rrf\"' --ka-option keyword_weight=0.7)",
     )
+    parser.add_argument(
+        "--reranker",
+        type=parse_reranker,
+        default=None,
+        metavar="JSON",
+        help="reranker of knowledge_agent+rerank, as KnowledgeAgentCore(reranker=...) takes it, "
+        'e.g. \'{"provider": "openai", "base_url": "http://127.0.0.1:8911/v1", "model": "m"}\'',
+    )
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write figures")
     args = parser.parse_args(argv)
+    if args.systems is None:
+        args.systems = [
+            name for name in SYSTEM_NAMES if args.reranker or name not in RERANK_SYSTEMS
+        ]
+    elif args.reranker is None and any(name in RERANK_SYSTEMS for name in args.systems):
+        parser.error(
+            "knowledge_agent+rerank needs --reranker JSON (a reranker configuration, "
+            "e.g. one served by benchmarks/rerank_server.py)"
+        )
     try:
         args.ka_options = parse_options(args.ka_option)
     except ValueError as exc:
@@ -274,28 +316,38 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     core_class = None
-    if any(name in PACKAGE_SYSTEMS + DENSE_SYSTEMS for name in args.systems):
+    if any(name in PACKAGE_SYSTEMS + DENSE_SYSTEMS + RERANK_SYSTEMS for name in args.systems):
         try:
             core_class = load_core_class()
         except (ImportError, AttributeError) as exc:
             print(f"knowledge_agent systems skipped: KnowledgeAgentCore not importable ({exc})")
+
+    if core_class is not None and any(name in RERANK_SYSTEMS for name in args.systems):
+        try:
+            check_reranker(args.reranker)
+        except Exception as exc:  # a reranker that cannot answer would leave every order as is
+            print(f"the reranker does not answer: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
 
     started = time.perf_counter()
     env = environment()
     print("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
     if args.ka_options:
         print(f"KnowledgeAgentCore options: {json.dumps(args.ka_options, ensure_ascii=False)}")
+    if args.reranker and any(name in RERANK_SYSTEMS for name in args.systems):
+        print(f"reranker: {json.dumps(args.reranker, ensure_ascii=False)}")
     report: dict = {
         "command": shlex.join(["python", "benchmarks/quality.py", *sys.argv[1:]]),
         "environment": env,
         "ka_options": args.ka_options,
+        "reranker": args.reranker,
         "limit_queries": args.limit_queries,
         "seed": args.seed,
         "datasets": {},
     }
     for name in args.datasets_only:
         dataset = load_dataset(name, root).sample_queries(args.limit_queries, args.seed)
-        systems = build_systems(args.systems, core_class, args.ka_options)
+        systems = build_systems(args.systems, core_class, args.ka_options, args.reranker)
         results = run_dataset(dataset, systems)
         print()
         print(format_table(dataset, results), flush=True)
