@@ -138,7 +138,13 @@ def test_a_reranker_reorders_and_every_step_is_explained() -> None:
 def test_a_failing_reranker_leaves_the_order_and_no_reranker_is_an_error() -> None:
     with rerank_core(Broken()) as core:
         plain = [r.item.title for r in core.search("rotate signing keys")]
-        assert [r.item.title for r in core.search("rotate signing keys", rerank=True)] == plain
+        asked = core.search("rotate signing keys", rerank=True)
+        assert [r.item.title for r in asked] == plain
+        # The result says the rerank did not happen, and why.
+        for result in asked:
+            assert result.explanation is not None
+            assert result.explanation.details["rerank_error"] == "reranking failed: service down"
+            assert result.explanation.rank_after_rerank is None
     with KnowledgeAgentCore() as core, pytest.raises(ConfigError, match="reranker"):
         core.search("x", rerank=True)
 

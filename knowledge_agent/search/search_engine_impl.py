@@ -684,7 +684,8 @@ class SearchEngineImpl:
 
         Each gets ``rerank_weight`` × the best score × its rerank score scaled to 0–1 among
         them (the rerank delta, in its explanation with its rank before and after). A
-        reranker that fails leaves the order as it was (logged).
+        reranker that fails leaves the order as it was: logged, and said in each head
+        result's explanation (``details["rerank_error"]``).
         """
         head = results[: self.config.rerank_depth]
         if len(head) < 2:
@@ -693,11 +694,13 @@ class SearchEngineImpl:
         try:
             scores = [float(score) for score in reranker.rerank(query, texts)]
         except Exception as exc:  # a reranker service down must not fail the search
-            logger.warning("reranking failed, results left in their order: %s", exc)
-            return results
+            return _not_reranked(results, head, f"reranking failed: {exc}")
         if len(scores) != len(head) or not all(map(math.isfinite, scores)):
-            logger.warning("the reranker gave %d scores for %d texts", len(scores), len(head))
-            return results
+            return _not_reranked(
+                results,
+                head,
+                f"the reranker gave {len(scores)} finite scores for {len(head)} texts",
+            )
         low, high = min(scores), max(scores)
         scale = self.config.rerank_weight * max(result.relevance_score for result in head)
         for rank, (result, score) in enumerate(zip(head, scores, strict=True), start=1):
@@ -977,6 +980,18 @@ class SearchEngineImpl:
                 if len(results) == limit:
                     return results
         return results
+
+
+def _not_reranked(
+    results: list[SearchResult], head: list[SearchResult], error: str
+) -> list[SearchResult]:
+    """``results`` as they were, each of the ``head`` saying why no rerank happened."""
+    logger.warning("%s; results left in their order", error)
+    for result in head:
+        if result.explanation is None:
+            result.explanation = ScoreExplanation()
+        result.explanation.details["rerank_error"] = error
+    return results
 
 
 def _check_request(query: str, limit: int, context_window: int, level: str, mode: str) -> None:
