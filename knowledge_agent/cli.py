@@ -1562,7 +1562,7 @@ def serve(
     Over stdio, stdout carries only the protocol; logs go to stderr. Agents may add files
     only under --root folders and web pages only under --allow-url prefixes.
     """
-    import ipaddress
+    from knowledge_agent.crawl.policy import is_loopback
 
     address: tuple[str, int] | None = None
     if http_address is not None:
@@ -1573,11 +1573,7 @@ def serve(
                 f"{http_address!r} is not [HOST:]PORT (e.g. 8765 or 127.0.0.1:8765)",
                 param_hint="--http",
             )
-        try:
-            loopback = host.lower() == "localhost" or ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback and not allow_remote:
+        if not is_loopback(host) and not allow_remote:
             raise click.UsageError(
                 f"--http {http_address}: {host} is not a loopback address and the server has "
                 "no authentication, so anyone who can reach it could read and change the "

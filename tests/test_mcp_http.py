@@ -1,4 +1,4 @@
-"""The MCP server over streamable HTTP: ``bind_http`` / ``run_http`` and ``serve --http``."""
+"""The MCP server over streamable HTTP: ``bind_http`` and ``serve --http``."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from mcp import Client
 import knowledge_agent.server as server_package
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.cli import cli
+from knowledge_agent.crawl.policy import is_loopback
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.server import bind_http
-from knowledge_agent.server.app import is_loopback
 
 TIMEOUT = 10  # seconds for a whole session; it normally takes well under one
 

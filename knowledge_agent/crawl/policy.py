@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from knowledge_agent.crawl.urls import normalize_url
 
-__all__ = ["UrlPolicy", "default_resolver", "is_public_address"]
+__all__ = ["UrlPolicy", "default_resolver", "is_loopback", "is_public_address"]
 
 Resolver = Callable[[str], list[str]]
 
@@ -30,6 +30,16 @@ def default_resolver(host: str) -> list[str]:
         if address not in addresses:
             addresses.append(address)
     return addresses
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only: ``localhost`` or a loopback address."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def is_public_address(address: str) -> bool:

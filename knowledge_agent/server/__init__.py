@@ -1,7 +1,7 @@
 """The MCP server over a knowledge base (the optional ``[mcp]`` extra).
 
 ``create_server(core)`` builds the server, ``run_stdio(open_core)`` serves it over stdio and
-``run_http(open_core, host=, port=)`` over streamable HTTP;
+``bind_http(open_core, host=, port=).serve()`` over streamable HTTP;
 the tools themselves are plain functions in :mod:`knowledge_agent.server.mcp_tools`.
 """
 
@@ -17,8 +17,7 @@ from knowledge_agent.server.app import (
     ServerState,
     bind_http,
     create_server,
-    run_http,
     run_stdio,
 )
 
-__all__ = ["HttpServer", "ServerState", "bind_http", "create_server", "run_http", "run_stdio"]
+__all__ = ["HttpServer", "ServerState", "bind_http", "create_server", "run_stdio"]

@@ -1,6 +1,6 @@
 """The MCP server: ``create_server(core)`` builds it; ``run_stdio(open_core)`` serves it over
-stdio and ``run_http(open_core, host=, port=)`` over streamable HTTP (``bind_http`` for the
-bound server itself: its URL, ``serve()`` and ``stop()``).
+stdio and ``bind_http(open_core, host=, port=)`` binds it for streamable HTTP: the bound
+server's URL, ``serve()`` and ``stop()``.
 
 Each plain function of :mod:`knowledge_agent.server.mcp_tools` becomes one tool: its
 signature (without ``core`` and ``roots``) is the input schema, its docstring the
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import ipaddress
 import logging
 import os
 import socket
@@ -37,6 +36,7 @@ from pydantic_core import PydanticCustomError
 
 from knowledge_agent.core import KnowledgeAgentCore
 from knowledge_agent.crawl import UrlPolicy
+from knowledge_agent.crawl.policy import is_loopback
 from knowledge_agent.errors import ConfigError, KnowledgeAgentError
 from knowledge_agent.server import mcp_tools
 from knowledge_agent.server.schemas import output_schema
@@ -46,8 +46,6 @@ __all__ = [
     "ServerState",
     "bind_http",
     "create_server",
-    "is_loopback",
-    "run_http",
     "run_stdio",
 ]
 
@@ -278,16 +276,6 @@ HTTP_PATH = "/mcp"
 _GRACEFUL_SHUTDOWN_S = 3
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only: ``localhost`` or a loopback address."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _bind(host: str, port: int) -> socket.socket:
     """A TCP socket listening on ``host:port`` (port 0: a free one): a client that connects
     before the server answers waits in the backlog instead of being refused."""
@@ -428,35 +416,3 @@ def bind_http(
         allow_urls=tuple(allow_urls),
         text_content=text_content,
     )
-
-
-def run_http(
-    open_core: Callable[[], KnowledgeAgentCore],
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8765,
-    roots: Sequence[str | os.PathLike[str]] = (),
-    allow_urls: Sequence[str] = (),
-    allow_remote: bool = False,
-    text_content: bool = True,
-) -> None:
-    """Serve over streamable HTTP at ``http://host:port/mcp`` until Ctrl-C (blocking).
-
-    Loopback only unless ``allow_remote`` (see :func:`bind_http`); the core is opened
-    before the server answers and closed once it has stopped.
-    """
-    server = bind_http(
-        open_core,
-        host=host,
-        port=port,
-        roots=roots,
-        allow_urls=allow_urls,
-        allow_remote=allow_remote,
-        text_content=text_content,
-    )
-    logger.info(
-        "serving over streamable HTTP (roots: %s; URLs: %s)",
-        list(roots) or "none",
-        list(allow_urls) or "none",
-    )
-    server.serve()
