@@ -39,7 +39,6 @@ kb remove      {"name", "items_removed"}
 from __future__ import annotations
 
 import errno
-import fnmatch
 import io
 import logging
 import os
@@ -78,6 +77,7 @@ from knowledge_agent.errors import (
     QueryError,
 )
 from knowledge_agent.ingest.report import CollectProgress, CollectReport
+from knowledge_agent.patterns import check_glob, glob_regex
 from knowledge_agent.settings import (
     LOCAL_DATA_DIR,
     Settings,
@@ -1309,8 +1309,9 @@ def multi_get(
     app: App, pattern: str, kb: str | None, files_only: bool, limit: int, as_json: bool
 ) -> None:
     """Show every collected item whose path or URL matches GLOB (several `get`s at once)."""
+    check_glob(pattern, "GLOB")
     glob = pattern if pattern.startswith(("/", "*")) or "://" in pattern else "*/" + pattern
-    matcher = re.compile(fnmatch.translate(glob))
+    matcher = glob_regex([glob], "GLOB")
     with app.open_core() as core:
         check_filters(core, kb=[kb] if kb else ())
         found = [

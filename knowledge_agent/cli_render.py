@@ -12,7 +12,6 @@ import codecs
 import json
 import math
 import os
-import re
 import sys
 import time
 from collections import deque
@@ -48,6 +47,7 @@ from knowledge_agent.storage.doc_sources import DocSource
 
 if TYPE_CHECKING:
     from knowledge_agent.core.citations import CitationCheck
+    from knowledge_agent.patterns import TextPattern
 from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot, path_to_db
 
 __all__ = [
@@ -297,7 +297,7 @@ def explanation_text(
 def print_matches(
     console: Console,
     matches: Sequence[TextMatch],
-    expression: re.Pattern[str],
+    expression: TextPattern,
     *,
     base: str | None = None,
 ) -> None:

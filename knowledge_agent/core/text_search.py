@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from knowledge_agent.errors import QueryError
 from knowledge_agent.models import KnowledgeItem
+from knowledge_agent.patterns import Match, TextPattern
 
 __all__ = ["TextMatch", "compile_pattern", "matching_lines"]
 
@@ -28,18 +27,13 @@ class TextMatch:
         return asdict(self)
 
 
-def compile_pattern(pattern: str, *, regex: bool, case_sensitive: bool) -> re.Pattern[str]:
-    """The pattern as a compiled expression; ``QueryError`` for an empty or invalid one."""
-    if not isinstance(pattern, str) or not pattern:
-        raise QueryError("the pattern must be a non-empty string")
-    flags = 0 if case_sensitive else re.IGNORECASE
-    try:
-        return re.compile(pattern if regex else re.escape(pattern), flags)
-    except re.error as exc:
-        raise QueryError(f"invalid regular expression {pattern!r}: {exc}") from exc
+def compile_pattern(pattern: str, *, regex: bool, case_sensitive: bool) -> TextPattern:
+    """The pattern, ready for one scan; ``QueryError`` for an empty, too long or invalid one
+    (and, while scanning, for a regular expression that overruns its matching time)."""
+    return TextPattern(pattern, regex=regex, case_sensitive=case_sensitive)
 
 
-def _clip(line: str, match: re.Match[str], width: int) -> str:
+def _clip(line: str, match: Match, width: int) -> str:
     """The line cut to ``width`` characters around the match, with ``…`` where cut."""
     if len(line) <= width:
         return line
@@ -50,7 +44,7 @@ def _clip(line: str, match: re.Match[str], width: int) -> str:
 
 def matching_lines(
     items: Iterable[KnowledgeItem],
-    expression: re.Pattern[str],
+    expression: TextPattern,
     *,
     source_keyword: str | None = None,
     max_chars_per_line: int = 180,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from knowledge_agent.errors import ConfigError
+from knowledge_agent.patterns import MAX_GLOB_CHARS
 
 __all__ = ["MAX_CONCURRENCY", "CrawlOptions", "default_user_agent"]
 
@@ -67,6 +68,10 @@ class CrawlOptions:
                 _bad(name, getattr(self, name), "must be true or false")
         for name in ("include", "exclude", "drop_selectors"):
             object.__setattr__(self, name, _strings(name, getattr(self, name)))
+        for name in ("include", "exclude"):
+            for glob in getattr(self, name):
+                if len(glob) > MAX_GLOB_CHARS:
+                    _bad(name, f"{glob[:40]}…", f"is longer than {MAX_GLOB_CHARS} characters")
         object.__setattr__(self, "headers", _headers(self.headers))
         if not isinstance(self.user_agent, str) or not self.user_agent.strip():
             _bad("user_agent", self.user_agent, "must be a non-empty string")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from functools import cached_property
 
 from knowledge_agent.errors import QueryError
 from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.patterns import check_glob, glob_regex
 
 __all__ = ["SearchFilters", "to_epoch"]
 
@@ -86,7 +86,9 @@ class SearchFilters:
             doc_type=_names(doc_type, "doc_type"),
             language=_names(language, "language"),
             path_prefix=tuple(p for p in _names(path_prefix, "path_prefix") if p),
-            path_glob=tuple(g for g in _names(path_glob, "path_glob") if g),
+            path_glob=tuple(
+                check_glob(glob, "path_glob") for glob in _names(path_glob, "path_glob") if glob
+            ),
             updated_after=_datetime(updated_after, "updated_after"),
             updated_before=_datetime(updated_before, "updated_before"),
         )
@@ -99,7 +101,7 @@ class SearchFilters:
     def _glob(self) -> re.Pattern[str] | None:
         if not self.path_glob:
             return None
-        return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in self.path_glob))
+        return glob_regex(self.path_glob, "path_glob")
 
     def matches_path(self, path: str) -> bool:
         """Whether a ``source_uri`` passes the path prefixes and globs."""

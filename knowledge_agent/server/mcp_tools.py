@@ -18,7 +18,6 @@ only be added from inside the folders the server was started with (:func:`resolv
 
 from __future__ import annotations
 
-import fnmatch
 import heapq
 import itertools
 import os
@@ -34,6 +33,7 @@ from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.models import KnowledgeChunk, MatchedChunk
 from knowledge_agent.models.evidence import evidence_ref
 from knowledge_agent.models.result_view import chunk_view, item_path, item_view, result_view
+from knowledge_agent.patterns import check_glob, glob_regex
 from knowledge_agent.server.budget import dumps, estimate_tokens, fit_to_budget
 from knowledge_agent.server.knowledge_tools import (
     knowledge_list,
@@ -534,13 +534,14 @@ def _listed(
         if len(streams) == 1
         else heapq.merge(*streams, key=lambda item: (item.created_at, item.id))
     )
+    # The same case-sensitive match as the search filters' path_glob; an item without a
+    # path or URL (added text) matches no glob, not even "*".
+    matcher = glob_regex(globs, "path_glob") if globs else None
     for item in items:
         if source_types and item.source_type not in source_types:
             continue
-        # fnmatchcase: the same case-sensitive match as the search filters' path_glob; an
-        # item without a path or URL (added text) matches no glob, not even "*".
         uri = item.source_uri
-        if globs and not (uri and any(fnmatch.fnmatchcase(uri, glob) for glob in globs)):
+        if matcher is not None and not (uri and matcher.match(uri)):
             continue
         yield item
 
@@ -567,7 +568,7 @@ def list_items(
     kbs = _kbs(core, kb)
     source_types = _names(source_type, "source_type")
     patterns = _names(path_glob, "path_glob")
-    globs = [_glob(pattern) for pattern in patterns] if patterns else None
+    globs = [_glob(check_glob(p, "path_glob")) for p in patterns] if patterns else None
     total: int | None = None
     if globs is None and len(kbs or ()) <= 1 and len(source_types or ()) <= 1:
         # What the storage filters itself: one SQL page (one row more, to know if more follow).
