@@ -36,6 +36,7 @@ class CrawlOptions:
 
     Lists are accepted for the tuple fields and a mapping for ``headers``; every field is
     checked and a bad value raises :class:`~knowledge_agent.errors.ConfigError` naming it.
+    ``timeout`` bounds one request from start to last byte; ``max_time`` the whole crawl.
     """
 
     max_depth: int = 3
@@ -45,6 +46,7 @@ class CrawlOptions:
     exclude: tuple[str, ...] = ()
     delay: float = 0.0
     timeout: float = 15.0
+    max_time: float = 600.0
     concurrency: int = 4
     user_agent: str = field(default_factory=default_user_agent)
     headers: tuple[tuple[str, str], ...] = ()
@@ -63,6 +65,7 @@ class CrawlOptions:
         _check_int(self, "max_page_bytes", minimum=1)
         _check_number(self, "delay", positive=False)
         _check_number(self, "timeout", positive=True)
+        _check_number(self, "max_time", positive=True)
         for name in ("same_origin", "follow_redirects", "respect_robots"):
             if not isinstance(getattr(self, name), bool):
                 _bad(name, getattr(self, name), "must be true or false")
