@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -171,23 +170,20 @@ def test_deep_html_beside_good_files(core: KnowledgeAgentCore, tmp_path: Path) -
         "<html><body>" + "<div>" * depth + "deepmarker text" + "</div>" * depth + "</body></html>"
     )
     (root / "deep.html").write_text(page)
-    started = time.perf_counter()
     report = core.collect_knowledge(root)
-    assert time.perf_counter() - started < 30
     assert (report.processed, report.failed) == (11, [])
     assert_good_files_found(core)
     assert core.search("deepmarker")
 
 
-def test_deep_html_is_converted_quickly() -> None:
+def test_deep_html_is_converted_and_flattened() -> None:
+    # How long it takes is measured by benchmarks/stress.py (bad_files, deep_html).
     depth = 10_000
     nested = (
         "<blockquote><ul><li><span>" * depth + "bottom" + "</span></li></ul></blockquote>" * depth
     )
     for page in ("<div>" * depth + "bottom" + "</div>" * depth, nested):
-        started = time.perf_counter()
         document = process_bytes(f"<html><body>{page}</body></html>".encode(), "deep.html")
-        assert time.perf_counter() - started < 5  # about 0.5 s; generous for shared machines
         assert "bottom" in document.content
         assert len(document.content) < 1000, "deep nesting is flattened, not repeated"
 
