@@ -22,8 +22,10 @@ from knowledge_agent.settings import (
     find_config,
     load_config,
     resolve_settings,
+    trust_config_file,
     write_default_config,
 )
+from knowledge_agent.trust import TrustStore
 
 
 @pytest.fixture
@@ -59,7 +61,7 @@ def test_flag_beats_env_beats_project_file_beats_user_folder(
 
     flag = resolve_settings(tmp_path / "flag", cwd=work, environ=env)
     assert (flag.data_dir, flag.origin) == (tmp_path / "flag", "option")
-    assert flag.config_file == toml  # the project file's settings still apply
+    assert flag.config_file is None  # a project file never configures a folder it did not choose
 
     from_env = resolve_settings(None, cwd=work, environ=env)
     assert (from_env.data_dir, from_env.origin) == (tmp_path / "env-home", "environment")
@@ -94,9 +96,10 @@ def test_the_nearest_project_file_wins(tmp_path: Path) -> None:
     assert find_config(tmp_path / "a") == tmp_path / "a" / CONFIG_FILE_NAME
 
 
-def test_project_data_dir_is_relative_to_the_file(tmp_path: Path) -> None:
-    project(tmp_path / "repo", 'data_dir = "../shared-kb"\n')
+def test_project_data_dir_is_relative_to_the_file(tmp_path: Path, user_config: Path) -> None:
+    toml = project(tmp_path / "repo", 'data_dir = "../shared-kb"\n')
     (tmp_path / "repo" / "sub").mkdir()
+    trust_config_file(toml, TrustStore(user_config))  # the folder is outside the project's
     settings = resolve_settings(None, cwd=tmp_path / "repo" / "sub", environ={})
     assert settings.data_dir == tmp_path / "shared-kb"
 
