@@ -458,7 +458,9 @@ Examples:
 
 \b
 The data folder is --data-dir, else $KNOWLEDGE_AGENT_HOME, else the nearest
-.knowledge-agent.toml upward (see `knowledge-agent init`), else the user data folder.
+.knowledge-agent.toml upward (see `knowledge-agent init`; what it names outside its
+folder needs `knowledge-agent trust`), else the data_dir of config.toml in the user
+config folder, else the user data folder.
 """
 
 

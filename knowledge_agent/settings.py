@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -56,9 +55,11 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = [
     "CONFIG_FILE_NAME",
+    "ENDPOINT_KEYS",
     "ENV_HOME",
     "LOCAL_DATA_DIR",
     "NETWORK_PROVIDERS",
+    "PATH_KEYS",
     "USER_CONFIG_NAME",
     "ProjectConfig",
     "ScanPath",
@@ -71,8 +72,6 @@ __all__ = [
     "trust_config_file",
     "write_default_config",
 ]
-
-logger = logging.getLogger(__name__)
 
 CONFIG_FILE_NAME = ".knowledge-agent.toml"
 USER_CONFIG_NAME = "config.toml"

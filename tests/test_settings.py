@@ -51,8 +51,8 @@ def project(folder: Path, text: str = "") -> Path:
 # -- resolution order ------------------------------------------------------------------------
 
 
-def test_flag_beats_env_beats_project_file_beats_user_folder(
-    tmp_path: Path, user_dir: Path
+def test_flag_beats_env_beats_project_file_beats_user_config_beats_user_folder(
+    tmp_path: Path, user_dir: Path, user_config: Path
 ) -> None:
     work = tmp_path / "repo" / "src" / "pkg"
     work.mkdir(parents=True)
@@ -74,6 +74,11 @@ def test_flag_beats_env_beats_project_file_beats_user_folder(
     fallback = resolve_settings(None, cwd=work, environ={})
     assert (fallback.data_dir, fallback.origin) == (user_dir, "user data folder")
     assert fallback.config_file is None
+
+    user_file = write(user_config / "config.toml", 'data_dir = "kb"\n')
+    mine = resolve_settings(None, cwd=work, environ={})
+    assert (mine.data_dir, mine.origin) == (user_config / "kb", "user config file")
+    assert mine.config_file == user_file
 
 
 def test_relative_flag_and_env_are_taken_from_the_working_folder(tmp_path: Path) -> None:
