@@ -77,15 +77,20 @@ from knowledge_agent.errors import (
     QueryError,
 )
 from knowledge_agent.ingest.report import CollectProgress, CollectReport
+from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.patterns import check_glob, glob_regex
 from knowledge_agent.settings import (
+    CONFIG_FILE_NAME,
     LOCAL_DATA_DIR,
     Settings,
+    find_config,
     resolve_settings,
+    trust_config_file,
     write_default_config,
 )
 from knowledge_agent.storage import DATABASE_FILE
 from knowledge_agent.storage.sources import KnowledgeBaseInfo, path_to_db
+from knowledge_agent.trust import TrustStore, user_config_dir
 
 if TYPE_CHECKING:
     from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
@@ -137,8 +142,15 @@ class App:
 
     @cached_property
     def settings(self) -> Settings:
-        """Resolved on first use, so ``--help`` never reads a project file."""
-        return resolve_settings(self.data_dir, cwd=self.cwd)
+        """Resolved on first use, so ``--help`` never reads a project file.
+
+        What an untrusted project file was refused is said once per command, on stderr
+        (stdout is the protocol under ``serve``).
+        """
+        settings = resolve_settings(self.data_dir, cwd=self.cwd)
+        if settings.warning:
+            click.echo(f"warning: {settings.warning}", err=True)
+        return settings
 
     def new_core(self, *, create: bool = True) -> KnowledgeAgentCore:
         """Open the knowledge base with the project settings; the caller closes it.
@@ -329,6 +341,12 @@ def verbose_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def walk_options(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option(
+        "--follow-symlinks",
+        is_flag=True,
+        help="Also follow links to files and folders outside the folder collected (by "
+        "default they are skipped and counted). Kept for `sync`.",
+    )(func)
+    func = click.option(
         "--exclude",
         multiple=True,
         metavar="GLOB",
@@ -440,7 +458,9 @@ Examples:
 
 \b
 The data folder is --data-dir, else $KNOWLEDGE_AGENT_HOME, else the nearest
-.knowledge-agent.toml upward (see `knowledge-agent init`), else the user data folder.
+.knowledge-agent.toml upward (see `knowledge-agent init`; what it names outside its
+folder needs `knowledge-agent trust`), else the data_dir of config.toml in the user
+config folder, else the user data folder.
 """
 
 
@@ -480,18 +500,61 @@ def main(argv: Sequence[str] | None = None) -> None:
     epilog="\b\nExample:\n  cd my-project && knowledge-agent init && knowledge-agent add docs/"
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing .knowledge-agent.toml.")
-def init(force: bool) -> None:
-    """Write a commented .knowledge-agent.toml in the current folder.
+@pass_app
+def init(app: App, force: bool) -> None:
+    """Write a commented .knowledge-agent.toml in the current folder, and trust it.
 
     The file lists every setting at its default. Commands run in this folder or below
     then keep their knowledge base in .knowledge-agent/ beside it.
     """
-    path = write_default_config(Path.cwd(), force=force)
+    path = write_default_config(app.cwd, force=force)
+    trust_config_file(path, TrustStore(user_config_dir()))
     click.echo(f"Wrote {path}")
     click.echo(
         f"The knowledge base will live in {path.parent / LOCAL_DATA_DIR} "
         f"(add {LOCAL_DATA_DIR}/ to .gitignore)."
     )
+
+
+@cli.command(
+    epilog="""\b
+Examples:
+  knowledge-agent trust                       # the nearest .knowledge-agent.toml
+  knowledge-agent trust ../other/.knowledge-agent.toml
+  knowledge-agent trust --revoke
+
+\b
+A project file may come with a cloned repository. Until it is trusted, what it
+names that reaches beyond its folder is ignored (with one warning): a network
+provider under [embeddings] or [rerank] (base_url), an environment variable to
+read (api_key_env), a data_dir, [[scan]] path or cache_dir outside its folder.
+Trust is recorded in the user config folder ($KNOWLEDGE_AGENT_CONFIG_DIR
+overrides it) with the file's real path and sha256: editing the file withdraws it."""
+)
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--revoke", is_flag=True, help="Take the trust back: ignore those settings again.")
+@pass_app
+def trust(app: App, file: Path | None, revoke: bool) -> None:
+    """Trust a project file: let its endpoints, secrets and outside paths apply.
+
+    FILE defaults to the nearest .knowledge-agent.toml from the current folder upward.
+    """
+    if file is None:
+        file = find_config(app.cwd)
+        if file is None:
+            raise ConfigError(f"no {CONFIG_FILE_NAME} in {app.cwd} or a folder above it")
+    store = TrustStore(user_config_dir())
+    real = Path(os.path.realpath(app.cwd / file))
+    if revoke:
+        if store.revoke(real):
+            click.echo(f"No longer trusted: {real}")
+        else:
+            click.echo(f"{real} was not trusted.")
+        return
+    record, unlocked = trust_config_file(real, store)
+    click.echo(f"Trusted {record.path} (sha256 {record.sha256[:12]}).")
+    if unlocked:
+        click.echo(f"It may now use: {', '.join(unlocked)}.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -518,6 +581,8 @@ A URL is a doc source: one page, a sitemap.xml, or a site crawled from that page
 Skipped files are counted by kind (images, fonts, binary, over the size limit …);
 --verbose lists each. Images, fonts, media, archives, lock files, source maps and
 minified bundles are left out as not text unless an --include glob names them.
+Links to files or folders outside the folder are not followed (counted as links
+leaving the folder) unless --follow-symlinks is given.
 
 \b
 --json prints CollectReport.to_dict(): {"kb", "processed", "unchanged",
@@ -540,6 +605,7 @@ def add(
     kb: str | None,
     include: tuple[str, ...],
     exclude: tuple[str, ...],
+    follow_symlinks: bool,
     full: bool,
     title: str | None,
     verbose: bool,
@@ -557,6 +623,13 @@ def add(
     if not urls and (flags := given(crawl)):
         raise click.UsageError(f"{', '.join(flags)} apply only to a URL")
     options, source = crawl_options_from(crawl) if urls else (None, {})
+    walking = None
+    if len(urls) < len(paths):  # include / exclude are URL globs for a URL
+        walking = WalkOptions(
+            include=include, exclude=exclude, follow_outside_links=follow_symlinks
+        )
+    elif follow_symlinks:
+        raise click.UsageError("--follow-symlinks applies only to a folder")
     with app.collecting_files():
         _missing_paths([path for path in paths if not is_url(path)])
         if paths.count("-") > 1:
@@ -594,12 +667,7 @@ def add(
                 target = Path(os.path.expanduser(path))
                 reports.append(
                     core.collect_knowledge(
-                        target,
-                        kb=name,
-                        include=include,
-                        exclude=exclude,
-                        full=full,
-                        progress=progress,
+                        target, kb=name, walk_options=walking, full=full, progress=progress
                     )
                 )
         _show_report(_merged(reports, name), as_json, verbose)
@@ -712,6 +780,7 @@ def watch(
     kb: str | None,
     include: tuple[str, ...],
     exclude: tuple[str, ...],
+    follow_symlinks: bool,
     debounce: float,
     verbose: bool,
     as_json: bool,
@@ -726,13 +795,14 @@ def watch(
         name = app.kb_or_default(kb)
         show = _watch_printer(as_json)
         targets = [Path(os.path.expanduser(path)) for path in paths]
+        walking = WalkOptions(
+            include=include, exclude=exclude, follow_outside_links=follow_symlinks
+        )
         with app.open_core(create=True) as core:
             with render.collect_progress(_progress_console(as_json)) as bar:
                 progress = app.counting(bar)
                 reports = [
-                    core.collect_knowledge(
-                        target, kb=name, include=include, exclude=exclude, progress=progress
-                    )
+                    core.collect_knowledge(target, kb=name, walk_options=walking, progress=progress)
                     for target in targets
                 ]
             show(_merged(reports, name))
@@ -745,8 +815,7 @@ def watch(
                 watcher = core.watch(
                     targets,
                     kb=name,
-                    include=include,
-                    exclude=exclude,
+                    walk_options=walking,
                     debounce=debounce,
                     on_report=update,
                 )

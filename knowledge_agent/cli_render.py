@@ -34,7 +34,9 @@ from knowledge_agent.ingest.report import (
     CollectReport,
     FileIssue,
     SkipGroup,
+    walk_skip_reason,
 )
+from knowledge_agent.ingest.walker import LINK_OUTSIDE
 from knowledge_agent.models import (
     KnowledgeChunk,
     KnowledgeItem,
@@ -460,6 +462,7 @@ _SKIP_NOUNS: dict[str, tuple[str, str]] = {
     "lock file": ("lock file", "lock files"),
     "source map": ("source map", "source maps"),
     "minified": ("minified bundle", "minified bundles"),
+    LINK_OUTSIDE: ("link leaving the folder", "links leaving the folder"),
     "binary": ("binary file", "binary files"),
     "empty": ("empty file", "empty files"),
     "encoding": (
@@ -506,7 +509,9 @@ def print_skipped(
         return
     if verbose:
         listed = [(issue.path, issue.reason) for issue in report.skipped]
-        listed += [(path, f"{NOT_TEXT} ({kind})") for path, kind in report.not_text.paths]
+        for path, kind in report.not_text.paths:
+            reason = walk_skip_reason(kind)
+            listed.append((path, f"{reason} ({kind})" if reason == NOT_TEXT else reason))
         console.print(Text("skipped:", style=DIM))
         for path, reason in sorted(listed):
             console.print(Text(f"  {path}: {reason}", style=DIM))

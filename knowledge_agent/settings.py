@@ -1,4 +1,4 @@
-"""Where the knowledge base lives, and the settings a project file gives it.
+"""Where the knowledge base lives, and whose settings apply to it.
 
 The data folder is the first of:
 
@@ -7,17 +7,31 @@ The data folder is the first of:
 3. the nearest ``.knowledge-agent.toml`` from the working folder upward — a project-local
    knowledge base: its ``data_dir`` (relative to the file), by default the
    ``.knowledge-agent/`` folder beside it;
-4. the user data folder, ``platformdirs.user_data_dir("knowledge-agent")``.
+4. the ``data_dir`` of the user config file, ``<user config folder>/config.toml``;
+5. the user data folder, ``platformdirs.user_data_dir("knowledge-agent")``.
 
-The nearest project file supplies the other settings (chunk sizes, search fusion, doc type
-rules, scan paths, default knowledge base) whichever rule chose the data folder. A file
-with an unknown key or a bad value is a :class:`~knowledge_agent.errors.ConfigError`
-whose one-line message names the file and the key. ``knowledge-agent init`` writes a file
-with every setting at its default (:func:`default_config_text`).
+The other settings (chunk sizes, search fusion, doc type rules, scan paths, default knowledge
+base, ``[embeddings]`` and ``[rerank]``) come from the project file when it chose the data
+folder, else from the user config file (same format, paths relative to it), else the
+defaults: a project file never configures a data folder chosen by ``--data-dir`` or the
+environment. A file with an unknown key or a bad value is a
+:class:`~knowledge_agent.errors.ConfigError` whose one-line message names the file and the
+key. ``knowledge-agent init`` writes a file with every setting at its default
+(:func:`default_config_text`).
+
+A project file may come with a cloned repository, so what it names that leaves its folder —
+a network provider under ``[embeddings]`` or ``[rerank]`` (its ``base_url``), an environment
+variable to read (``api_key_env``), a path outside its folder (``data_dir``, a ``[[scan]]``
+path, an embeddings ``cache_dir``; ``..`` and symlinks resolved) — applies only once the user
+trusted the file with ``knowledge-agent trust`` (:mod:`knowledge_agent.trust`); an edited
+file is untrusted again. Until then those settings are left out and
+:attr:`Settings.warning` says so; everything else in the file applies. The user's own
+settings (options, environment, the user config file) are always trusted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -32,6 +46,7 @@ from knowledge_agent.chunking import ChunkConfig
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.ingest.doc_types import DEFAULT_DOC_TYPE_RULES
 from knowledge_agent.search.config import SearchConfig
+from knowledge_agent.trust import TrustRecord, TrustStore, content_digest, user_config_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,22 +55,36 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = [
     "CONFIG_FILE_NAME",
+    "ENDPOINT_KEYS",
     "ENV_HOME",
     "LOCAL_DATA_DIR",
+    "NETWORK_PROVIDERS",
+    "PATH_KEYS",
+    "USER_CONFIG_NAME",
     "ProjectConfig",
     "ScanPath",
     "Settings",
+    "confine_config",
     "default_config_text",
     "find_config",
     "load_config",
     "resolve_settings",
+    "trust_config_file",
     "write_default_config",
 ]
 
 CONFIG_FILE_NAME = ".knowledge-agent.toml"
+USER_CONFIG_NAME = "config.toml"
 ENV_HOME = "KNOWLEDGE_AGENT_HOME"
 LOCAL_DATA_DIR = ".knowledge-agent"
 APP_NAME = "knowledge-agent"
+
+NETWORK_PROVIDERS = frozenset({"openai"})
+"""Providers that send text over the network: an untrusted file may not name one."""
+ENDPOINT_KEYS = ("base_url", "api_key_env")
+"""Provider keys naming an endpoint or a secret to read: never taken from an untrusted file."""
+PATH_KEYS = ("cache_dir",)
+"""Provider keys naming a folder: from an untrusted file only inside its folder."""
 
 # The [search] keys a project file may set: the ranking knobs users tune.
 SEARCH_KEYS = (
@@ -92,11 +121,12 @@ class ScanPath:
 
 @dataclass(frozen=True)
 class ProjectConfig:
-    """What a ``.knowledge-agent.toml`` says; the defaults when there is none.
+    """What a ``.knowledge-agent.toml`` (or the user config file) says; the defaults when
+    there is none.
 
-    ``data_dir`` is None unless the file names one (already made absolute).
-    ``doc_type_rules`` maps a folder name (lower case) to a doc type and replaces the
-    built-in rules.
+    ``data_dir`` is None unless the file names one (already made absolute), as are the
+    ``[[scan]]`` paths and an embeddings ``cache_dir``. ``doc_type_rules`` maps a folder name
+    (lower case) to a doc type and replaces the built-in rules.
     """
 
     data_dir: Path | None = None
@@ -113,16 +143,21 @@ class ProjectConfig:
 
 @dataclass(frozen=True)
 class Settings:
-    """The resolved data folder, why it was chosen, and the project settings.
+    """The resolved data folder, why it was chosen, and the settings that apply.
 
-    ``origin`` is one of ``"option"``, ``"environment"``, ``"project file"`` or
-    ``"user data folder"``; ``config_file`` is the project file read, if any.
+    ``origin`` is one of ``"option"``, ``"environment"``, ``"project file"``, ``"user config
+    file"`` or ``"user data folder"``; ``config_file`` is the file whose settings ``config``
+    holds (the project file or the user config file), if any. ``ignored`` names what an
+    untrusted project file said that leaves its folder and was left out; ``warning`` is the
+    one line to show the user about it (None when nothing was left out).
     """
 
     data_dir: Path
     origin: str
     config_file: Path | None = None
     config: ProjectConfig = field(default_factory=ProjectConfig)
+    ignored: tuple[str, ...] = ()
+    warning: str | None = None
 
 
 # -- finding and resolving ---------------------------------------------------------------
@@ -143,43 +178,177 @@ def resolve_settings(
     *,
     cwd: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
+    trust: TrustStore | None = None,
 ) -> Settings:
-    """The data folder by the rules in the module docstring, with the project settings."""
+    """The data folder and the settings by the rules in the module docstring.
+
+    ``trust`` holds the user's trust records; by default those in the user config folder
+    (``$KNOWLEDGE_AGENT_CONFIG_DIR`` in ``environ`` overrides it).
+    """
     here = Path(os.path.abspath(cwd if cwd is not None else os.getcwd()))
     env = os.environ if environ is None else environ
-    config_file = find_config(here)
-    config = load_config(config_file) if config_file is not None else ProjectConfig()
+    config_dir = user_config_dir(env)
 
     def absolute(path: str | os.PathLike[str]) -> Path:
         return Path(os.path.abspath(here / os.path.expanduser(os.fspath(path))))
 
     if data_dir is not None and os.fspath(data_dir) != "":
-        return Settings(absolute(data_dir), "option", config_file, config)
+        return _user_settings(config_dir, absolute(data_dir), "option")
     home = env.get(ENV_HOME, "")
     if home:
-        return Settings(absolute(home), "environment", config_file, config)
-    if config_file is not None:
-        local = config.data_dir or config_file.parent / LOCAL_DATA_DIR
-        return Settings(local, "project file", config_file, config)
-    user = platformdirs.user_data_dir(APP_NAME, appauthor=False)
-    return Settings(Path(user), "user data folder", None, config)
+        return _user_settings(config_dir, absolute(home), "environment")
+    warning = None
+    found = find_config(here)
+    if found is not None:
+        store = trust if trust is not None else TrustStore(config_dir)
+        project, warning = _project_settings(found, store)
+        if project is not None:
+            return project
+    # No project file, or one whose data folder leaves its folder: the user's settings.
+    settings = _user_settings(config_dir, None, "")
+    return dataclasses.replace(settings, warning=warning)
+
+
+def _user_settings(config_dir: Path, data_dir: Path | None, origin: str) -> Settings:
+    """Settings from the user config file (if any) for ``data_dir`` chosen by ``origin``;
+    without one, the config file's data folder, else the user data folder."""
+    path = config_dir / USER_CONFIG_NAME
+    config_file = path if path.is_file() else None
+    config = _read_config(path)[1] if config_file is not None else ProjectConfig()
+    if data_dir is None and config.data_dir is not None:
+        data_dir, origin = config.data_dir, "user config file"
+    if data_dir is None:
+        data_dir = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+        origin = "user data folder"
+    return Settings(data_dir, origin, config_file, config)
+
+
+def _project_settings(found: Path, store: TrustStore) -> tuple[Settings | None, str | None]:
+    """The settings a project file gives, and the warning about what it was refused.
+
+    A trusted file applies whole, an untrusted one without what leaves its folder
+    (:func:`confine_config`). None instead of settings when even the default data folder
+    beside an untrusted file leaves its folder (a link): it then configures no data folder.
+    """
+    path = Path(os.path.realpath(found))
+    data, config = _read_config(path)
+    ignored: tuple[str, ...] = ()
+    trusted = store.is_trusted(path, content_digest(data))
+    if not trusted:
+        config, ignored = confine_config(config, path.parent)
+    data_dir = config.data_dir or path.parent / LOCAL_DATA_DIR
+    placed = trusted or _inside(data_dir, path.parent)
+    if not placed:
+        ignored += (f"the data folder {data_dir} (a link leaving the folder)",)
+    warning = None
+    if ignored:
+        state = "has changed since it was trusted" if store.lookup(path) else "is not trusted"
+        warning = (
+            f"{path} {state}: ignoring {_listing(ignored)}; run `knowledge-agent trust` to use them"
+        )
+    if not placed:
+        return None, warning
+    return Settings(data_dir, "project file", path, config, ignored, warning), warning
+
+
+def confine_config(
+    config: ProjectConfig, folder: str | os.PathLike[str]
+) -> tuple[ProjectConfig, tuple[str, ...]]:
+    """``config`` without what leaves ``folder``, and the names of what was left out.
+
+    Left out: a ``data_dir`` or ``[[scan]]`` path whose real path (``..`` and symlinks
+    resolved) is outside ``folder``; an ``[embeddings]`` or ``[rerank]`` table that names a
+    network provider, an endpoint or an environment variable (``base_url``, ``api_key_env``)
+    or a ``cache_dir`` outside ``folder`` — the whole table, since part of one is another
+    configuration. Search, chunking, doc types and the default knowledge base always stay.
+    """
+    base = os.path.realpath(folder)
+    ignored: list[str] = []
+    data_dir = config.data_dir
+    if data_dir is not None and not _inside(data_dir, base):
+        ignored.append("data_dir")
+        data_dir = None
+    scan = []
+    for entry in config.scan:
+        if _inside(entry.path, base):
+            scan.append(entry)
+        else:
+            ignored.append(f"[[scan]] path {entry.path}")
+    tables: dict[str, Mapping[str, Any] | None] = {}
+    for name in ("embeddings", "rerank"):
+        table = getattr(config, name)
+        leaving = _leaving_keys(table, base) if table is not None else []
+        tables[name] = None if leaving else table
+        if leaving:
+            ignored.append(f"[{name}] ({', '.join(leaving)})")
+    confined = dataclasses.replace(config, data_dir=data_dir, scan=tuple(scan), **tables)
+    return confined, tuple(ignored)
+
+
+def _leaving_keys(table: Mapping[str, Any], base: str) -> list[str]:
+    """What in a provider table reaches beyond ``base``: its keys, or its provider."""
+    leaving = [key for key in ENDPOINT_KEYS if key in table]
+    leaving += [
+        key
+        for key in PATH_KEYS
+        if key in table and not (isinstance(table[key], str) and _inside(table[key], base))
+    ]
+    provider = table.get("provider")
+    if not leaving and provider in NETWORK_PROVIDERS:
+        leaving.append(f"provider {provider!r}")
+    return leaving
+
+
+def _inside(path: str | os.PathLike[str], base: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` (relative to ``base``), symlinks resolved, is ``base`` or below it."""
+    real_base = os.path.normcase(os.path.realpath(base))
+    real = os.path.normcase(os.path.realpath(os.path.join(real_base, os.fspath(path))))
+    return real == real_base or real.startswith(real_base.rstrip(os.sep) + os.sep)
+
+
+def _listing(names: tuple[str, ...]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def trust_config_file(
+    path: str | os.PathLike[str], store: TrustStore
+) -> tuple[TrustRecord, tuple[str, ...]]:
+    """Trust a project file as it is now; ``ConfigError`` when it is not a valid one.
+
+    Returns the record and what the trust lets the file do: the settings it names that
+    leave its folder (empty when it needs no trust).
+    """
+    real = Path(os.path.realpath(os.path.expanduser(os.fspath(path))))
+    data, config = _read_config(real)
+    record = store.trust(real, data)
+    return record, confine_config(config, real.parent)[1]
 
 
 # -- reading a project file --------------------------------------------------------------
 
 
 def load_config(path: str | os.PathLike[str]) -> ProjectConfig:
-    """Read and check a project file; ``ConfigError`` naming the file and the key."""
-    path = Path(os.path.abspath(path))
+    """Read and check a project file, everything it says (trusted or not); ``ConfigError``
+    naming the file and the key."""
+    return _read_config(Path(os.path.abspath(path)))[1]
+
+
+def _read_config(path: Path) -> tuple[bytes, ProjectConfig]:
+    """The bytes of a config file and what they say, read once: the bytes a trust record
+    checks are the bytes parsed."""
     try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        parsed = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 ({exc.reason})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
     try:
-        return _project_config(data, path.parent)
+        return data, _project_config(parsed, path.parent)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 
@@ -205,19 +374,23 @@ def _project_config(data: dict[str, Any], base: Path) -> ProjectConfig:
         chunk_config=_section(data, "chunking", CHUNK_KEYS, ChunkConfig),
         search_config=_section(data, "search", SEARCH_KEYS, SearchConfig),
         doc_type_rules=_doc_types(data.get("doc_types")),
-        embeddings=_provider(data, "embeddings"),
-        rerank=_provider(data, "rerank"),
+        embeddings=_provider(data, "embeddings", base),
+        rerank=_provider(data, "rerank", base),
     )
 
 
-def _provider(data: Mapping[str, Any], name: str) -> dict[str, Any] | None:
-    """An ``[embeddings]`` or ``[rerank]`` table: it must name its provider."""
+def _provider(data: Mapping[str, Any], name: str, base: Path) -> dict[str, Any] | None:
+    """An ``[embeddings]`` or ``[rerank]`` table: it must name its provider; its folders
+    are relative to the file, like every path in it."""
     if name not in data:
         return None
-    table = _table(data, name)
+    table = dict(_table(data, name))
     if not isinstance(table.get("provider"), str):
         raise ConfigError(f'{name}.provider is required, e.g. provider = "wordllama"')
-    return dict(table)
+    for key in PATH_KEYS:
+        if isinstance(table.get(key), str):
+            table[key] = str(_absolute(base, table[key]))
+    return table
 
 
 def _absolute(base: Path, path: str) -> Path:
@@ -340,6 +513,8 @@ def default_config_text() -> str:
     lines = [
         "# knowledge-agent project settings. Commands run in this folder or below use them;",
         "# the knowledge base itself lives in data_dir. Every value shown is the default.",
+        "# What reaches beyond this folder (a network provider, api_key_env, a path outside",
+        "# it) applies only once you run `knowledge-agent trust`; an edit asks for it again.",
         "",
         "# Folder holding the database and the indexes, relative to this file.",
         f"data_dir = {_toml_value(LOCAL_DATA_DIR)}",

@@ -37,3 +37,14 @@ def server() -> Iterator[SiteServer]:
     """A local web site on 127.0.0.1 (``tests/web_site.py``) to crawl; stopped after."""
     with SiteServer() as site:
         yield site
+
+
+@pytest.fixture(autouse=True)
+def user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty user config folder for every test (``$KNOWLEDGE_AGENT_CONFIG_DIR``): trust
+    records and ``config.toml`` never come from, or go to, the real one."""
+    folder = tmp_path_factory.mktemp("user-config")
+    monkeypatch.setenv("KNOWLEDGE_AGENT_CONFIG_DIR", str(folder))
+    # Also where a test passes its own environment without the variable.
+    monkeypatch.setattr("platformdirs.user_config_dir", lambda *args, **kwargs: str(folder))
+    return folder

@@ -704,6 +704,71 @@ def test_check_reports_and_repairs_an_inconsistent_index(tmp_path: Path, data_di
     assert invoke(data_dir, "check").exit_code == 0
 
 
+# -- links leaving a collected folder ------------------------------------------------------------
+
+
+def docs_with_outside_links(tmp_path: Path) -> Path:
+    """A docs folder holding two links to a private folder outside it."""
+    docs = make_docs(tmp_path / "docs")
+    write(tmp_path / "private" / "diary.md", "# Diary\n\nThe okapi password is hunter2.\n")
+    write(tmp_path / "private" / "ssh" / "config", "Host okapi-bastion\n")
+    try:
+        (docs / "diary.md").symlink_to(tmp_path / "private" / "diary.md")
+        (docs / "ssh").symlink_to(tmp_path / "private" / "ssh", target_is_directory=True)
+    except (OSError, NotImplementedError):
+        pytest.skip("symlinks not available")
+    return docs
+
+
+def test_add_counts_links_leaving_the_folder_and_follows_them_only_when_asked(
+    tmp_path: Path,
+) -> None:
+    docs = docs_with_outside_links(tmp_path)
+    data = tmp_path / "data"
+    plain = invoke(data, "add", "docs")
+    assert plain.exit_code == 0
+    assert re.search(r"2 links leaving the folder: .*diary\.md.*ssh", plain.stdout)
+    verbose = invoke(data, "add", "docs", "--verbose")
+    assert f"{docs / 'diary.md'}: link leaving the folder" in verbose.stdout
+    assert f"{docs / 'ssh'}: link leaving the folder" in verbose.stdout
+    assert "hunter2" not in invoke(data, "grep", "hunter2").stdout
+
+    followed = as_json(invoke(data, "add", "docs", "--follow-symlinks", "--json"))
+    assert followed["processed"] == 2 and followed["skipped_summary"]["total"] == 0
+    assert "hunter2" in invoke(data, "grep", "hunter2").stdout
+    # The choice is stored with the folder: sync keeps following them.
+    write(tmp_path / "private" / "later.md", "# Later\n\nThe narwhal arrived.\n")
+    (docs / "later.md").symlink_to(tmp_path / "private" / "later.md")
+    synced = as_json(invoke(data, "sync", "--json"))
+    assert synced["processed"] == 1 and synced["skipped_summary"]["total"] == 0
+
+
+def test_follow_symlinks_applies_only_to_folders(tmp_path: Path) -> None:
+    result = invoke(tmp_path / "data", "add", "https://example.com/", "--follow-symlinks")
+    assert result.exit_code == 2 and "--follow-symlinks applies only to a folder" in result.stderr
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_watch_takes_follow_symlinks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, follow: bool
+) -> None:
+    docs_with_outside_links(tmp_path)
+
+    def stop() -> None:
+        raise KeyboardInterrupt  # right after the first pass
+
+    monkeypatch.setattr("knowledge_agent.cli._wait_for_interrupt", stop)
+    extra = ["--follow-symlinks"] if follow else []
+    result = invoke(tmp_path / "data", "watch", "docs", "--json", *extra)
+    assert result.exit_code == 0, result.output
+    first = json.loads(result.stdout.splitlines()[0])
+    links = [g for g in first["skipped_summary"]["groups"] if g["kind"] == "link outside"]
+    if follow:
+        assert first["processed"] == 6 and links == []
+    else:
+        assert first["processed"] == 4 and links[0]["count"] == 2
+
+
 # -- init, serve ---------------------------------------------------------------------------------
 
 

@@ -534,3 +534,97 @@ def test_common_documentation_folders_have_doc_types() -> None:
     assert doc_type_for("api/client.md") == "reference"
     assert doc_type_for("faq/billing.md") == "faq"
     assert doc_type_for("changelog/2026.md") == "changelog"
+
+
+# -- links leaving the collected folder ------------------------------------------------------
+
+
+def link_tree(tmp_path: Path, tree: Path) -> Path:
+    """``tree`` with two links to a private folder outside it and one link inside it."""
+    private = tmp_path / "private"
+    write(private / "ssh" / "config", "Host bastion\n  IdentityFile walrus-key\n")
+    write(private / "diary.md", "# Diary\n\nThe walrus password is hunter2.\n")
+    try:
+        (tree / "keys").symlink_to(private / "ssh", target_is_directory=True)
+        (tree / "diary.md").symlink_to(private / "diary.md")
+        (tree / "guides-again").symlink_to(tree / "guides", target_is_directory=True)
+    except (OSError, NotImplementedError):
+        pytest.skip("symlinks not available")
+    return private
+
+
+def test_links_leaving_the_folder_are_counted_and_never_read(core, tree, tmp_path):
+    link_tree(tmp_path, tree)
+    report = core.collect_knowledge(tree, kb="ops")
+    assert report.processed == 4  # the inside link adds nothing: each real file once
+    assert core.search("walrus password hunter2") == []
+    assert core.search("bastion IdentityFile") == []
+    groups = {(group.kind, group.reason): group for group in report.skip_summary()}
+    links = groups[("link outside", "link leaving the folder")]
+    assert links.count == 2
+    assert sorted(links.paths) == [str(tree / "diary.md"), str(tree / "keys")]
+    summary = report.to_dict()["skipped_summary"]
+    assert summary["total"] == 2
+    assert {key: value for key, value in summary["groups"][0].items() if key != "extensions"} == {
+        "kind": "link outside",
+        "reason": "link leaving the folder",
+        "count": 2,
+    }
+
+
+def test_follow_outside_links_is_kept_with_the_root_for_sync(core, tree, tmp_path):
+    link_tree(tmp_path, tree)
+    options = WalkOptions(follow_outside_links=True)
+    first = core.collect_knowledge(tree, kb="ops", walk_options=options)
+    assert first.processed == 6 and first.skipped_count == 0
+    assert titles(core.search("walrus password hunter2"))[0] == "Diary"
+    [root] = core.storage.sources.get_roots("ops")
+    assert root.options["follow_outside_links"] is True
+    write(tmp_path / "private" / "later.md", "# Later\n\nA narwhal note written after.\n")
+    (tree / "later.md").symlink_to(tmp_path / "private" / "later.md")
+    again = core.sync()
+    assert again.processed == 1 and titles(core.search("narwhal"))[0] == "Later"
+
+
+def test_a_root_stored_before_the_outside_rule_syncs_without_leaving(core, tree, tmp_path):
+    from knowledge_agent.storage.sources import SourceRoot
+
+    link_tree(tmp_path, tree)
+    old_options = {  # every field of WalkOptions then; follow_symlinks was always True
+        "include": [],
+        "exclude": [],
+        "use_default_excludes": True,
+        "respect_gitignore": True,
+        "include_hidden": False,
+        "max_file_size": 20 * 1024 * 1024,
+        "follow_symlinks": True,
+    }
+    core.storage.sources.ensure_kb("ops")
+    core.storage.sources.save_root(SourceRoot("ops", str(tree), options=old_options))
+    report = core.sync()
+    assert report.processed == 4 and report.skipped_count == 2
+    assert core.search("walrus password hunter2") == []
+
+
+def test_the_watcher_does_not_follow_a_link_leaving_the_folder(core, tree, tmp_path):
+    private = link_tree(tmp_path, tree)
+    updated = threading.Event()
+    reports: list[CollectReport] = []
+
+    def on_report(report: CollectReport) -> None:
+        reports.append(report)
+        updated.set()
+
+    watcher = core.watch([tree], debounce=0.2, backend="polling", on_report=on_report)
+    try:
+        write(private / "ssh" / "new-key", "walrus-key-two\n")
+        write(tree / "marker.md", "# Marker\n\nThe okapi arrived.\n")
+        assert updated.wait(15)
+        assert titles(core.search("okapi")) == ["Marker"]
+        hits = core.search("walrus-key-two", limit=50)
+        assert not [hit for hit in hits if "keys" in (hit.item.source_uri or "")]
+        collected = core.storage.sources.get_sources("default", str(tree))
+        assert str(tree / "marker.md") in collected
+        assert not [path for path in collected if path.startswith(str(tree / "keys"))]
+    finally:
+        watcher.stop()

@@ -294,6 +294,7 @@ def test_a_project_file_reranker_reorders_command_line_searches(tmp_path, monkey
         runner = CliRunner()
         monkeypatch.chdir(tmp_path)  # the project file is found from the working folder
         monkeypatch.delenv("KNOWLEDGE_AGENT_HOME", raising=False)
+        assert runner.invoke(cli, ["trust"]).exit_code == 0  # it names an endpoint
         assert runner.invoke(cli, ["add", str(docs)]).exit_code == 0
         query = ["search", "rotate signing keys every quarter", "--json", "--explain"]
         reranked = runner.invoke(cli, [*query, "--rerank"])

@@ -22,8 +22,10 @@ from knowledge_agent.settings import (
     find_config,
     load_config,
     resolve_settings,
+    trust_config_file,
     write_default_config,
 )
+from knowledge_agent.trust import TrustStore
 
 
 @pytest.fixture
@@ -49,8 +51,8 @@ def project(folder: Path, text: str = "") -> Path:
 # -- resolution order ------------------------------------------------------------------------
 
 
-def test_flag_beats_env_beats_project_file_beats_user_folder(
-    tmp_path: Path, user_dir: Path
+def test_flag_beats_env_beats_project_file_beats_user_config_beats_user_folder(
+    tmp_path: Path, user_dir: Path, user_config: Path
 ) -> None:
     work = tmp_path / "repo" / "src" / "pkg"
     work.mkdir(parents=True)
@@ -59,7 +61,7 @@ def test_flag_beats_env_beats_project_file_beats_user_folder(
 
     flag = resolve_settings(tmp_path / "flag", cwd=work, environ=env)
     assert (flag.data_dir, flag.origin) == (tmp_path / "flag", "option")
-    assert flag.config_file == toml  # the project file's settings still apply
+    assert flag.config_file is None  # a project file never configures a folder it did not choose
 
     from_env = resolve_settings(None, cwd=work, environ=env)
     assert (from_env.data_dir, from_env.origin) == (tmp_path / "env-home", "environment")
@@ -72,6 +74,11 @@ def test_flag_beats_env_beats_project_file_beats_user_folder(
     fallback = resolve_settings(None, cwd=work, environ={})
     assert (fallback.data_dir, fallback.origin) == (user_dir, "user data folder")
     assert fallback.config_file is None
+
+    user_file = write(user_config / "config.toml", 'data_dir = "kb"\n')
+    mine = resolve_settings(None, cwd=work, environ={})
+    assert (mine.data_dir, mine.origin) == (user_config / "kb", "user config file")
+    assert mine.config_file == user_file
 
 
 def test_relative_flag_and_env_are_taken_from_the_working_folder(tmp_path: Path) -> None:
@@ -94,9 +101,10 @@ def test_the_nearest_project_file_wins(tmp_path: Path) -> None:
     assert find_config(tmp_path / "a") == tmp_path / "a" / CONFIG_FILE_NAME
 
 
-def test_project_data_dir_is_relative_to_the_file(tmp_path: Path) -> None:
-    project(tmp_path / "repo", 'data_dir = "../shared-kb"\n')
+def test_project_data_dir_is_relative_to_the_file(tmp_path: Path, user_config: Path) -> None:
+    toml = project(tmp_path / "repo", 'data_dir = "../shared-kb"\n')
     (tmp_path / "repo" / "sub").mkdir()
+    trust_config_file(toml, TrustStore(user_config))  # the folder is outside the project's
     settings = resolve_settings(None, cwd=tmp_path / "repo" / "sub", environ={})
     assert settings.data_dir == tmp_path / "shared-kb"
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from knowledge_agent.errors import ConfigError, IngestError
 from knowledge_agent.ingest.walker import (
     DEFAULT_EXCLUDES,
+    LINK_OUTSIDE,
     NON_TEXT_EXCLUDES,
     NON_TEXT_KINDS,
     FoundFile,
@@ -380,11 +381,130 @@ def test_symlink_is_followed_once_and_keeps_its_path(tmp_path: Path) -> None:
     root.mkdir()
     os.symlink(outside, root / "linked", target_is_directory=True)
     os.symlink(outside / "shared.md", root / "alias.md")
+    every_link = WalkOptions(follow_outside_links=True)
     # the first in walk order wins; paths stay as reached under the root
-    assert [(f.relative, f.path) for f in walk(root)] == [("alias.md", root / "alias.md")]
-    assert rels(root, WalkOptions(follow_symlinks=False)) == []
+    found = [(f.relative, f.path) for f in walk(root, every_link)]
+    assert found == [("alias.md", root / "alias.md")]
+    assert rels(root, WalkOptions(follow_symlinks=False, follow_outside_links=True)) == []
     os.unlink(root / "alias.md")
-    assert [f.path for f in walk(root)] == [root / "linked" / "shared.md"]
+    assert [f.path for f in walk(root, every_link)] == [root / "linked" / "shared.md"]
+
+
+def outside_links(root: Path, options: WalkOptions | None = None) -> tuple[list[str], list[str]]:
+    """(relative paths walk yields, links it reported as leaving the root)."""
+    left: list[str] = []
+
+    def excluded(relative: str, kind: str) -> None:
+        if kind == LINK_OUTSIDE:
+            left.append(relative)
+
+    return [found.relative for found in walk(root, options, on_excluded=excluded)], left
+
+
+def test_links_leaving_the_root_are_reported_not_followed(tmp_path: Path) -> None:
+    if not can_symlink(tmp_path):
+        pytest.skip("symlinks not available")
+    make_tree(tmp_path / "home", {".ssh/id_rsa": "PRIVATE KEY", "notes.md": "secret"})
+    root = tmp_path / "repo"
+    make_tree(root, {"docs/guide.md": "x", "README.md": "x"})
+    os.symlink(tmp_path / "home" / ".ssh", root / "docs" / "keys", target_is_directory=True)
+    os.symlink(tmp_path / "home" / "notes.md", root / "notes.md")
+    os.symlink(Path("..") / "home", root / "up", target_is_directory=True)  # relative, via ..
+    os.symlink(root / "docs", root / "zdocs", target_is_directory=True)  # stays inside
+    os.symlink(Path("..") / "repo" / "README.md", root / "readme-again.md")  # out and back in
+
+    yielded, left = outside_links(root)
+    assert yielded == ["README.md", "docs/guide.md"]  # inside links: each real file once
+    assert left == ["docs/keys", "notes.md", "up"]
+    for path in ("docs/keys/id_rsa", "notes.md", "up/notes.md"):
+        assert not is_included(root, root / path, WalkOptions())
+        assert is_included(root, root / path, WalkOptions(follow_outside_links=True))
+    assert is_included(root, root / "zdocs" / "guide.md", WalkOptions())
+
+    everything, none_left = outside_links(root, WalkOptions(follow_outside_links=True))
+    assert "docs/keys/id_rsa" in everything and "notes.md" in everything and not none_left
+    # follow_symlinks=False (the MCP server's choice) stays the strictest: no link at all.
+    strict, silent = outside_links(
+        root, WalkOptions(follow_symlinks=False, follow_outside_links=True)
+    )
+    assert (strict, silent) == (["README.md", "docs/guide.md"], [])
+
+
+def test_the_root_is_judged_by_its_real_path(tmp_path: Path) -> None:
+    if not can_symlink(tmp_path):
+        pytest.skip("symlinks not available")
+    real = tmp_path / "real-root"
+    make_tree(real, {"a/doc.md": "x"})
+    make_tree(tmp_path / "elsewhere", {"other.md": "x"})
+    os.symlink(real / "a", real / "b", target_is_directory=True)
+    os.symlink(tmp_path / "elsewhere", real / "c", target_is_directory=True)
+    named = tmp_path / "named-root"
+    os.symlink(real, named, target_is_directory=True)  # the root itself is reached by a link
+    assert outside_links(named) == (["a/doc.md"], ["c"])
+
+
+def test_hidden_or_excluded_links_are_not_reported(tmp_path: Path) -> None:
+    if not can_symlink(tmp_path):
+        pytest.skip("symlinks not available")
+    make_tree(tmp_path / "out", {"x.md": "x"})
+    root = tmp_path / "root"
+    make_tree(root, {"a.md": "x", ".gitignore": "ignored/\n"})
+    os.symlink(tmp_path / "out", root / ".hidden", target_is_directory=True)
+    os.symlink(tmp_path / "out", root / "ignored", target_is_directory=True)
+    os.symlink(tmp_path / "out", root / "node_modules", target_is_directory=True)
+    assert outside_links(root) == (["a.md"], [])
+
+
+def test_stored_options_from_before_the_outside_rule_load_confined() -> None:
+    # What a root stored before follow_outside_links existed holds (dataclasses.asdict).
+    old = {
+        "include": [],
+        "exclude": ["drafts/"],
+        "use_default_excludes": True,
+        "respect_gitignore": True,
+        "include_hidden": False,
+        "max_file_size": 20 * 1024 * 1024,
+        "follow_symlinks": True,
+    }
+    options = WalkOptions(**old)
+    assert options.follow_symlinks and not options.follow_outside_links
+
+
+LINK_TARGETS = ["in/a.md", "in", "in/deep", "..", "../out", "../out/b.md", "../out/sub", "."]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["", "in/", "in/deep/"]), st.sampled_from(LINK_TARGETS)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_no_yielded_file_lies_outside_the_root(links: list[tuple[str, str]]) -> None:
+    """Whatever links a folder holds, walk yields only files whose real path is inside it,
+    and is_included agrees."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        make_tree(base / "out", {"b.md": "x", "sub/c.md": "x"})
+        root = base / "root"
+        make_tree(root, {"in/a.md": "x", "in/deep/d.md": "x"})
+        for number, (folder, target) in enumerate(links):
+            link = root / folder / f"link{number}"
+            try:
+                os.symlink(root / target, link, target_is_directory=not target.endswith(".md"))
+            except (OSError, NotImplementedError):
+                pytest.skip("symlinks not available")
+        real_root = os.path.realpath(root)
+        found = list(walk(root))
+        for file in found:
+            real = os.path.realpath(file.path)
+            assert real.startswith(real_root + os.sep), file.relative
+            assert is_included(root, file.path, WalkOptions())
+        assert {os.path.realpath(file.path) for file in found} == {
+            os.path.realpath(root / "in" / "a.md"),
+            os.path.realpath(root / "in" / "deep" / "d.md"),
+        }
 
 
 def test_dangling_symlink_is_skipped(tmp_path: Path) -> None:
@@ -453,6 +573,7 @@ def test_options_accept_lists() -> None:
         ({"exclude": 3}, "exclude"),
         ({"respect_gitignore": "yes"}, "respect_gitignore"),
         ({"follow_symlinks": None}, "follow_symlinks"),
+        ({"follow_outside_links": "yes"}, "follow_outside_links"),
     ],
 )
 def test_bad_options_raise_config_error_naming_the_field(kwargs: dict, field: str) -> None:

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from knowledge_agent.ingest.walker import NON_TEXT_KINDS
+from knowledge_agent.ingest.walker import LINK_OUTSIDE, NON_TEXT_KINDS
 from knowledge_agent.storage.sources import path_to_db
 
 __all__ = [
+    "LINK_LEAVING",
     "MAX_EXTENSIONS",
     "MAX_KEPT_PATHS",
     "NOT_TEXT",
@@ -20,10 +21,14 @@ __all__ = [
     "NotTextFiles",
     "SkipGroup",
     "skip_kind",
+    "walk_skip_reason",
 ]
 
 NOT_TEXT = "not text"
 """The reason of every file the walk leaves out as not text (images, fonts …)."""
+
+LINK_LEAVING = "link leaving the folder"
+"""The reason of every symlink the walk did not follow because its target is outside."""
 
 MAX_KEPT_PATHS = 10_000
 """Paths of files left out as not text that a report keeps for a listing; counts are complete."""
@@ -45,6 +50,11 @@ def skip_kind(reason: str) -> str:
     if reason.endswith(" limit") and " is over the " in reason:
         return "too large"
     return "other"
+
+
+def walk_skip_reason(kind: str) -> str:
+    """The reason of an entry the walk left out unread, by its kind (see NotTextFiles)."""
+    return LINK_LEAVING if kind == LINK_OUTSIDE else NOT_TEXT
 
 
 def _group_reason(kind: str, reason: str) -> str:
@@ -108,8 +118,9 @@ class SkipGroup:
     """Skipped files of one kind and reason: how many, and their extensions, most first.
 
     ``kind`` is a ``NON_TEXT_KINDS`` key of the walker ("image", "font", "media",
-    "archive", "lock file", "source map", "minified") with reason ``NOT_TEXT``, or one of
-    "too large", "binary", "empty", "encoding", "no text", "other". ``paths`` holds the
+    "archive", "lock file", "source map", "minified") with reason ``NOT_TEXT``, the walker's
+    ``LINK_OUTSIDE`` with reason ``LINK_LEAVING``, or one of "too large", "binary",
+    "empty", "encoding", "no text", "other". ``paths`` holds the
     files when the report has them all (skips the collector saw; not-text files while
     the report kept their paths).
     """
@@ -131,7 +142,8 @@ class SkipGroup:
 
 @dataclass
 class NotTextFiles:
-    """Files a walk left out as not text: counted by kind and extension, in bounded memory.
+    """Files a walk left out unread — as not text, or as links leaving the folder — counted
+    by kind (:func:`walk_skip_reason`) and extension, in bounded memory.
 
     A folder may hold a hundred thousand images: every one is counted, but only the first
     ``MAX_KEPT_PATHS`` paths are kept (for a listing), as (path, kind).
@@ -231,9 +243,9 @@ class CollectReport:
         complete = not self.not_text.dropped
         if complete:
             for path, kind in self.not_text.paths:
-                paths.setdefault((kind, NOT_TEXT), []).append(path)
+                paths.setdefault((kind, walk_skip_reason(kind)), []).append(path)
         for kind, extensions in self.not_text.by_kind.items():
-            counts.setdefault((kind, NOT_TEXT), Counter()).update(extensions)
+            counts.setdefault((kind, walk_skip_reason(kind)), Counter()).update(extensions)
         groups = [
             SkipGroup(
                 kind=kind,

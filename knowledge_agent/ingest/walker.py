@@ -20,10 +20,12 @@ path (the watcher uses it for single changed files). Both share one rule engine,
 Excluded folders are pruned, never descended into, so a gitignore negation cannot re-include a
 file inside an excluded folder (as in git). Pattern matching is ``pathspec``'s GitIgnoreSpec.
 
-Symlinks are followed once (``follow_symlinks``): every real directory and file is visited at
-most once, the first in walk order wins, so a link loop terminates and a second link to a
-visited file is not yielded again. Hard links to one file count as the same file. With
-``follow_symlinks=False`` symlinks are skipped altogether.
+Symlinks whose real target lies inside the root (the root's real path) are followed once:
+every real directory and file is visited at most once, the first in walk order wins, so a link
+loop terminates and a second link to a visited file is not yielded again. Hard links to one
+file count as the same file. A link whose target lies outside the root is not followed (as
+ripgrep and fd do) and is reported to ``on_excluded`` with the kind ``LINK_OUTSIDE``, unless
+``follow_outside_links``; with ``follow_symlinks=False`` every symlink is skipped, silently.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from knowledge_agent.errors import ConfigError, IngestError
 
 __all__ = [
     "DEFAULT_EXCLUDES",
+    "LINK_OUTSIDE",
     "NON_TEXT_EXCLUDES",
     "NON_TEXT_KINDS",
     "ExcludedCallback",
@@ -121,9 +124,12 @@ NON_TEXT_EXCLUDES: tuple[str, ...] = tuple(
 )
 """Every pattern of ``NON_TEXT_KINDS``."""
 
+LINK_OUTSIDE = "link outside"
+"""The kind ``walk`` reports for a symlink it did not follow because it leaves the root."""
+
 ExcludedCallback = Callable[[str, str], None]
 """``on_excluded(relative_path, kind)``: a file ``walk`` left out as not text (a
-``NON_TEXT_KINDS`` key)."""
+``NON_TEXT_KINDS`` key), or a link leaving the root (``LINK_OUTSIDE``)."""
 
 _GITIGNORE = ".gitignore"
 _VENV_MARKER = "pyvenv.cfg"
@@ -136,6 +142,8 @@ class WalkOptions:
     ``include`` empty means every file; ``exclude`` adds to ``DEFAULT_EXCLUDES`` (unless
     ``use_default_excludes`` is false). Files bigger than ``max_file_size`` bytes are still
     yielded, flagged ``too_large``, so the caller can report them as skipped.
+    ``follow_symlinks`` false skips every symlink; true follows those whose real target
+    lies inside the root, and those leaving it too only with ``follow_outside_links``.
     """
 
     include: tuple[str, ...] = ()
@@ -145,12 +153,19 @@ class WalkOptions:
     include_hidden: bool = False
     max_file_size: int = 20 * 1024 * 1024
     follow_symlinks: bool = True
+    follow_outside_links: bool = False
 
     def __post_init__(self) -> None:
         # Frozen: normalise through object.__setattr__ (lists become tuples).
         for name in ("include", "exclude"):
             object.__setattr__(self, name, _pattern_tuple(name, getattr(self, name)))
-        flags = ("use_default_excludes", "respect_gitignore", "include_hidden", "follow_symlinks")
+        flags = (
+            "use_default_excludes",
+            "respect_gitignore",
+            "include_hidden",
+            "follow_symlinks",
+            "follow_outside_links",
+        )
         for name in flags:
             value = getattr(self, name)
             if not isinstance(value, bool):
@@ -190,7 +205,8 @@ def walk(
     ``root`` may be a folder or a single file; an explicitly named file is yielded whatever the
     include/exclude rules say (only the size flag applies). A missing root raises
     ``IngestError`` at once; unreadable subfolders are logged and skipped. ``on_excluded``
-    is called, in walk order, for each file left out as not text (see ``NON_TEXT_KINDS``).
+    is called, in walk order, for each file left out as not text (see ``NON_TEXT_KINDS``)
+    and each link not followed because it leaves the root (``LINK_OUTSIDE``).
     """
     options = _options(options)
     root_abs = os.path.abspath(os.fspath(root))
@@ -404,7 +420,22 @@ def _walk_root(
     except OSError as exc:
         raise IngestError(shown, exc.strerror or str(exc)) from exc
     levels = rules.root_levels(root_abs)
-    yield from _walk_from(root_abs, "", levels, entries, rules, visited, on_excluded)
+    confined = _confinement(root_abs, options)
+    yield from _walk_from(root_abs, "", levels, entries, rules, visited, on_excluded, confined)
+
+
+def _confinement(root_abs: str, options: WalkOptions) -> str | None:
+    """The real path that followed links must stay under; None when links are not checked
+    (all skipped, or all followed)."""
+    if not options.follow_symlinks or options.follow_outside_links:
+        return None
+    return os.path.normcase(os.path.realpath(root_abs))
+
+
+def _leaves(path: str, root_real: str) -> bool:
+    """Whether ``path``, symlinks resolved, lies outside ``root_real`` (see _confinement)."""
+    real = os.path.normcase(os.path.realpath(path))
+    return real != root_real and not real.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
 def _walk_from(
@@ -415,8 +446,10 @@ def _walk_from(
     rules: _Rules,
     visited: set[tuple[int, int]],
     on_excluded: ExcludedCallback | None = None,
+    confined: str | None = None,
 ) -> Iterator[FoundFile]:
-    """Depth-first walk from one folder whose entries are already scanned.
+    """Depth-first walk from one folder whose entries are already scanned; with
+    ``confined`` (see ``_confinement``), links leaving it are reported, not followed.
 
     An explicit stack instead of recursion: deep trees neither hit the recursion limit nor pay
     a ``yield from`` chain per file.
@@ -437,6 +470,10 @@ def _walk_from(
         if verdict is not None:
             if verdict and on_excluded is not None:
                 on_excluded(rel, verdict)
+            continue
+        if confined is not None and entry.is_symlink() and _leaves(entry.path, confined):
+            if on_excluded is not None:
+                on_excluded(rel, LINK_OUTSIDE)
             continue
         if is_dir:
             ident = _identity(entry.path)
@@ -522,6 +559,7 @@ class _Checker:
         self.root = os.path.abspath(os.fspath(root))
         self.rules = _Rules(options)
         self.root_is_dir = os.path.isdir(self.root)
+        self.confined = _confinement(self.root, options)
         # folder (absolute) -> (levels, identities of the folders leading to it), None = skipped
         self._folders: dict[str, tuple[tuple[_Level, ...], frozenset[tuple[int, int]]] | None] = {}
 
@@ -584,7 +622,7 @@ class _Checker:
     ) -> tuple[tuple[_Level, ...], frozenset[tuple[int, int]]] | None:
         """The folder step of ``folder``: mirror exactly what walk checks before descending."""
         options = self.rules.options
-        if os.path.islink(dir_abs) and not options.follow_symlinks:
+        if os.path.islink(dir_abs) and not self._may_follow(dir_abs):
             return None
         if not os.path.isdir(dir_abs):
             return None
@@ -602,6 +640,12 @@ class _Checker:
             return None
         return self.rules.child_levels(dir_abs, rel + "/", levels), idents
 
+    def _may_follow(self, link: str) -> bool:
+        """Whether walk follows this symlink (see ``WalkOptions.follow_symlinks``)."""
+        if not self.rules.options.follow_symlinks:
+            return False
+        return self.confined is None or not _leaves(link, self.confined)
+
     def included(self, path: str | os.PathLike[str]) -> bool:
         """Would walk(root) yield ``path``? (See ``is_included``.)"""
         path_abs = os.path.abspath(os.fspath(path))
@@ -613,8 +657,7 @@ class _Checker:
         found = self.folder(parts[:-1])
         if found is None:
             return False
-        options = self.rules.options
-        if os.path.islink(path_abs) and not options.follow_symlinks:
+        if os.path.islink(path_abs) and not self._may_follow(path_abs):
             return False
         try:
             st = os.stat(path_abs)
@@ -644,4 +687,6 @@ class _Checker:
         dir_abs = os.path.join(self.root, *parts)
         entries = _scan(dir_abs, self.rules.options, at_root=not parts, strict=False)
         prefix = "/".join(parts) + "/" if parts else ""
-        yield from _walk_from(dir_abs, prefix, levels, entries, self.rules, set(idents))
+        yield from _walk_from(
+            dir_abs, prefix, levels, entries, self.rules, set(idents), confined=self.confined
+        )
