@@ -162,12 +162,13 @@ class KnowledgeAgentCore:
     (:mod:`~knowledge_agent.core.shared_indexes` has the protocol). Every write holds the
     folder's write lock; another writer waits for it — up to ``lock_timeout`` seconds (None:
     as long as it takes), calling ``on_lock_wait`` once with a message; long upkeep on
-    open (an index embedded again for a new embedder) reports to ``on_status``. Searches do not
-    write and wait only to index their own process's writes: they answer from the last
-    index generation (never with an item since deleted), and replay the journal when the
-    indexes are behind it and the lock is free. Opening, when the lock is free, also
-    repairs: an unreadable index is rebuilt from SQLite and an index that lost items has
-    them replayed.
+    open (an index embedded again for a new embedder) reports to ``on_status``. A crawl holds
+    the lock only while it stores and indexes a group of pages, never while it fetches or
+    extracts them. Searches do not write and wait only to index their own process's writes:
+    they answer from the last index generation (never with an item since deleted), and
+    replay the journal when the indexes are behind it and the lock is free. Opening, when
+    the lock is free, also repairs: an unreadable index is rebuilt from SQLite and an index
+    that lost items has them replayed.
     """
 
     def __init__(
@@ -511,7 +512,8 @@ class KnowledgeAgentCore:
 
         A collected file that no longer exists is removed; a collected folder that no
         longer exists is reported as failed and its items are kept (an unmounted drive
-        should not empty a knowledge base).
+        should not empty a knowledge base). The folders are synced in one batch; each doc
+        source is crawled after it, holding the write lock only to store each group of pages.
         """
         if kb is not None:
             self.get_kb(kb)

@@ -504,7 +504,7 @@ class _Run:
             source_uri=page.url,
             content_type=document.content_type,
             doc_type=doc_type_for(urlsplit(page.url).path.lstrip("/"), "", self.doc_type_rules),
-            language=document.language or None,
+            language=document.language or "",  # told by page_document
             tags=[*self.source.tags, *(t for t in document.tags if t not in self.source.tags)],
             metadata=metadata,
             kb=self.source.kb,
