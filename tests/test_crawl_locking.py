@@ -283,6 +283,41 @@ def test_an_interrupted_crawl_keeps_what_it_committed(site: GatedSite, kb: Path)
         assert titles(core, "snailmail") == ["Slow"]
 
 
+def test_a_crawl_killed_between_groups_leaves_a_sound_base(site: GatedSite, kb: Path) -> None:
+    site.gate("/slow.html")  # never opened while the crawl lives
+    code = _CHILD.format(
+        body="def progress(event):\n"
+        "    if event.status == 'processed':\n"
+        "        print(event.path, flush=True)\n"
+        "with KnowledgeAgentCore(DATA) as core:\n"
+        "    core.collect_knowledge(ARG, crawl={'max_depth': 1, 'timeout': 120}, progress=progress)"
+    )
+    crawl = subprocess.Popen(
+        [sys.executable, "-c", code, str(kb), site.url("/")], stdout=subprocess.PIPE, text=True
+    )
+    waiting = {site.url("/a.html"), site.url("/b.html")}
+    committed = threading.Event()
+
+    def read() -> None:
+        assert crawl.stdout is not None
+        for line in crawl.stdout:
+            waiting.discard(line.strip())
+            if not waiting:
+                committed.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        assert committed.wait(GUARD_S), "the crawl committed nothing while a fetch was blocked"
+    finally:
+        crawl.kill()  # mid-crawl, perhaps mid-indexing: no cleanup of any kind
+        crawl.wait(GUARD_S)
+    with KnowledgeAgentCore(kb) as core:
+        status = core.check()
+        assert status.consistent, status.problems
+        assert status.items == 1 + 3  # the note, and the home page, a and b
+        assert titles(core, "quazzle") == ["Beta"]
+
+
 def test_a_page_another_process_stored_meanwhile_keeps_one_item(site: GatedSite, kb: Path) -> None:
     site.page("/", "Home", "frontdoor")
     start = site.url("/")
@@ -326,4 +361,33 @@ def test_a_source_removed_during_its_crawl_is_not_brought_back(site: GatedSite, 
         assert any("removed while it was being crawled" in i.reason for i in report.failed)
         assert core.doc_sources() == []
         assert [item.title for item in core.list_items()] == ["prior note"]
+        assert core.check().consistent
+
+
+def test_an_unchanged_page_another_process_removed_meanwhile_stays_removed(
+    site: GatedSite, kb: Path
+) -> None:
+    site.page("/", "Home", "frontdoor", ("/a.html",))
+    start, page_url = site.url("/"), site.url("/a.html")
+    with KnowledgeAgentCore(kb) as core:
+        core.collect_knowledge(start, crawl=CRAWL)
+        gate = site.gate("/a.html")
+        crawl = Background(lambda: core.collect_knowledge(start, crawl=CRAWL))
+        assert gate.arrived.wait(GUARD_S)
+        in_child(
+            "with KnowledgeAgentCore(DATA, lock_timeout=30) as core:\n"
+            "    print(json.dumps(core.delete_knowledge_item(core.items_at(ARG)[0].id)))",
+            kb,
+            page_url,
+        )
+        gate.opened.set()
+        report = crawl.result()
+        # The answer confirms a text that is no longer stored: the removal stands.
+        [issue] = report.skipped
+        assert issue.path == page_url and "another writer" in issue.reason
+        assert core.items_at(page_url) == [] and titles(core, "zorblatt") == []
+        # The next crawl compares with what is stored now, and brings the page back.
+        again = core.collect_knowledge(start, crawl=CRAWL)
+        assert (again.processed, again.unchanged) == (1, 1)
+        assert titles(core, "zorblatt") == ["Alpha"]
         assert core.check().consistent

@@ -74,7 +74,7 @@ _GROUP_SECONDS = 1.0
 _FEED_EVENTS = 8
 _POLL = 0.1  # how often a waiting thread looks for Ctrl-C or the end of the run, in seconds
 _JOIN_SECONDS = 10.0  # a stopped crawl thread ends within _POLL; this is a hang guard
-SOURCE_REMOVED = "the doc source was removed while it was being crawled"
+_SOURCE_REMOVED = "the doc source was removed while it was being crawled"
 
 
 def _skip_kind(reason: str) -> str:
@@ -148,8 +148,8 @@ class WebCollector:
                     summary = run.crawl(crawler)
                 run.finish(summary)
             except _SourceRemoved:
-                logger.warning("%s in %s: %s", source.url, source.kb, SOURCE_REMOVED)
-                report.failed.append(FileIssue(source.url, SOURCE_REMOVED))
+                logger.warning("%s in %s: %s", source.url, source.kb, _SOURCE_REMOVED)
+                report.failed.append(FileIssue(source.url, _SOURCE_REMOVED))
         logger.info(
             "crawled %s into %s: %d processed, %d unchanged, %d skipped, %d failed, %d removed",
             source.url, source.kb, report.processed, report.unchanged, len(report.skipped),
@@ -289,20 +289,19 @@ class _Run:
         """Everything about an event that needs no storage: extraction and chunking."""
         if isinstance(event, CrawlFailure):
             return _Pending(event, url_key(event.url))
-        size = len(event.body)
+        bare, size = replace(event, body=b""), len(event.body)
         if event.unchanged:
-            return _Pending(replace(event, body=b""), event.key, size)
+            return _Pending(bare, event.key, size)
         try:
             document = page_document(event, self.options, self.collector.chunk_config)
         except UnsupportedSourceError as exc:
-            return _Pending(replace(event, body=b""), event.key, size, skip=exc.reason)
+            return _Pending(bare, event.key, size, skip=exc.reason)
         except IngestError as exc:
-            return _Pending(replace(event, body=b""), event.key, size, error=exc.reason)
+            return _Pending(bare, event.key, size, error=exc.reason)
         except Exception as exc:  # a processor bug must not stop the crawl
             logger.exception("processing %s failed", event.url)
-            reason = f"{type(exc).__name__}: {exc}"
-            return _Pending(replace(event, body=b""), event.key, size, error=reason)
-        return _Pending(replace(event, body=b""), event.key, size, document)
+            return _Pending(bare, event.key, size, error=f"{type(exc).__name__}: {exc}")
+        return _Pending(bare, event.key, size, document)
 
     def flush(self) -> None:
         """Store the pending pages in one transaction; progress once they are committed."""
