@@ -80,6 +80,14 @@ def test_the_content_selector_keeps_and_drop_selectors_remove() -> None:
     assert document.chunks[0].metadata["url"] == URL + "#a"
 
 
+def test_the_language_is_told_with_the_extraction() -> None:
+    # A crawl stores pages under the write lock: nothing of a page is worked out there.
+    chinese = page("<title>重置</title><p>如何重置密码，请先登录账户设置页面。</p>".encode())
+    english = page(b"<title>Reset</title><p>How to reset a password from the settings.</p>")
+    assert page_document(chinese, CrawlOptions(), SMALL).language == "zh"
+    assert page_document(english, CrawlOptions(), SMALL).language == "en"
+
+
 def test_an_unsupported_media_type_is_skipped_naming_the_url() -> None:
     with pytest.raises(UnsupportedSourceError) as caught:
         page_document(page(b"\x89PNG", "image/png"), CrawlOptions(), SMALL)

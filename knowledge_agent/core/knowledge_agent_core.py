@@ -162,12 +162,13 @@ class KnowledgeAgentCore:
     (:mod:`~knowledge_agent.core.shared_indexes` has the protocol). Every write holds the
     folder's write lock; another writer waits for it — up to ``lock_timeout`` seconds (None:
     as long as it takes), calling ``on_lock_wait`` once with a message; long upkeep on
-    open (an index embedded again for a new embedder) reports to ``on_status``. Searches do not
-    write and wait only to index their own process's writes: they answer from the last
-    index generation (never with an item since deleted), and replay the journal when the
-    indexes are behind it and the lock is free. Opening, when the lock is free, also
-    repairs: an unreadable index is rebuilt from SQLite and an index that lost items has
-    them replayed.
+    open (an index embedded again for a new embedder) reports to ``on_status``. A crawl holds
+    the lock only while it stores and indexes a group of pages, never while it fetches or
+    extracts them. Searches do not write and wait only to index their own process's writes:
+    they answer from the last index generation (never with an item since deleted), and
+    replay the journal when the indexes are behind it and the lock is free. Opening, when
+    the lock is free, also repairs: an unreadable index is rebuilt from SQLite and an index
+    that lost items has them replayed.
     """
 
     def __init__(
@@ -396,7 +397,7 @@ class KnowledgeAgentCore:
         if policy is not None and (refusal := policy.refusal(start)) is not None:
             raise IngestError(start, refusal)
         started = time.perf_counter()
-        with self.batch():
+        with self._indexes.writing():
             known = self.storage.doc_sources.get_doc_source(kb, start)
             source = DocSource(
                 kb=kb,
@@ -413,19 +414,37 @@ class KnowledgeAgentCore:
                 crawled_at=known.crawled_at if known else None,
             )
             self.storage.doc_sources.save_doc_source(source)
-            report = self.web_collector.collect(
-                source, full=full, policy=policy, progress=self._indexing_along(progress)
-            )
-            self._index_with_progress(progress)
+        report = self._crawl(source, full=full, policy=policy, progress=progress)
         report.duration_s = time.perf_counter() - started
         return report
 
+    def _crawl(
+        self,
+        source: DocSource,
+        *,
+        full: bool,
+        policy: UrlPolicy | None,
+        progress: ProgressCallback | None,
+    ) -> CollectReport:
+        """Crawl a doc source holding the write lock only to store each group of pages,
+        which is indexed before the lock is released: a search never waits behind the
+        crawl's network I/O or its extraction, only (at most) behind one group's commit."""
+        return self.web_collector.collect(
+            source,
+            full=full,
+            policy=policy,
+            progress=progress,
+            commit=lambda: self._writing_batch(progress),
+        )
+
     def _index_with_progress(self, progress: ProgressCallback | None) -> None:
         """Bring the indexes up to date now, reporting ``indexing`` events (chunks done)."""
+        if progress is None:
+            self._indexes.flush()
+            return
 
         def indexed(done: int, total: int) -> None:
-            if progress is not None:
-                progress(CollectProgress("", "indexing", done, total, 0, 0))
+            progress(CollectProgress("", "indexing", done, total, 0, 0))
 
         self._indexes.flush(indexed)
 
@@ -493,7 +512,8 @@ class KnowledgeAgentCore:
 
         A collected file that no longer exists is removed; a collected folder that no
         longer exists is reported as failed and its items are kept (an unmounted drive
-        should not empty a knowledge base).
+        should not empty a knowledge base). The folders are synced in one batch; each doc
+        source is crawled after it, holding the write lock only to store each group of pages.
         """
         if kb is not None:
             self.get_kb(kb)
@@ -511,11 +531,11 @@ class KnowledgeAgentCore:
                 else:
                     reason = "folder no longer exists; its items are kept"
                     report.failed.append(FileIssue(stored.root, reason))
-            now = utc_now()
-            for doc in self.storage.doc_sources.get_doc_sources(kb):
-                if doc.due(now) or (full and doc.enabled):
-                    report.merge(self.web_collector.collect(doc, full=full, progress=progress))
             self._index_with_progress(progress)
+        now = utc_now()
+        for doc in self.storage.doc_sources.get_doc_sources(kb):
+            if doc.due(now) or (full and doc.enabled):
+                report.merge(self._crawl(doc, full=full, policy=None, progress=progress))
         report.duration_s = time.perf_counter() - started
         return report
 
@@ -651,9 +671,15 @@ class KnowledgeAgentCore:
         catch up — even on error, except Ctrl-C, which leaves them to the next search,
         write or open (the journal keeps every change), so it stops at once.
         """
+        with self._writing_batch(None):
+            yield self
+
+    @contextmanager
+    def _writing_batch(self, progress: ProgressCallback | None) -> Iterator[None]:
+        """:meth:`batch`, reporting the indexing at its end as ``indexing`` events."""
         with self._indexes.writing():
             try:
-                yield self
+                yield
             except KeyboardInterrupt:
                 raise
             except BaseException:
@@ -662,7 +688,7 @@ class KnowledgeAgentCore:
                 except KnowledgeAgentError as exc:  # the block's own error is the one to see
                     logger.warning("the search indexes could not catch up: %s", exc)
                 raise
-            self._indexes.flush()
+            self._index_with_progress(progress)
 
     def rebuild_index(self) -> int:
         """Rebuild both indexes from SQLite (R4.5); returns the number of chunks indexed."""

@@ -16,6 +16,7 @@ from html import unescape
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from knowledge_agent.analysis import detect_language
 from knowledge_agent.chunking import ChunkConfig
 from knowledge_agent.crawl.urls import anchor_url
 from knowledge_agent.errors import IngestError, UnsupportedSourceError
@@ -46,7 +47,9 @@ _NON_WORDS = re.compile(r"\W+")
 
 
 def page_document(page: CrawlPage, options: CrawlOptions, config: ChunkConfig) -> ProcessedDocument:
-    """Extract and chunk ``page``; ``IngestError`` (naming the URL) when it cannot be."""
+    """Extract and chunk ``page``, and tell its language (when the processor did not);
+    ``IngestError`` (naming the URL) when it cannot be. Needs no storage: a crawl runs it
+    outside any lock."""
     suffix = _SUFFIXES.get(page.content_type)
     if suffix is None:
         raise UnsupportedSourceError(page.url, f"unsupported content type {page.content_type}")
@@ -68,6 +71,7 @@ def page_document(page: CrawlPage, options: CrawlOptions, config: ChunkConfig) -
     except IngestError as exc:
         raise type(exc)(page.url, exc.reason) from exc
     _point_chunks(document, page.url, anchors)
+    document.language = document.language or detect_language(document.content)
     return document
 
 

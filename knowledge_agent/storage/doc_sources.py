@@ -309,6 +309,14 @@ class DocSourceStore:
             rows = conn.execute(sql, params).fetchall()
         return {row["key"]: _page(row) for row in rows}
 
+    def get_doc_page(self, kb: str, key: str) -> DocPage | None:
+        """The page of a knowledge base with this key (of whichever doc source), or None."""
+        with self._db.reading("get_doc_page") as conn:
+            row = conn.execute(
+                "SELECT * FROM doc_pages WHERE kb = ? AND key = ?", (kb, key)
+            ).fetchone()
+        return None if row is None else _page(row)
+
     def save_doc_page(self, page: DocPage) -> None:
         """Record a page that was skipped, failed or unchanged (no item written)."""
         with self._db.writing("save_doc_page") as conn:
