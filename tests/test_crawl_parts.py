@@ -24,6 +24,7 @@ from knowledge_agent.crawl import (
     select_content,
     url_key,
 )
+from knowledge_agent.crawl.decode import STEP
 from knowledge_agent.crawl.fetch import (
     describe_error,
     parse_content_type,
@@ -33,7 +34,7 @@ from knowledge_agent.crawl.fetch import (
 from knowledge_agent.crawl.links import extract_links
 from knowledge_agent.crawl.policy import is_public_address
 from knowledge_agent.crawl.robots import MAX_CRAWL_DELAY, parse_robots
-from knowledge_agent.crawl.sitemap import gunzip, parse_sitemap
+from knowledge_agent.crawl.sitemap import SitemapParser, parse_sitemap
 from knowledge_agent.errors import ConfigError
 
 # -- the public surface --------------------------------------------------------------
@@ -431,11 +432,14 @@ def test_what_is_not_a_sitemap_is_a_value_error(body: bytes) -> None:
         parse_sitemap(body)
 
 
-def test_gunzip_stops_at_its_limit() -> None:
-    bomb = gzip.compress(b"\0" * 2_000_000)
-    assert len(bomb) < 10_000
-    with pytest.raises(ValueError, match="larger than"):
-        gunzip(bomb, limit=1_000_000)
+def test_a_gzipped_sitemap_is_unpacked_a_step_at_a_time_up_to_its_limit() -> None:
+    bomb = gzip.compress(b"<urlset>" + b" " * 20_000_000 + b"</urlset>")
+    assert len(bomb) < 50_000
+    parser = SitemapParser(max_bytes=1_000_000)
+    assert parser.feed(bomb)  # the rest need not be read
+    with pytest.raises(ValueError, match="larger than 1,000,000 bytes"):
+        parser.close()
+    assert parser.bytes_parsed <= 1_000_000 + STEP
 
 
 # -- robots.txt -----------------------------------------------------------------------
