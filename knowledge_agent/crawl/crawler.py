@@ -376,6 +376,12 @@ class Crawler:
         else:
             self._hops[task_id] = started
 
+    def _frontier_full(self) -> str:
+        return (
+            f"more than {self._frontier} URLs found ({FRONTIER_FACTOR} × max_pages): "
+            "the rest were not queued"
+        )
+
     def _note(self, limit: str) -> None:
         if limit not in self._limits:
             self._limits.append(limit)
@@ -385,10 +391,7 @@ class Crawler:
             self._sitemap_keys.add(task.key)
             self._sitemaps.append(task)
         elif len(self._scheduled) >= self._frontier:
-            self._note(
-                f"more than {self._frontier} URLs found ({FRONTIER_FACTOR} × max_pages): "
-                "the rest were not queued"
-            )
+            self._note(self._frontier_full())
         else:
             self._scheduled.add(task.key)
             self._pages.append(task)
@@ -401,6 +404,10 @@ class Crawler:
             if self._sitemaps_sent >= MAX_SITEMAPS:
                 self._note(f"more than {MAX_SITEMAPS} sitemaps: the rest were not read")
                 self._sitemaps.clear()
+                break
+            if len(self._scheduled) >= self._frontier:
+                self._note(self._frontier_full())
+                self._sitemaps.clear()  # what they list could not be queued
                 break
             self._sitemaps_sent += 1
             self._send(self._sitemaps.popleft())
@@ -602,7 +609,9 @@ class Crawler:
             wanted = scope.contains(url) if kind == "urlset" else scope.same(url)
             return url if wanted else None
 
-        return SitemapParser(keep=keep, max_urls=task.budget, max_sitemaps=task.slots)
+        return SitemapParser(
+            keep=keep, max_urls=task.budget, max_sitemaps=task.slots, max_bytes=MAX_SITEMAP_BYTES
+        )
 
     def _sitemap_found(
         self, task: _Task, answer: Response, parsed: tuple[str, SitemapParser]

@@ -474,14 +474,20 @@ class Fetcher:
         Raises :class:`_Abort` past ``limit`` (unless ``body.truncate``: the first
         ``limit`` bytes are kept), past the deadline, or for an undecodable body.
         """
-        try:
-            decoder = Decoder(reply.headers.get("content-encoding", ""))
-        except ValueError as exc:
-            raise _Abort(_failure(url, f"invalid response: {exc}")) from None
+        if reply.is_stream_consumed:
+            # A transport that handed over a body it had read and decoded already (an
+            # httpx.MockTransport): there is nothing left to stream or to decode.
+            decoder, stream = Decoder(), iter([reply.content])
+        else:
+            try:
+                decoder = Decoder(reply.headers.get("content-encoding", ""))
+            except ValueError as exc:
+                raise _Abort(_failure(url, f"invalid response: {exc}")) from None
+            stream = reply.iter_raw()
         chunks: list[bytes] = []
         raw = decoded = 0
         try:
-            for chunk in reply.iter_raw():
+            for chunk in stream:
                 if self._stop.is_set():
                     raise Stopped
                 if time.monotonic() > body.deadline:

@@ -11,6 +11,7 @@ page cannot redirect or link it to a private address other than the host the use
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,10 @@ from knowledge_agent.errors import ConfigError
 __all__ = ["UrlPolicy", "default_resolver", "is_loopback", "is_public_address"]
 
 Resolver = Callable[[str], list[str]]
+
+# %2F, %5C, %252F, %255C ... and %252E: what a server decoding once or twice reads as a
+# separator or a dot (normalize_url already decodes %2E itself and resolves the dots).
+_ENCODED_SEPARATOR = re.compile(r"%(?:25)*(?:2F|5C)|%(?:25)+2E", re.IGNORECASE)
 
 
 def default_resolver(host: str) -> list[str]:
@@ -241,9 +246,10 @@ class _Prefix:
 
 
 def _escapes_folder(path: str) -> bool:
-    """Whether ``path`` (normalised: escapes upper case, dot segments resolved) could mean
-    another folder to a server: an encoded slash or backslash, or a ``..;`` / ``.;``
-    segment (servlet containers drop the ``;`` part and then resolve the dots)."""
-    if "%2F" in path or "%5C" in path:
+    """Whether ``path`` (normalised: dot segments resolved) could mean another folder to
+    a server: an encoded slash or backslash (also encoded twice, for servers that decode
+    twice), a dot encoded twice, or a ``..;`` / ``.;`` segment (servlet containers drop
+    the ``;`` part and then resolve the dots)."""
+    if _ENCODED_SEPARATOR.search(path):
         return True
     return any(segment.split(";", 1)[0] in (".", "..") for segment in path.split("/"))

@@ -94,7 +94,7 @@ class SitemapParser:
         self._parser.EndElementHandler = self._end
         self._parser.CharacterDataHandler = self._text
         self._parser.buffer_text = True
-        self._head = b""  # the first bytes, until they tell gzip from XML
+        self._head: bytes | None = b""  # the first bytes, until they tell gzip from XML
         self._gunzip: Decoder | None = None
         self._kind: str | None = None
         self._depth = 0
@@ -107,6 +107,7 @@ class SitemapParser:
         self._seen = 0
         self._error: ValueError | None = None
         self._truncated = False
+        self._closed = False
         self.bytes_parsed = 0
         """XML bytes handed to expat so far (after gzip)."""
 
@@ -119,11 +120,11 @@ class SitemapParser:
         """Parse the next bytes of the body; True when the rest need not be read."""
         if self.done or not data:
             return self.done
-        if self._gunzip is None and len(self._head) < len(_GZIP_MAGIC):
+        if self._head is not None:  # gzip or not is still to tell
             self._head += data
             if len(self._head) < len(_GZIP_MAGIC):
                 return False
-            data, self._head = self._head, b"-"  # decided: never looked at again
+            data, self._head = self._head, None
             if data.startswith(_GZIP_MAGIC):
                 self._gunzip = Decoder("gzip")
         try:
@@ -140,10 +141,11 @@ class SitemapParser:
 
     def close(self) -> Sitemap:
         """The sitemap read; ``ValueError`` (:class:`NotASitemap` for another root) when
-        the body is no sitemap, not well-formed, or declares entities."""
-        if self._error is None and not self._truncated:
+        the body is no sitemap, not well-formed, or declares entities. Idempotent."""
+        if not self._closed and self._error is None and not self._truncated:
+            self._closed = True
             try:
-                if self._head not in (b"", b"-"):
+                if self._head:
                     self._parse(self._head)  # a body shorter than the gzip magic
                 self._parse(b"", final=True)
             except ValueError as exc:
