@@ -6,6 +6,7 @@ server is on 127.0.0.1; assertions are on what was fetched, said and counted, no
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import threading
 import zlib
@@ -69,16 +70,21 @@ def links(*hrefs: str) -> str:
     return "<html><body>" + "".join(f'<a href="{h}">{h}</a>' for h in hrefs) + "</body></html>"
 
 
-def fetcher(options: CrawlOptions, policy: UrlPolicy) -> Fetcher:
-    """A Fetcher as the crawler builds one (the caller closes nothing: tests end it)."""
-    return Fetcher(
-        make_client(options, policy=policy, transport=None),
-        timeout=options.timeout,
-        follow_redirects=True,
-        max_redirects=options.max_redirects,
-        throttle=Throttle(0),
-        stop=threading.Event(),
-    )
+@contextlib.contextmanager
+def fetcher(options: CrawlOptions, policy: UrlPolicy) -> Iterator[Fetcher]:
+    """A Fetcher as the crawler builds one, on a client closed after."""
+    client = make_client(options, policy=policy, transport=None)
+    try:
+        yield Fetcher(
+            client,
+            timeout=options.timeout,
+            follow_redirects=True,
+            max_redirects=options.max_redirects,
+            throttle=Throttle(0),
+            stop=threading.Event(),
+        )
+    finally:
+        client.close()
 
 
 def allow(_url: str, _hop: int) -> None:
@@ -91,8 +97,8 @@ def allow(_url: str, _hop: int) -> None:
 def test_a_dribbling_page_fails_at_its_deadline_in_the_read_loop(hostile: HostileServer) -> None:
     # One byte every 0.05 s never trips a 0.5 s read timeout: only the total deadline ends it.
     hostile.dribble("/slow.html", size=1000, interval=0.05)
-    get = fetcher(CrawlOptions(timeout=0.5), UrlPolicy.for_user(hostile.url()))
-    answer = get.get(hostile.url("/slow.html"), check=allow, accept=None, max_bytes=10_000)
+    with fetcher(CrawlOptions(timeout=0.5), UrlPolicy.for_user(hostile.url())) as get:
+        answer = get.get(hostile.url("/slow.html"), check=allow, accept=None, max_bytes=10_000)
     assert isinstance(answer, CrawlFailure)
     assert answer.reason == "timed out after 0.5 s" and not answer.skipped
     assert 0 < hostile.sent("/slow.html") < 1000
@@ -272,8 +278,8 @@ def test_a_utf16_start_page_with_entities_is_refused_too(hostile: HostileServer)
 def test_a_gzip_bomb_page_decodes_no_more_than_the_page_limit(hostile: HostileServer) -> None:
     size = hostile.gzip_bomb("/bomb.html", 64)
     assert size < 100_000  # 64 MB once decoded
-    get = fetcher(CrawlOptions(timeout=5), UrlPolicy.for_user(hostile.url()))
-    answer = get.get(hostile.url("/bomb.html"), check=allow, accept=None, max_bytes=1_000_000)
+    with fetcher(CrawlOptions(timeout=5), UrlPolicy.for_user(hostile.url())) as get:
+        answer = get.get(hostile.url("/bomb.html"), check=allow, accept=None, max_bytes=1_000_000)
     assert isinstance(answer, CrawlFailure) and answer.skipped
     assert answer.reason == "larger than 1,000,000 bytes"
     assert 1_000_000 < get.bytes_decoded <= 1_000_000 + STEP
@@ -356,6 +362,17 @@ def test_a_policy_crawl_refuses_a_redirect_to_another_port(
     events, _ = run(hostile.url("/allowed/out"), CrawlOptions(**QUICK), policy=rules)
     assert "not under an allowed URL prefix" in events[0].reason  # type: ignore[union-attr]
     assert hostile.hits("/private/") == 0
+
+
+def test_allow_private_does_not_widen_a_given_policy(
+    hostile: HostileServer, other: HostileServer
+) -> None:
+    hostile.redirect("/allowed/start", other.url("/"))
+    rules = UrlPolicy((hostile.url("/allowed/"),))
+    options = CrawlOptions(allow_private=True, **QUICK)
+    events, _ = run(hostile.url("/allowed/start"), options, policy=rules)
+    assert [e.skipped for e in events if isinstance(e, CrawlFailure)] == [True]
+    assert other.total_hits == 0
 
 
 def test_a_robots_txt_redirect_to_another_port_is_never_fetched(
@@ -453,12 +470,11 @@ def test_a_user_crawl_refuses_sitemap_locs_on_another_private_host(
 
 
 def test_the_core_crawls_for_a_user_under_the_user_policy(
-    hostile: HostileServer, other: HostileServer
+    hostile: HostileServer, other: HostileServer, core: KnowledgeAgentCore
 ) -> None:
     other.page("/", links())
     hostile.redirect("/start", local_name(other, "/"))
-    with KnowledgeAgentCore(workers=1) as core:
-        report = core.collect_knowledge(hostile.url("/start"), crawl=CrawlOptions(**QUICK))
+    report = core.collect_knowledge(hostile.url("/start"), crawl=CrawlOptions(**QUICK))
     assert [issue.reason.split(":")[0] for issue in report.skipped] == ["refused by URL policy"]
     assert other.total_hits == 0
 
@@ -473,7 +489,7 @@ def test_allow_private_comes_from_the_command_line_and_is_stored() -> None:
 
 def test_fetcher_response_body_holds_the_decoded_page(hostile: HostileServer) -> None:
     hostile.page("/p.html", gzip.compress(b"<p>hello</p>"), headers={"Content-Encoding": "gzip"})
-    get = fetcher(CrawlOptions(timeout=5), UrlPolicy.for_user(hostile.url()))
-    answer = get.get(hostile.url("/p.html"), check=allow, accept=None, max_bytes=1000)
+    with fetcher(CrawlOptions(timeout=5), UrlPolicy.for_user(hostile.url())) as get:
+        answer = get.get(hostile.url("/p.html"), check=allow, accept=None, max_bytes=1000)
     assert isinstance(answer, Response) and answer.body == b"<p>hello</p>"
     assert get.bytes_decoded == len(b"<p>hello</p>")

@@ -575,10 +575,7 @@ class Crawler:
         )
         if isinstance(answer, CrawlFailure):
             return answer
-        if not parsers:
-            reason = f"not a sitemap: HTTP {answer.status} without a body"
-            return CrawlFailure(task.url, reason, skipped=False, status=answer.status)
-        return self._sitemap_found(task, answer, parsers[-1])
+        return self._sitemap_found(task, answer, parsers[-1])  # a 2xx: its body was parsed
 
     def _sitemap_sink(self, task: _Task, parsers: list[tuple[str, SitemapParser]]) -> SinkFor:
         """A sink that parses a sitemap as it streams in (for a start URL: only when its
