@@ -155,6 +155,16 @@ def test_waiting_for_the_throttle_is_not_request_time(hostile: HostileServer) ->
     assert crawler.summary.failures == 0
 
 
+def test_a_robots_txt_that_times_out_costs_its_own_deadline_not_the_page(
+    hostile: HostileServer,
+) -> None:
+    hostile.stall("/robots.txt", 30)
+    hostile.page("/", links())
+    events, _ = run(hostile.url("/"), CrawlOptions(max_depth=0, timeout=0.5))
+    assert set(pages(events)) == {"/"}  # robots.txt unreadable: everything is allowed
+    assert hostile.hits("/robots.txt") == 1
+
+
 def test_max_time_stops_the_crawl_abandons_a_blocked_worker_and_leaves_it_incomplete(
     hostile: HostileServer,
 ) -> None:

@@ -86,6 +86,10 @@ __all__ = ["FRONTIER_FACTOR", "Crawler"]
 logger = logging.getLogger(__name__)
 
 _POLL = 0.1  # how often a waiting thread looks at the stop flag, in seconds
+# The watchdog is the backstop: a worker's own deadline (httpx's timeouts, the read loop)
+# gets this long to report first, so a robots.txt that timed out inside a page's task
+# does not also fail the page.
+_GRACE = 0.25
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _SITEMAP_SUFFIXES = (".xml", ".xml.gz")
 
@@ -360,9 +364,8 @@ class Crawler:
     def _overdue(self) -> list[_Task]:
         """Tasks whose current hop started more than ``timeout`` ago, taken out of the
         crawl: their worker may still be blocked in a read; its late result is dropped."""
-        now = time.monotonic()
-        timeout = self._options.timeout
-        late = [tid for tid, started in self._hops.copy().items() if now - started > timeout]
+        limit = time.monotonic() - self._options.timeout - _GRACE
+        late = [tid for tid, started in self._hops.copy().items() if started < limit]
         tasks = [self._finish(task_id) for task_id in late]
         return [task for task in tasks if task is not None]
 

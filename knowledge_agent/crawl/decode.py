@@ -40,9 +40,10 @@ class Decoder:
         self._inflater: zlib._Decompress | None = None
         if self._coding in _GZIP:
             self._inflater = zlib.decompressobj(_GZIP_WBITS)
-        elif self._coding == "deflate":
+        self._head: bytes | None = None
+        if self._coding == "deflate":
             self._inflater = zlib.decompressobj(zlib.MAX_WBITS)
-        self._started = False
+            self._head = b""
 
     def decode(self, data: bytes) -> Iterator[bytes]:
         """The decoded bytes of the next raw ``data``, in pieces of at most ``step`` bytes."""
@@ -58,9 +59,12 @@ class Decoder:
     def _inflate(self, data: bytes) -> Iterator[bytes]:
         inflater = self._inflater
         assert inflater is not None
-        if not self._started and data:
-            self._started = True
-            if self._coding == "deflate" and not _zlib_header(data):
+        if self._head is not None:  # "deflate": wrapped in zlib or not is still to tell
+            data, self._head = self._head + data, None
+            if len(data) < 2:
+                self._head = data
+                return
+            if not _zlib_header(data):
                 # Some servers send "deflate" without the zlib wrapper, as httpx accepts.
                 inflater = self._inflater = zlib.decompressobj(-zlib.MAX_WBITS)
         # Each round either consumes input or gives a full step of output, so this ends:

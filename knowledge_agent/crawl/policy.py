@@ -237,7 +237,7 @@ class _Prefix:
         if not self.holds_origin(parts):
             return False
         if self.query is not None:
-            return parts.path == self.folder and parts.query.startswith(self.query)
+            return parts.path.rstrip("/") == self.folder and parts.query.startswith(self.query)
         if not self.folder:
             return True
         if _escapes_folder(parts.path):
