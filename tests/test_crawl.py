@@ -260,6 +260,22 @@ def test_max_pages_caps_the_crawl_and_seen_keeps_the_pages_not_reached(server: S
     assert summary.seen <= {url_key(page.url) for page in site.pages.values()}
 
 
+def test_the_frontier_holds_at_most_a_few_times_max_pages(server: SiteServer) -> None:
+    paths = [f"/p{n}.html" for n in range(50)]
+    server.set_page("/", page_html(*paths))
+    for path in paths:
+        server.set_page(path, page_html())
+    events, crawler = run(server.url("/"), CrawlOptions(max_pages=2))
+    assert len(pages(events)) == 2
+    summary = crawler.summary
+    assert len(summary.seen) == FRONTIER_FACTOR * 2
+    assert summary.limits == (
+        f"more than {FRONTIER_FACTOR * 2} URLs found ({FRONTIER_FACTOR} × max_pages): "
+        "the rest were not queued",
+    )
+    assert not summary.complete
+
+
 # -- every way a URL can fail ---------------------------------------------------------
 
 
