@@ -26,7 +26,11 @@ _OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
     ("--delay", "delay", {"type": click.FloatRange(min=0), "metavar": "SECONDS",
      "help": "URL: wait between two requests to one host. Default 0."}),
     ("--timeout", "timeout", {"type": click.FloatRange(min=0, min_open=True),
-     "metavar": "SECONDS", "help": "URL: give up on a request after this long. Default 15."}),
+     "metavar": "SECONDS", "help": "URL: give up on a request (connecting to its last byte) "
+             "after this long. Default 15."}),
+    ("--max-time", "max_time", {"type": click.FloatRange(min=0, min_open=True),
+     "metavar": "SECONDS", "help": "URL: stop the whole crawl after this long (it then "
+             "removes no page as gone). Default 600."}),
     ("--concurrency", "concurrency", {"type": click.IntRange(min=1), "metavar": "N",
      "help": "URL: requests in flight at once. Default 4."}),
     ("--user-agent", "user_agent", {"metavar": "TEXT", "help": "URL: the User-Agent header."}),
@@ -40,6 +44,9 @@ _OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
      "help": "URL: remove what matches this CSS selector first (repeatable)."}),
     ("--max-page-size", "max_page_size", {"type": click.FloatRange(min=0, min_open=True),
      "metavar": "MB", "help": "URL: skip pages larger than this. Default 5."}),
+    ("--allow-private", "allow_private", {"is_flag": True,
+     "help": "URL: follow redirects, links and sitemap entries to private and loopback "
+             "addresses (default: only the start URL's own host may be one)."}),
     ("--ignore-robots", "ignore_robots", {"is_flag": True,
      "help": "URL: fetch pages robots.txt disallows (default: respect it)."}),
     ("--refresh", "refresh", {"type": click.FloatRange(min=0), "metavar": "HOURS",
@@ -74,6 +81,7 @@ def crawl_options_from(values: Mapping[str, Any]) -> tuple[CrawlOptions, dict[st
         ("max_pages", "max_pages"),
         ("delay", "delay"),
         ("timeout", "timeout"),
+        ("max_time", "max_time"),
         ("concurrency", "concurrency"),
         ("user_agent", "user_agent"),
         ("selector", "content_selector"),
@@ -86,6 +94,8 @@ def crawl_options_from(values: Mapping[str, Any]) -> tuple[CrawlOptions, dict[st
         fields["follow_redirects"] = False
     if values.get("ignore_robots"):
         fields["respect_robots"] = False
+    if values.get("allow_private"):
+        fields["allow_private"] = True
     if values.get("drop"):
         fields["drop_selectors"] = tuple(values["drop"])
     if values.get("max_page_size") is not None:

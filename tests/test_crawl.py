@@ -24,6 +24,7 @@ from knowledge_agent.crawl import (
     UrlPolicy,
     url_key,
 )
+from knowledge_agent.crawl.crawler import FRONTIER_FACTOR
 
 Event = CrawlPage | CrawlFailure
 
@@ -132,12 +133,16 @@ def test_sitemap_mode_fetches_listed_pages_in_scope_once_without_following_links
     listed_keys = {url_key(server.url(path)) for path in expected}
     assert crawler.summary.seen == listed_keys
 
-    # Capped by max_pages: incomplete, but every page listed in scope counts as seen.
+    # Capped by max_pages: incomplete; the listed pages in scope count as seen up to the
+    # frontier's bound (FRONTIER_FACTOR x max_pages), where reading the sitemap stopped.
     events, crawler = run(
         server.url("/sitemap.xml"), CrawlOptions(max_pages=3, exclude=("*/s6/*",))
     )
     assert len(pages(events)) == 3
-    assert not crawler.summary.complete and crawler.summary.seen == listed_keys
+    summary = crawler.summary
+    assert not summary.complete
+    assert summary.seen < listed_keys and len(summary.seen) == FRONTIER_FACTOR * 3
+    assert summary.limits == ("a sitemap lists more URLs than the crawl keeps: read in part",)
 
 
 def test_sitemap_index_with_gzip_and_nesting_up_to_three_levels(server: SiteServer) -> None:
@@ -253,6 +258,22 @@ def test_max_pages_caps_the_crawl_and_seen_keeps_the_pages_not_reached(server: S
     fetched = {page.key for page in pages(events).values()}
     assert fetched < summary.seen  # discovered in-scope pages count as seen
     assert summary.seen <= {url_key(page.url) for page in site.pages.values()}
+
+
+def test_the_frontier_holds_at_most_a_few_times_max_pages(server: SiteServer) -> None:
+    paths = [f"/p{n}.html" for n in range(50)]
+    server.set_page("/", page_html(*paths))
+    for path in paths:
+        server.set_page(path, page_html())
+    events, crawler = run(server.url("/"), CrawlOptions(max_pages=2))
+    assert len(pages(events)) == 2
+    summary = crawler.summary
+    assert len(summary.seen) == FRONTIER_FACTOR * 2
+    assert summary.limits == (
+        f"more than {FRONTIER_FACTOR * 2} URLs found ({FRONTIER_FACTOR} × max_pages): "
+        "the rest were not queued",
+    )
+    assert not summary.complete
 
 
 # -- every way a URL can fail ---------------------------------------------------------

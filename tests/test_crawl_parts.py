@@ -4,10 +4,14 @@ robots.txt rules, error reasons and content selection (no server needed)."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
+import posixpath
 import socket
 import subprocess
 import sys
+import zlib
+from urllib.parse import unquote, urlsplit
 
 import httpcore
 import httpx
@@ -24,6 +28,7 @@ from knowledge_agent.crawl import (
     select_content,
     url_key,
 )
+from knowledge_agent.crawl.decode import STEP, Decoder
 from knowledge_agent.crawl.fetch import (
     describe_error,
     parse_content_type,
@@ -33,7 +38,12 @@ from knowledge_agent.crawl.fetch import (
 from knowledge_agent.crawl.links import extract_links
 from knowledge_agent.crawl.policy import is_public_address
 from knowledge_agent.crawl.robots import MAX_CRAWL_DELAY, parse_robots
-from knowledge_agent.crawl.sitemap import gunzip, parse_sitemap
+from knowledge_agent.crawl.sitemap import (
+    MAX_LOC_CHARS,
+    MAX_SITEMAP_LOCS,
+    SitemapParser,
+    parse_sitemap,
+)
 from knowledge_agent.errors import ConfigError
 
 # -- the public surface --------------------------------------------------------------
@@ -278,7 +288,10 @@ def test_from_dict_names_an_unknown_key() -> None:
         ("delay", -0.1),
         ("max_redirects", -1),
         ("max_page_bytes", 0),
+        ("max_time", 0),
+        ("max_time", float("inf")),
         ("same_origin", "yes"),
+        ("allow_private", 1),
         ("include", [""]),
         ("exclude", [3]),
         ("headers", {"Bad:Name": "x"}),
@@ -362,6 +375,105 @@ def test_policy_refuses_hosts_that_do_not_resolve_and_urls_that_are_not_http() -
     assert rules.refusal("gopher://docs.example.com/") is not None
 
 
+def test_a_prefix_is_a_folder_not_a_string_start() -> None:
+    for prefix in ("https://docs.example.com/docs", "https://docs.example.com/docs/"):
+        rules = policy(prefix)
+        assert rules.refusal("https://docs.example.com/docs") is None
+        assert rules.refusal("https://docs.example.com/docs/") is None
+        assert rules.refusal("https://docs.example.com/docs/x/y.html?q=1") is None
+        for outside in (
+            "https://docs.example.com/docs-private/",
+            "https://docs.example.com/docsx",
+            "https://docs.example.com/",
+            "https://docs.example.com/docs/../secret",
+            "https://docs.example.com/docs/%2e%2e/secret",
+        ):
+            assert "not under an allowed URL prefix" in (rules.refusal(outside) or ""), outside
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/docs/..%2Fsecret",
+        "/docs/..%2fsecret",
+        "/docs/..%5Csecret",
+        "/docs/..%5csecret",
+        "/docs/..\\secret",
+        "/docs/..;/secret",
+        "/docs/%252e%252e/secret",
+        "/docs/..%252Fsecret",
+    ],
+)
+def test_an_encoded_separator_never_is_under_a_folder(path: str) -> None:
+    reason = policy("https://docs.example.com/docs/").refusal("https://docs.example.com" + path)
+    assert reason is not None and "never is under a folder" in reason
+
+
+def test_a_prefix_that_is_no_url_is_a_config_error() -> None:
+    for bad in ("", "docs.example.com/docs", "ftp://docs.example.com/", "https:"):
+        with pytest.raises(ConfigError, match="allowed URL prefix"):
+            UrlPolicy((bad,))
+
+
+_SEGMENTS = [
+    "docs", "docs-private", "a", "", ".", "..", "%2e%2e", "%2E.", ".%2e", "%2F", "%2f",
+    "%5C", "%5c", "\\", "..;", "..;x", ".;", "%252F", "%252e%252e", "docs%2Fx", "%00",
+]  # fmt: skip
+
+
+def _readings(path: str) -> list[str]:
+    """Every way a lenient server might read ``path``: decoded up to three times,
+    backslashes as slashes, ``;`` parameters dropped, dot segments resolved."""
+    readings = []
+    for _ in range(4):
+        plain = path.replace("\\", "/")
+        plain = "/".join(segment.split(";", 1)[0] for segment in plain.split("/"))
+        readings.append(posixpath.normpath(plain) if plain else "/")
+        path = unquote(path)
+    return readings
+
+
+@given(
+    st.lists(st.sampled_from(_SEGMENTS), max_size=6),
+    st.sampled_from(["https://h.example.com/docs", "https://h.example.com/docs/"]),
+)
+def test_no_url_outside_the_folder_is_ever_allowed(segments: list[str], prefix: str) -> None:
+    url = "https://h.example.com/" + "/".join(segments)
+    if policy(prefix).refusal(url) is None:
+        # What goes out is the normalised URL: judge every reading of that.
+        for reading in _readings(urlsplit(normalize_url(url)).path):
+            assert reading == "/docs" or reading.startswith("/docs/"), (url, reading)
+
+
+def test_robots_txt_of_a_prefix_origin_is_allowed_and_nothing_else_beside_it() -> None:
+    rules = policy("http://127.0.0.1:8000/allowed/")
+    assert rules.robots_refusal("http://127.0.0.1:8000/robots.txt") is None
+    assert rules.robots_refusal("http://127.0.0.1:8000/allowed/robots.txt") is None
+    for hop in (
+        "http://127.0.0.1:9000/robots.txt",  # another port: another origin
+        "http://127.0.0.1:8000/robots.txt?x=1",
+        "http://127.0.0.1:8000/secret",
+        "http://localhost:8000/robots.txt",
+        "http://169.254.169.254/latest/meta-data/",
+    ):
+        assert rules.robots_refusal(hop) is not None, hop
+    public = policy("https://")
+    assert public.robots_refusal("https://docs.example.com/robots.txt") is None
+    assert public.robots_refusal("https://internal.example.com/robots.txt") is not None
+
+
+def test_a_user_policy_allows_public_hosts_and_only_the_private_host_it_named() -> None:
+    rules = UrlPolicy.for_user("http://127.0.0.1:8000/docs/", resolver=fake_resolver)
+    assert rules.refusal("https://docs.example.com/x") is None
+    assert rules.refusal("http://127.0.0.1:9999/anything") is None  # the host named
+    for url in ("http://localhost:8000/", "http://169.254.169.254/", "http://10.0.0.5/"):
+        assert "private or reserved" in (rules.refusal(url) or ""), url
+    assert rules.checks_addresses and rules.names_host("127.0.0.1")
+    lenient = UrlPolicy.for_user("http://127.0.0.1:8000/", allow_private=True)
+    assert lenient.refusal("http://169.254.169.254/") is None
+    assert not lenient.checks_addresses
+
+
 @pytest.mark.parametrize(
     ("address", "public"),
     [("93.184.215.14", True), ("8.8.8.8", True), ("10.1.2.3", False), ("172.16.0.1", False),
@@ -431,11 +543,129 @@ def test_what_is_not_a_sitemap_is_a_value_error(body: bytes) -> None:
         parse_sitemap(body)
 
 
-def test_gunzip_stops_at_its_limit() -> None:
-    bomb = gzip.compress(b"\0" * 2_000_000)
-    assert len(bomb) < 10_000
-    with pytest.raises(ValueError, match="larger than"):
-        gunzip(bomb, limit=1_000_000)
+def test_a_gzipped_sitemap_is_unpacked_a_step_at_a_time_up_to_its_limit() -> None:
+    bomb = gzip.compress(b"<urlset>" + b" " * 20_000_000 + b"</urlset>")
+    assert len(bomb) < 50_000
+    parser = SitemapParser(max_bytes=1_000_000)
+    assert parser.feed(bomb)  # the rest need not be read
+    with pytest.raises(ValueError, match="larger than 1,000,000 bytes"):
+        parser.close()
+    assert parser.bytes_parsed <= 1_000_000 + STEP
+
+
+def urlset(count: int, start: int = 0) -> bytes:
+    entries = "".join(f"<url><loc>https://h/{n}</loc></url>" for n in range(start, count))
+    return f"<urlset>{entries}</urlset>".encode()
+
+
+def test_the_parser_keeps_what_keep_returns_up_to_its_limit_then_stops() -> None:
+    def keep(kind: str, loc: str) -> str | None:
+        assert kind == "urlset"
+        return None if loc.endswith(("1", "3")) else loc.upper()
+
+    parser = SitemapParser(keep=keep, max_urls=3)
+    assert parser.feed(urlset(100))
+    parsed = parser.close()
+    assert parsed.locs == ("HTTPS://H/0", "HTTPS://H/2", "HTTPS://H/4")
+    assert parsed.truncated
+    exact = SitemapParser(max_urls=3)
+    assert not exact.feed(urlset(3))
+    assert exact.close() == parse_sitemap(urlset(3))
+    assert not exact.close().truncated
+
+
+def test_the_parser_stops_after_the_protocols_limit_of_locs() -> None:
+    parser = SitemapParser(keep=lambda _kind, _loc: None)
+    assert parser.feed(urlset(MAX_SITEMAP_LOCS + 10))
+    assert parser.close().truncated and parser.close().locs == ()
+
+
+def test_an_overlong_loc_is_dropped_and_a_byte_at_a_time_feed_works() -> None:
+    body = (
+        b"<urlset><url><loc>https://h/" + b"x" * MAX_LOC_CHARS + b"</loc></url>"
+        b"<url><loc>https://h/ok</loc></url></urlset>"
+    )
+    for data in (body, gzip.compress(body)):
+        parser = SitemapParser()
+        for index in range(len(data)):
+            parser.feed(data[index : index + 1])
+        assert parser.close().locs == ("https://h/ok",)
+
+
+_LAUGHS = (
+    '<?xml version="1.0" encoding="{}"?><!DOCTYPE urlset [<!ENTITY a "aaaaaaaaaa">'
+    '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]><urlset><url><loc>&b;</loc></url></urlset>'
+)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "bom", "codec"),
+    [
+        ("UTF-8", b"", "utf-8"),
+        ("UTF-16", b"\xff\xfe", "utf-16-le"),
+        ("UTF-16", b"\xfe\xff", "utf-16-be"),
+        ("ISO-8859-1", b"", "latin-1"),
+    ],
+)
+def test_entity_declarations_are_refused_in_every_encoding(
+    encoding: str, bom: bytes, codec: str
+) -> None:
+    body = bom + _LAUGHS.format(encoding).encode(codec)
+    with pytest.raises(ValueError, match="declares XML entities"):
+        parse_sitemap(body)
+    with pytest.raises(ValueError, match="declares XML entities"):
+        parse_sitemap(gzip.compress(body))
+    external = '<!DOCTYPE urlset [<!ENTITY x SYSTEM "file:///etc/passwd">]><urlset/>'
+    with pytest.raises(ValueError, match="declares XML entities"):
+        parse_sitemap(bom + external.encode(codec))
+
+
+# -- decoding -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("coding", "encode"),
+    [
+        ("gzip", gzip.compress),
+        ("x-gzip", lambda data: gzip.compress(data[:500]) + gzip.compress(data[500:])),
+        ("deflate", zlib.compress),
+        ("deflate", lambda data: zlib.compress(data)[2:-4]),
+        ("", lambda data: data),
+        ("Identity", lambda data: data),
+    ],
+)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=8))
+def test_the_decoder_gives_the_body_back_however_it_is_split(
+    coding: str, encode: object, cuts: list[int]
+) -> None:
+    body = b"".join(b"line %d of the body\n" % n for n in range(200))
+    data = encode(body)  # type: ignore[operator]
+    inner = {cut for cut in cuts if 0 < cut < len(data)}
+    for splits in (inner, inner | {1}):  # a first chunk too short to tell zlib from raw
+        decoder = Decoder(coding, step=100)
+        bounds = sorted({0, len(data), *splits})
+        pieces = [
+            piece
+            for start, end in itertools.pairwise(bounds)
+            for piece in decoder.decode(data[start:end])
+        ]
+        assert b"".join(pieces) == body
+        assert all(len(piece) <= 100 for piece in pieces)
+
+
+def test_the_decoder_gives_a_bomb_one_step_at_a_time() -> None:
+    bomb = gzip.compress(b" " * 5_000_000)
+    pieces = Decoder("gzip").decode(bomb)
+    taken = [next(pieces) for _ in range(3)]
+    assert [len(piece) for piece in taken] == [STEP] * 3
+
+
+def test_the_decoder_refuses_other_codings_and_corrupt_data() -> None:
+    for coding in ("br", "zstd", "gzip, gzip", "compress"):
+        with pytest.raises(ValueError, match="unsupported Content-Encoding"):
+            Decoder(coding)
+    with pytest.raises(ValueError, match="bad gzip data"):
+        list(Decoder("gzip").decode(b"\x1f\x8b not really gzip"))
 
 
 # -- robots.txt -----------------------------------------------------------------------

@@ -12,6 +12,14 @@ themselves. Depth is exact breadth-first depth: a page of depth ``d + 1`` is not
 requested while one of depth ``d`` is in flight, so every page is first reached by its
 shortest path whatever order the responses come back in. Stopping never waits for a
 worker: they are daemon threads, and one blocked in a read is abandoned and discarded.
+
+Bounds, so a hostile site costs little: each request has a total deadline (the consumer
+fails a task whose current hop started more than ``timeout`` ago, even while its worker
+is still blocked in a read, and drops the late result); the crawl stops after
+``max_time``; the frontier holds at most :data:`FRONTIER_FACTOR` × ``max_pages`` URLs;
+at most :data:`~knowledge_agent.crawl.sitemap.MAX_SITEMAPS` sitemaps are fetched, each
+parsed as it streams in and only until the crawl has enough URLs. A bound that cuts the
+crawl short makes it incomplete and is named in :attr:`CrawlSummary.limits`.
 """
 
 from __future__ import annotations
@@ -34,9 +42,12 @@ from knowledge_agent.crawl.fetch import (
     SITEMAP_TYPES,
     Fetcher,
     Response,
+    SinkFor,
     Stopped,
     Throttle,
+    format_seconds,
     require_httpx,
+    timed_out,
 )
 from knowledge_agent.crawl.links import extract_links
 from knowledge_agent.crawl.options import CrawlOptions
@@ -52,8 +63,10 @@ from knowledge_agent.crawl.robots import (
 from knowledge_agent.crawl.sitemap import (
     MAX_SITEMAP_BYTES,
     MAX_SITEMAP_NESTING,
+    MAX_SITEMAPS,
+    NotASitemap,
     Sitemap,
-    parse_sitemap,
+    SitemapParser,
 )
 from knowledge_agent.crawl.urls import (
     key_of_normalized,
@@ -68,13 +81,23 @@ from knowledge_agent.processors.encoding import decode_bytes
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Crawler"]
+__all__ = ["FRONTIER_FACTOR", "Crawler"]
 
 logger = logging.getLogger(__name__)
 
 _POLL = 0.1  # how often a waiting thread looks at the stop flag, in seconds
+# The watchdog is the backstop: a worker's own deadline (httpx's timeouts, the read loop)
+# gets this long to report first, so a robots.txt that timed out inside a page's task
+# does not also fail the page.
+_GRACE = 0.25
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _SITEMAP_SUFFIXES = (".xml", ".xml.gz")
+
+FRONTIER_FACTOR = 4
+"""The crawl queues at most this many times ``max_pages`` URLs. Listed and linked URLs
+may turn out skipped (robots.txt, type, size), gone, failing or duplicates through
+redirects: four times leaves room for three in four to yield nothing, while a sitemap of
+a million URLs costs a few thousand strings, not a million."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +107,33 @@ class _Task:
     depth: int
     kind: str  # "start" (a page or a sitemap, by its answer), "page" or "sitemap"
     level: int = 0  # how deep in sitemap indexes a sitemap is
+    budget: int = 0  # page URLs the crawl can still queue, should this be a urlset
+    slots: int = 0  # sitemaps the crawl can still fetch, should this be a sitemap index
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """Which URLs belong to the crawl: origins and globs. Immutable, so worker threads
+    can read the current one while the consumer replaces it."""
+
+    origins: frozenset[str]
+    same_origin: bool
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+
+    def with_origin(self, origin: str) -> _Scope:
+        return replace(self, origins=self.origins | {origin})
+
+    def same(self, url: str) -> bool:
+        return not self.same_origin or origin_of(url) in self.origins
+
+    def contains(self, url: str) -> bool:
+        """Whether a link or listed URL belongs to this crawl (origin and globs)."""
+        if not self.same(url):
+            return False
+        if self.include and not matches_any(url, self.include):
+            return False
+        return not matches_any(url, self.exclude)
 
 
 @dataclass(frozen=True)
@@ -100,9 +150,12 @@ class Crawler:
 
     ``known`` maps the ``url_key`` of pages from the last crawl to what was remembered of
     them (conditional requests, unchanged detection, links of a 304); ``policy`` restricts
-    every request, redirects and robots.txt included; ``transport`` replaces the network
-    (tests). Use it as a context manager: leaving it stops the crawl and closes the client
-    at once, even with requests in flight. A crawler runs once.
+    every request and every hop: pages, redirects, robots.txt, sitemaps. Without one, the
+    crawl is the user's own and gets :meth:`UrlPolicy.for_user` (any http(s) URL; a
+    private address only on the start URL's host, unless ``options.allow_private``).
+    ``transport`` replaces the network (tests). Use it as a context manager: leaving it
+    stops the crawl and closes the client at once, even with requests in flight. A
+    crawler runs once.
     """
 
     def __init__(
@@ -121,10 +174,19 @@ class Crawler:
         except ValueError as exc:
             raise ConfigError(f"cannot crawl {start_url!r}: {exc}") from exc
         self._known = _rekey(known or {})
+        if policy is None:
+            policy = UrlPolicy.for_user(self._start, allow_private=self._options.allow_private)
         self._policy = policy
         self._transport = transport
         self._stop = threading.Event()
-        self._origins = {origin_of(self._start)}
+        options = self._options
+        self._scope = _Scope(
+            frozenset({origin_of(self._start)}),
+            options.same_origin,
+            options.include,
+            options.exclude,
+        )
+        self._frontier = FRONTIER_FACTOR * options.max_pages
         path = self._start.split("?", 1)[0].lower()
         if path.endswith(_SITEMAP_SUFFIXES):
             self._mode = "sitemap"
@@ -140,6 +202,8 @@ class Crawler:
         self._depths: collections.Counter[int] = collections.Counter()
         self._counts = collections.Counter[str]()
         self._scope_failed = False  # the start URL or a sitemap could not be read
+        self._limits: list[str] = []  # bounds that cut the crawl short, in words
+        self._sitemaps_sent = 0
         self._exhausted = False  # the frontier ran dry (not stopped)
         self._started = False
         self._ended = False
@@ -148,6 +212,8 @@ class Crawler:
         # Shared with the workers.
         self._tasks: queue.Queue[tuple[int, _Task]] = queue.Queue()
         self._results: queue.Queue[tuple[int, _Outcome]] = queue.Queue()
+        self._hops: dict[int, float] = {}  # task id -> when its current hop started
+        self._local = threading.local()  # the task id a worker thread is on
         self._client: httpx.Client | None = None
         self._fetcher: Fetcher | None = None
         self._robots: RobotsCache | None = None
@@ -188,8 +254,13 @@ class Crawler:
         seen = keys.union(task.key for task in pending)
         seen.update(task.key for task in in_flight if task.kind != "sitemap")
         leftover = any(task.key not in keys for task in pending)
+        limits = tuple(self._limits)
         complete = (
-            self._exhausted and not leftover and not self._sitemaps and not self._scope_failed
+            self._exhausted
+            and not leftover
+            and not self._sitemaps
+            and not self._scope_failed
+            and not limits
         )
         seconds = self._seconds if self._ended else _elapsed(self._started_at)
         return CrawlSummary(
@@ -202,6 +273,7 @@ class Crawler:
             bytes=self._fetcher.bytes_read if self._fetcher is not None else 0,
             seconds=seconds,
             mode=self._mode,
+            limits=limits,
         )
 
     # -- the loop (consumer thread) ----------------------------------------------
@@ -215,11 +287,17 @@ class Crawler:
             self._open()
             kind = "sitemap" if self._mode == "sitemap" else "start"
             self._queue(_Task(self._start, url_key(self._start), 0, kind))
-            while not self._stop.is_set():
+            while not self._stop.is_set() and not self._out_of_time():
                 self._dispatch()
                 if not self._in_flight:
                     self._exhausted = True
                     break
+                overdue = self._overdue()
+                for task in overdue:
+                    failure = CrawlFailure(task.url, timed_out(self._options.timeout), False)
+                    yield from self._handle(task, failure)
+                if overdue:
+                    continue
                 try:
                     task_id, outcome = self._results.get(timeout=_POLL)
                 except queue.Empty:
@@ -252,6 +330,7 @@ class Crawler:
             max_redirects=options.max_redirects,
             throttle=Throttle(options.delay),
             stop=self._stop,
+            on_hop=self._note_hop,
         )
         self._robots = RobotsCache(self._load_robots)
         for number in range(options.concurrency):
@@ -273,10 +352,49 @@ class Crawler:
             except Exception:
                 logger.debug("closing the crawl's HTTP client failed", exc_info=True)
 
+    def _out_of_time(self) -> bool:
+        """Whether ``max_time`` has passed (noted in the summary when it has)."""
+        max_time = self._options.max_time
+        if _elapsed(self._started_at) < max_time:
+            return False
+        logger.warning("crawl of %s stopped after %s s (max_time)", self._start, max_time)
+        self._note(f"crawl stopped after {format_seconds(max_time)} s (max_time)")
+        return True
+
+    def _overdue(self) -> list[_Task]:
+        """Tasks whose current hop started more than ``timeout`` ago, taken out of the
+        crawl: their worker may still be blocked in a read; its late result is dropped."""
+        limit = time.monotonic() - self._options.timeout - _GRACE
+        late = [tid for tid, started in self._hops.copy().items() if started < limit]
+        tasks = [self._finish(task_id) for task_id in late]
+        return [task for task in tasks if task is not None]
+
+    def _note_hop(self, started: float | None) -> None:
+        """Called by the fetcher in a worker thread as each hop starts and ends."""
+        task_id = getattr(self._local, "task_id", None)
+        if task_id is None:
+            return
+        if started is None:
+            self._hops.pop(task_id, None)
+        else:
+            self._hops[task_id] = started
+
+    def _frontier_full(self) -> str:
+        return (
+            f"more than {self._frontier} URLs found ({FRONTIER_FACTOR} × max_pages): "
+            "the rest were not queued"
+        )
+
+    def _note(self, limit: str) -> None:
+        if limit not in self._limits:
+            self._limits.append(limit)
+
     def _queue(self, task: _Task) -> None:
         if task.kind == "sitemap":
             self._sitemap_keys.add(task.key)
             self._sitemaps.append(task)
+        elif len(self._scheduled) >= self._frontier:
+            self._note(self._frontier_full())
         else:
             self._scheduled.add(task.key)
             self._pages.append(task)
@@ -286,6 +404,15 @@ class Crawler:
         while fewer than ``concurrency`` are out and ``max_pages`` allows."""
         limit = self._options.concurrency
         while len(self._in_flight) < limit and self._sitemaps:
+            if self._sitemaps_sent >= MAX_SITEMAPS:
+                self._note(f"more than {MAX_SITEMAPS} sitemaps: the rest were not read")
+                self._sitemaps.clear()
+                break
+            if len(self._scheduled) >= self._frontier:
+                self._note(self._frontier_full())
+                self._sitemaps.clear()  # what they list could not be queued
+                break
+            self._sitemaps_sent += 1
             self._send(self._sitemaps.popleft())
         while len(self._in_flight) < limit and self._pages:
             task = self._pages[0]
@@ -299,6 +426,10 @@ class Crawler:
             self._send(self._pages.popleft())
 
     def _send(self, task: _Task) -> None:
+        # What a sitemap may add, fixed now: the worker parsing it cannot ask the consumer.
+        budget = max(0, self._frontier - len(self._scheduled))
+        slots = max(0, MAX_SITEMAPS - self._sitemaps_sent - len(self._sitemaps))
+        task = replace(task, budget=budget, slots=slots)
         self._next_id += 1
         self._in_flight[self._next_id] = task
         if task.kind != "sitemap":
@@ -306,6 +437,7 @@ class Crawler:
         self._tasks.put((self._next_id, task))
 
     def _finish(self, task_id: int) -> _Task | None:
+        self._hops.pop(task_id, None)
         task = self._in_flight.pop(task_id, None)
         if task is not None and task.kind != "sitemap":
             self._depths[task.depth] -= 1
@@ -332,7 +464,7 @@ class Crawler:
                 return  # two URLs redirected to one page; it was yielded already
             if task.kind == "start" and outcome.url != task.url:
                 # http://site redirecting to https://site: the site is where it landed.
-                self._origins.add(origin_of(outcome.url))
+                self._scope = self._scope.with_origin(origin_of(outcome.url))
             self._event_keys.add(outcome.key)
             self._scheduled.add(outcome.key)
             self._counts["pages"] += 1
@@ -354,24 +486,26 @@ class Crawler:
             except ValueError:
                 continue
             key = key_of_normalized(url)
-            if key not in self._scheduled and self._in_scope(url):
+            if key not in self._scheduled and self._scope.contains(url):
                 self._queue(_Task(url, key, depth + 1, "page"))
 
     def _list(self, task: _Task, found: _SitemapFound) -> Iterator[CrawlFailure]:
-        """Queue what a sitemap lists: pages, or (for an index) more sitemaps."""
-        if task.kind == "start":
-            self._origins.add(origin_of(found.url))
-        for loc in found.sitemap.locs:
-            try:
-                url = normalize_url(loc, found.url)
-            except ValueError:
-                logger.debug("sitemap %s lists a URL we cannot fetch: %r", found.url, loc)
-                continue
-            key = url_key(url)
-            if found.sitemap.kind == "urlset":
-                if key not in self._scheduled and self._in_scope(url):
+        """Queue what a sitemap lists (normalised and in scope already, see
+        :meth:`_sitemap_parser`): pages, or (for an index) more sitemaps."""
+        sitemap = found.sitemap
+        if _is_start(task):
+            self._scope = self._scope.with_origin(origin_of(found.url))
+        if sitemap.truncated:
+            if sitemap.kind == "urlset":
+                self._note("a sitemap lists more URLs than the crawl keeps: read in part")
+            else:
+                self._note(f"more than {MAX_SITEMAPS} sitemaps: the rest were not read")
+        for url in sitemap.locs:
+            key = key_of_normalized(url)
+            if sitemap.kind == "urlset":
+                if key not in self._scheduled:
                     self._queue(_Task(url, key, 0, "page"))
-            elif key not in self._sitemap_keys and self._same_origin(url):
+            elif key not in self._sitemap_keys:
                 if task.level + 1 > MAX_SITEMAP_NESTING:
                     reason = f"sitemap nested deeper than {MAX_SITEMAP_NESTING} levels"
                     failure = CrawlFailure(url=url, reason=reason, skipped=True)
@@ -382,18 +516,6 @@ class Crawler:
                 else:
                     self._queue(_Task(url, key, 0, "sitemap", task.level + 1))
 
-    def _in_scope(self, url: str) -> bool:
-        """Whether a link or listed URL belongs to this crawl (origin and globs)."""
-        options = self._options
-        if not self._same_origin(url):
-            return False
-        if options.include and not matches_any(url, options.include):
-            return False
-        return not matches_any(url, options.exclude)
-
-    def _same_origin(self, url: str) -> bool:
-        return not self._options.same_origin or origin_of(url) in self._origins
-
     # -- the workers -------------------------------------------------------------
 
     def _work_loop(self) -> None:
@@ -402,6 +524,7 @@ class Crawler:
                 task_id, task = self._tasks.get(timeout=_POLL)
             except queue.Empty:
                 continue
+            self._local.task_id = task_id
             try:
                 outcome = self._work(task)
             except Stopped:
@@ -413,6 +536,8 @@ class Crawler:
                 outcome = CrawlFailure(
                     url=task.url, reason=f"internal error: {exc!r}", skipped=False
                 )
+            finally:
+                self._local.task_id = None
             if self._stop.is_set():
                 return
             self._results.put((task_id, outcome))
@@ -422,33 +547,85 @@ class Crawler:
         assert fetcher is not None
         if task.kind == "sitemap":
             return self._fetch_sitemap(fetcher, task)
-        accept = PAGE_TYPES | SITEMAP_TYPES if task.kind == "start" else PAGE_TYPES
+        start = task.kind == "start"
+        parsers: list[tuple[str, SitemapParser]] = []
         answer = fetcher.get(
             task.url,
             check=lambda url, hop: self._check_page(task, url, hop),
-            accept=accept,
+            accept=PAGE_TYPES | SITEMAP_TYPES if start else PAGE_TYPES,
             max_bytes=self._options.max_page_bytes,
             known=self._known.get,
+            sink_for=self._sitemap_sink(task, parsers) if start else None,
         )
         if isinstance(answer, CrawlFailure):
             return answer
-        if answer.content_type in SITEMAP_TYPES:
-            return _as_sitemap(answer)
+        if answer.content_type in SITEMAP_TYPES and answer.status != 304:
+            if not parsers:  # the type came from the body's first bytes: it is read already
+                parser = self._sitemap_parser(task, answer.url)
+                parser.feed(answer.body)
+                parsers.append((answer.url, parser))
+            return self._sitemap_found(task, answer, parsers[-1])
         return self._page(task, answer)
 
     def _fetch_sitemap(self, fetcher: Fetcher, task: _Task) -> _Outcome:
+        parsers: list[tuple[str, SitemapParser]] = []
         answer = fetcher.get(
             task.url,
             check=lambda url, _hop: self._policy_skip(url),
             accept=None,
-            max_bytes=max(self._options.max_page_bytes, MAX_SITEMAP_BYTES),
+            max_bytes=MAX_SITEMAP_BYTES,
+            sink_for=self._sitemap_sink(task, parsers),
         )
         if isinstance(answer, CrawlFailure):
             return answer
+        return self._sitemap_found(task, answer, parsers[-1])  # a 2xx: its body was parsed
+
+    def _sitemap_sink(self, task: _Task, parsers: list[tuple[str, SitemapParser]]) -> SinkFor:
+        """A sink that parses a sitemap as it streams in (for a start URL: only when its
+        type says XML); the parser is left in ``parsers`` with the URL it came from."""
+
+        def sink_for(url: str, media: str) -> SitemapParser | None:
+            if task.kind == "start" and media not in SITEMAP_TYPES:
+                return None
+            parser = self._sitemap_parser(task, url)
+            parsers.append((url, parser))
+            return parser
+
+        return sink_for
+
+    def _sitemap_parser(self, task: _Task, base: str) -> SitemapParser:
+        """A parser keeping the in-scope locs of the sitemap at ``base``, normalised, up
+        to the task's budget (pages) or slots (sitemaps)."""
+        scope = self._scope
+        if _is_start(task):
+            scope = scope.with_origin(origin_of(base))  # as _list will do
+
+        def keep(kind: str, loc: str) -> str | None:
+            try:
+                url = normalize_url(loc, base)
+            except ValueError:
+                logger.debug("sitemap %s lists a URL we cannot fetch: %r", base, loc)
+                return None
+            wanted = scope.contains(url) if kind == "urlset" else scope.same(url)
+            return url if wanted else None
+
+        return SitemapParser(
+            keep=keep, max_urls=task.budget, max_sitemaps=task.slots, max_bytes=MAX_SITEMAP_BYTES
+        )
+
+    def _sitemap_found(
+        self, task: _Task, answer: Response, parsed: tuple[str, SitemapParser]
+    ) -> _Outcome:
+        url, parser = parsed
         try:
-            return _SitemapFound(answer.url, parse_sitemap(answer.body))
+            return _SitemapFound(url, parser.close())
+        except NotASitemap as exc:
+            if task.kind == "start":  # an XML answer that is something else: not indexed
+                reason = f"unsupported content type {answer.content_type}"
+                return CrawlFailure(url, reason, skipped=True, status=answer.status)
+            return CrawlFailure(task.url, f"not a sitemap: {exc}", False, answer.status)
         except ValueError as exc:
-            return CrawlFailure(url=task.url, reason=f"not a sitemap: {exc}", skipped=False)
+            return CrawlFailure(task.url, f"not a sitemap: {exc}", False, answer.status)
 
     def _page(self, task: _Task, answer: Response) -> CrawlPage:
         known = answer.known
@@ -484,7 +661,7 @@ class Crawler:
         refused = self._policy_skip(url)
         if refused is not None:
             return refused
-        if hop and task.kind != "start" and not self._in_scope(url):
+        if hop and task.kind != "start" and not self._scope.contains(url):
             return _skip(url, "outside the crawl's scope")
         if self._options.respect_robots and self._robots is not None:
             rules = self._robots.rules(origin_of(url))
@@ -493,8 +670,6 @@ class Crawler:
         return None
 
     def _policy_skip(self, url: str) -> CrawlFailure | None:
-        if self._policy is None:
-            return None
         reason = self._policy.refusal(url)
         return None if reason is None else _skip(url, POLICY_REFUSAL + reason)
 
@@ -527,23 +702,13 @@ class Crawler:
         return rules
 
     def _robots_skip(self, url: str) -> CrawlFailure | None:
-        # robots.txt is no page to index: the host must be allowed, not the prefix.
-        if self._policy is None:
-            return None
-        host = urlsplit(url).hostname or ""
-        if self._policy.names_host(host):
-            return None
-        reason = self._policy.address_refusal(host)
+        reason = self._policy.robots_refusal(url)
         return None if reason is None else _skip(url, POLICY_REFUSAL + reason)
 
 
-def _as_sitemap(answer: Response) -> _Outcome:
-    """An XML answer to the start URL: a sitemap, or a type we do not index."""
-    try:
-        return _SitemapFound(answer.url, parse_sitemap(answer.body))
-    except ValueError:
-        reason = f"unsupported content type {answer.content_type}"
-        return CrawlFailure(url=answer.url, reason=reason, skipped=True, status=answer.status)
+def _is_start(task: _Task) -> bool:
+    """The start URL's task (a sitemap start is the only sitemap of level 0)."""
+    return task.kind == "start" or (task.kind == "sitemap" and task.level == 0)
 
 
 def _skip(url: str, reason: str) -> CrawlFailure:

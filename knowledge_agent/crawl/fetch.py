@@ -2,8 +2,10 @@
 
 :class:`Fetcher` follows redirects itself, so that the URL policy, robots.txt, the
 crawl's scope and the loop check see every hop; it streams bodies so an unwanted type or
-an oversized page costs no download; and it maps every transport error to a reason a
-person can read. Nothing here raises for a per-URL problem except :class:`Stopped`.
+an oversized page costs no download; it decodes gzip and deflate itself, a step at a
+time, so the size cap holds on decoded bytes; each hop has a total deadline, from
+connecting to the last body byte; and it maps every transport error to a reason a person
+can read. Nothing here raises for a per-URL problem except :class:`Stopped`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
+from knowledge_agent.crawl.decode import Decoder
 from knowledge_agent.crawl.results import CrawlFailure, KnownPage
 from knowledge_agent.crawl.urls import normalize_url, url_key
 from knowledge_agent.errors import ConfigError
@@ -31,6 +34,7 @@ __all__ = [
     "PAGE_TYPES",
     "POLICY_REFUSAL",
     "SITEMAP_TYPES",
+    "BodySink",
     "Fetcher",
     "Response",
     "Stopped",
@@ -41,6 +45,7 @@ __all__ = [
     "require_httpx",
     "sniff_bytes",
     "sniff_suffix",
+    "timed_out",
 ]
 
 logger = logging.getLogger(__name__)
@@ -175,12 +180,17 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:.1f}" if round(seconds, 1) == seconds else f"{seconds:g}"
 
 
+def timed_out(timeout: float) -> str:
+    """The reason of a request that passed its deadline: ``timed out after 15.0 s``."""
+    return f"timed out after {format_seconds(timeout)} s"
+
+
 def describe_error(exc: BaseException, timeout: float) -> str:
     """A short reason for a failed request, from the exception and its causes."""
     import httpx
 
     if isinstance(exc, httpx.TimeoutException):
-        return f"timed out after {format_seconds(timeout)} s"
+        return timed_out(timeout)
     if _refused(exc):
         return str(exc)
     for cause in _causes(exc):
@@ -258,8 +268,37 @@ Check = Callable[[str, int], CrawlFailure | None]
 """Decides whether a hop may be requested: ``(url, hop number) -> None or a skip``."""
 
 
+class BodySink(Protocol):
+    """Takes a body as it arrives instead of the :class:`Response` holding it."""
+
+    max_bytes: int
+    """Decoded bytes it takes at most; past that the answer is too large."""
+
+    def feed(self, data: bytes) -> bool:
+        """Take the next decoded bytes; True when the rest need not be read."""
+        ...
+
+
+SinkFor = Callable[[str, str], BodySink | None]
+"""``(final URL, media type) -> a sink for the body, or None to keep it in the Response``."""
+
+
+class _Abort(Exception):
+    """Reading a body ended early: the failure to report instead."""
+
+    def __init__(self, failure: CrawlFailure) -> None:
+        super().__init__(failure.reason)
+        self.failure = failure
+
+
 class Fetcher:
-    """GET requests on a shared ``httpx.Client`` (thread-safe; one per crawl)."""
+    """GET requests on a shared ``httpx.Client`` (thread-safe; one per crawl).
+
+    ``timeout`` is a total deadline per hop, from sending the request to the last body
+    byte (waiting for the throttle is not part of it). ``on_hop`` is told when each hop
+    starts (its ``time.monotonic()``) and ends (``None``), so a watchdog can give up on
+    a thread blocked in one read.
+    """
 
     def __init__(
         self,
@@ -270,6 +309,7 @@ class Fetcher:
         max_redirects: int,
         throttle: Throttle,
         stop: threading.Event,
+        on_hop: Callable[[float | None], None] | None = None,
     ) -> None:
         self._client = client
         self._timeout = timeout
@@ -277,13 +317,20 @@ class Fetcher:
         self._max_redirects = max_redirects
         self._throttle = throttle
         self._stop = stop
+        self._on_hop = on_hop or (lambda _started: None)
         self._bytes = 0
+        self._decoded = 0
         self._bytes_lock = threading.Lock()
 
     @property
     def bytes_read(self) -> int:
-        """Body bytes downloaded so far, by every thread."""
+        """Body bytes downloaded so far (as sent, before decoding), by every thread."""
         return self._bytes
+
+    @property
+    def bytes_decoded(self) -> int:
+        """Body bytes after undoing the Content-Encoding, by every thread."""
+        return self._decoded
 
     @property
     def throttle(self) -> Throttle:
@@ -298,13 +345,15 @@ class Fetcher:
         max_bytes: int,
         known: Callable[[str], KnownPage | None] = lambda _key: None,
         truncate: bool = False,
+        sink_for: SinkFor | None = None,
     ) -> Response | CrawlFailure:
         """GET ``url`` (normalised), following redirects; a :class:`Response` or a failure.
 
         ``check`` runs before each hop; ``accept`` is the set of media types wanted
         (``None``: any); ``known`` gives the known page of a URL key, for conditional
         headers; ``truncate`` keeps the first ``max_bytes`` of a longer body instead of
-        skipping it.
+        skipping it; ``sink_for`` may take a 2xx body as it streams in (the Response's
+        ``body`` is then empty).
         """
         current = url
         visited = [url]
@@ -314,12 +363,13 @@ class Fetcher:
                 return _at_hop(refused, url, current)
             page = known(url_key(current))
             self._throttle.wait(urlsplit(current).netloc, self._stop)
+            started = time.monotonic()
+            self._on_hop(started)
             try:
                 with self._client.stream("GET", current, headers=_conditional(page)) as reply:
                     if reply.status_code not in _REDIRECTS:
-                        answer = self._answer(
-                            reply, url, current, accept, max_bytes, page, truncate
-                        )
+                        body = _Body(max_bytes, truncate, started + self._timeout, sink_for)
+                        answer = self._answer(reply, url, current, accept, page, body)
                         return _at_hop(answer, url, current)
                     target = self._redirect_target(reply, current, visited)
             except Stopped:
@@ -330,6 +380,8 @@ class Fetcher:
                 logger.debug("GET %s failed", current, exc_info=True)
                 reason = describe_error(exc, self._timeout)
                 return _at_hop(_failure(url, reason, skipped=_refused(exc)), url, current)
+            finally:
+                self._on_hop(None)
             if isinstance(target, CrawlFailure):
                 return replace(target, url=url)
             visited.append(target)
@@ -361,9 +413,8 @@ class Fetcher:
         requested: str,
         url: str,
         accept: Collection[str] | None,
-        max_bytes: int,
         known: KnownPage | None,
-        truncate: bool,
+        body: _Body,
     ) -> Response | CrawlFailure:
         status = reply.status_code
         media, charset = parse_content_type(reply.headers.get("content-type"))
@@ -389,14 +440,17 @@ class Fetcher:
         media = _refine(media, url)
         if media and accept is not None and media not in accept:
             return _failure(url, f"unsupported content type {media}", status=status, skipped=True)
+        sink = body.sink_for(url, media) if body.sink_for is not None else None
+        limit = sink.max_bytes if sink is not None else body.max_bytes
         length = _content_length(reply)
-        if length is not None and length > max_bytes and not truncate:
-            return _too_large(url, max_bytes, status)
-        body = self._read(reply, max_bytes, truncate)
-        if body is None:
-            return _too_large(url, max_bytes, status)
+        if length is not None and length > limit and not body.truncate:
+            return _too_large(url, limit, status)
+        try:
+            data = self._read(reply, url, limit, body, sink)
+        except _Abort as abort:
+            return replace(abort.failure, status=status)
         if not media:
-            media = sniff_bytes(body[:_SNIFF_BYTES])
+            media = sniff_bytes(data[:_SNIFF_BYTES])
             if accept is not None and media not in accept:
                 reason = f"unsupported content type {media}"
                 return _failure(url, reason, status=status, skipped=True)
@@ -406,30 +460,68 @@ class Fetcher:
             status=status,
             content_type=media,
             charset=charset,
-            body=body,
+            body=data,
             etag=etag,
             last_modified=modified,
             known=known,
         )
 
-    def _read(self, reply: httpx.Response, max_bytes: int, truncate: bool) -> bytes | None:
-        """The body, or None as soon as it passes ``max_bytes`` (unless ``truncate``)."""
+    def _read(
+        self, reply: httpx.Response, url: str, limit: int, body: _Body, sink: BodySink | None
+    ) -> bytes:
+        """The decoded body (empty when ``sink`` took it), up to ``limit`` bytes.
+
+        Raises :class:`_Abort` past ``limit`` (unless ``body.truncate``: the first
+        ``limit`` bytes are kept), past the deadline, or for an undecodable body.
+        """
+        if reply.is_stream_consumed:
+            # A transport that handed over a body it had read and decoded already (an
+            # httpx.MockTransport): there is nothing left to stream or to decode.
+            decoder, stream = Decoder(), iter([reply.content])
+        else:
+            try:
+                decoder = Decoder(reply.headers.get("content-encoding", ""))
+            except ValueError as exc:
+                raise _Abort(_failure(url, f"invalid response: {exc}")) from None
+            stream = reply.iter_raw()
         chunks: list[bytes] = []
-        total = 0
+        raw = decoded = 0
         try:
-            for chunk in reply.iter_bytes():
+            for chunk in stream:
                 if self._stop.is_set():
                     raise Stopped
-                total += len(chunk)
-                chunks.append(chunk)
-                if total > max_bytes:
-                    if truncate:
-                        break
-                    return None
+                if time.monotonic() > body.deadline:
+                    raise _Abort(_failure(url, timed_out(self._timeout)))
+                raw += len(chunk)
+                try:
+                    for piece in decoder.decode(chunk):
+                        decoded += len(piece)
+                        if decoded > limit:
+                            if not body.truncate:
+                                raise _Abort(_too_large(url, limit, 0))
+                            chunks.append(piece[: len(piece) - (decoded - limit)])
+                            return b"".join(chunks)
+                        if sink is None:
+                            chunks.append(piece)
+                        elif sink.feed(piece):
+                            return b""
+                except ValueError as exc:
+                    raise _Abort(_failure(url, f"invalid response: {exc}")) from None
         finally:
             with self._bytes_lock:
-                self._bytes += total
-        return b"".join(chunks)[:max_bytes]
+                self._bytes += raw
+                self._decoded += decoded
+        return b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class _Body:
+    """How the body of one hop may be read."""
+
+    max_bytes: int
+    truncate: bool
+    deadline: float  # time.monotonic() past which the hop has timed out
+    sink_for: SinkFor | None
 
 
 def _at_hop(result: Response | CrawlFailure, url: str, hop: str) -> Response | CrawlFailure:

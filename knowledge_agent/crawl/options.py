@@ -36,7 +36,10 @@ class CrawlOptions:
 
     Lists are accepted for the tuple fields and a mapping for ``headers``; every field is
     checked and a bad value raises :class:`~knowledge_agent.errors.ConfigError` naming it.
-    ``timeout`` bounds one request from start to last byte; ``max_time`` the whole crawl.
+    ``timeout`` bounds each request (each redirect hop) from connecting to its last body
+    byte; ``max_time`` the whole crawl, which then stops and counts as incomplete.
+    ``allow_private`` lets a crawl without a URL policy of its own follow redirects, links
+    and sitemap entries to private and loopback addresses other than the start URL's host.
     """
 
     max_depth: int = 3
@@ -56,6 +59,7 @@ class CrawlOptions:
     drop_selectors: tuple[str, ...] = ()
     max_page_bytes: int = 5 * 1024 * 1024
     respect_robots: bool = True
+    allow_private: bool = False
 
     def __post_init__(self) -> None:
         _check_int(self, "max_depth", minimum=0)
@@ -66,7 +70,7 @@ class CrawlOptions:
         _check_number(self, "delay", positive=False)
         _check_number(self, "timeout", positive=True)
         _check_number(self, "max_time", positive=True)
-        for name in ("same_origin", "follow_redirects", "respect_robots"):
+        for name in ("same_origin", "follow_redirects", "respect_robots", "allow_private"):
             if not isinstance(getattr(self, name), bool):
                 _bad(name, getattr(self, name), "must be true or false")
         for name in ("include", "exclude", "drop_selectors"):

@@ -60,7 +60,12 @@ class CrawlFailure:
 
 @dataclass(frozen=True)
 class CrawlSummary:
-    """How a crawl went; ``complete`` is what allows forgetting pages not in ``seen``."""
+    """How a crawl went; ``complete`` is what allows forgetting pages not in ``seen``.
+
+    ``limits`` says, one sentence each, which bound cut the crawl short (``crawl stopped
+    after 600 s (max_time)``, the sitemap cap, the frontier cap); a crawl with any is not
+    complete. ``bytes`` counts body bytes as downloaded (before decompression).
+    """
 
     complete: bool
     seen: frozenset[str]
@@ -71,3 +76,4 @@ class CrawlSummary:
     bytes: int
     seconds: float
     mode: str
+    limits: tuple[str, ...] = ()

@@ -2,19 +2,23 @@
 
 Checking a URL's host before the request is not enough against DNS rebinding: the name
 can resolve to a public address for the check and to 127.0.0.1 for the connection. With
-a policy, connections are therefore opened by a guarded network backend, which resolves
-the host once, refuses non-public addresses (unless a prefix names the host) and connects
-to the address it checked. It plugs into httpcore's connection pool, an internal of
-httpx; if that internal ever changes, the guard is skipped with a warning and the
-per-request check still applies.
+a policy that refuses private addresses, connections are therefore opened by a guarded
+network backend, which resolves the host once, refuses non-public addresses (unless the
+policy names the host) and connects to the address it checked. It plugs into httpcore's
+connection pool, an internal of httpx; if that internal ever changes, the guard is
+skipped with a warning and the per-request check still applies. A user's crawl keeps the
+environment's HTTP proxies: the proxy resolves names then, so only the per-request check
+applies.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import urllib.request
 from typing import TYPE_CHECKING, Any
 
+from knowledge_agent.crawl.decode import ACCEPT_ENCODING
 from knowledge_agent.crawl.fetch import POLICY_REFUSAL
 from knowledge_agent.crawl.options import CrawlOptions
 from knowledge_agent.crawl.policy import UrlPolicy, is_public_address
@@ -35,17 +39,19 @@ ACCEPT = (
 def make_client(
     options: CrawlOptions,
     *,
-    policy: UrlPolicy | None,
+    policy: UrlPolicy,
     transport: httpx.BaseTransport | None,
 ) -> httpx.Client:
     """One ``httpx.Client`` for all the crawl's threads: HTTP/1.1, no automatic redirects,
-    the crawl's timeout, user agent and headers."""
+    the crawl's timeout, user agent and headers, and the connection guard ``policy``
+    needs."""
     import httpx
 
     limits = httpx.Limits(
         max_connections=options.concurrency, max_keepalive_connections=options.concurrency
     )
-    if transport is None and policy is not None:
+    proxied = policy.honour_proxies and bool(urllib.request.getproxies())
+    if transport is None and policy.checks_addresses and not proxied:
         # Our own transport: environment proxies would resolve names where we cannot check.
         transport = httpx.HTTPTransport(limits=limits, http2=False)
         _guard(transport, policy)
@@ -66,7 +72,12 @@ def _headers(options: CrawlOptions) -> list[tuple[str, str]]:
         for name, value in (("User-Agent", options.user_agent), ("Accept", ACCEPT))
         if name.lower() not in extra
     ]
-    return headers + list(options.headers)
+    # The body decoder undoes gzip and deflate only: a coding asked for in the options
+    # (br, zstd) could not be read, so the crawler's own Accept-Encoding always goes.
+    own = [(name, value) for name, value in options.headers if name.lower() != "accept-encoding"]
+    if len(own) < len(options.headers):
+        logger.warning("the crawler sets Accept-Encoding itself; the header option is ignored")
+    return [*headers, *own, ("Accept-Encoding", ACCEPT_ENCODING)]
 
 
 def _guard(transport: httpx.HTTPTransport, policy: UrlPolicy) -> None:
