@@ -430,6 +430,8 @@ def print_report(
     Skipped files are counted by kind (:func:`print_skipped`); ``verbose`` lists each too.
     """
     console.print(Text(report_line(report), style="bold"))
+    for limit in report.stopped_by:
+        console.print(Text(f"stopped early: {limit}", style="yellow"))
     print_issues(console, "failed", report.failed, style="red")
     print_skipped(console, report, verbose=verbose, base=base)
 

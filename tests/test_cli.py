@@ -95,6 +95,7 @@ ADD_KEYS = {
     "bytes_processed",
     "duration_s",
     "item_ids",
+    "stopped_by",
 }
 
 

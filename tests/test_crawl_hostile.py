@@ -11,6 +11,7 @@ import gzip
 import threading
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -191,6 +192,24 @@ def test_max_time_stops_a_crawl_of_many_slow_pages(hostile: HostileServer) -> No
     assert sum(hostile.hits(path) for path in paths) < len(paths)
     assert crawler.summary.limits == ("crawl stopped after 1.0 s (max_time)",)
     assert not crawler.summary.complete
+
+
+def test_a_crawl_stopped_by_max_time_says_so_and_removes_nothing(
+    hostile: HostileServer, tmp_path: Path
+) -> None:
+    hostile.page("/", links("/a.html", "/b.html"))
+    hostile.page("/a.html", "<html><body><p>alpha page words</p></body></html>")
+    hostile.page("/b.html", "<html><body><p>bravo page words</p></body></html>")
+    with KnowledgeAgentCore(tmp_path / "kb", workers=1) as core:
+        first = core.collect_knowledge(hostile.url("/"), crawl=QUICK)
+        assert (first.processed, first.stopped_by) == (3, [])
+        hostile.stall("/b.html", 30)
+        crawl = {"respect_robots": False, "timeout": 30, "max_time": 0.5}
+        again = core.collect_knowledge(hostile.url("/"), crawl=crawl, full=True)
+        assert again.stopped_by == ["crawl stopped after 0.5 s (max_time)"]
+        assert again.to_dict()["stopped_by"] == again.stopped_by
+        assert again.removed == 0
+        assert core.search("bravo", mode="keyword")  # not seen this time, still kept
 
 
 # -- sitemaps -------------------------------------------------------------------------

@@ -206,7 +206,9 @@ class CollectReport:
     parsed (a previously indexed version stays searchable and is retried next run), and
     ``removed`` files had disappeared, so their items were deleted. ``not_text`` counts
     the files the walk left out as not text (images, fonts, archives …), never read;
-    :meth:`skip_summary` groups them with ``skipped`` by kind and reason.
+    :meth:`skip_summary` groups them with ``skipped`` by kind and reason. ``stopped_by``
+    names the bounds that cut a crawl short (its ``max_time``, the sitemap caps): pages it
+    did not reach were neither fetched nor removed.
     """
 
     kb: str
@@ -221,6 +223,7 @@ class CollectReport:
     duration_s: float = 0.0
     item_ids: list[str] = field(default_factory=list)
     not_text: NotTextFiles = field(default_factory=NotTextFiles)
+    stopped_by: list[str] = field(default_factory=list)
 
     @property
     def files_skipped(self) -> int:
@@ -271,6 +274,7 @@ class CollectReport:
         self.bytes_processed += other.bytes_processed
         self.duration_s += other.duration_s
         self.item_ids.extend(other.item_ids)
+        self.stopped_by.extend(other.stopped_by)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the CLI's ``--json`` shape)."""
@@ -290,4 +294,5 @@ class CollectReport:
             "bytes_processed": self.bytes_processed,
             "duration_s": round(self.duration_s, 3),
             "item_ids": list(self.item_ids),
+            "stopped_by": list(self.stopped_by),
         }

@@ -321,6 +321,7 @@ class _Run:
     def finish(self, summary: CrawlSummary) -> None:
         """After the crawl: drop the pages it did not see, if it reached everything in
         scope; then record when the source was crawled."""
+        self.report.stopped_by.extend(summary.limits)
         if summary.complete:
             unseen = [key for key in self.before if key not in summary.seen]
             for start in range(0, len(unseen), _GROUP_PAGES):
