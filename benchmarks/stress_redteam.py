@@ -341,12 +341,272 @@ def pattern_cases(work: Path) -> Iterator[Case]:
         )
 
 
+# -- a hostile site ---------------------------------------------------------------------------
+
+REQUEST_TIMEOUT = 5.0  # the crawls' request deadline in these cases
+SEARCH_GOAL_S = 1.0  # a search during a crawl waits for no network I/O
+
+
+def crawl_child(
+    data_dir: str,
+    url: str,
+    prefixes: list[str] | None,
+    options: dict[str, Any],
+    search_during: bool,
+) -> dict[str, Any]:
+    """In a child: collect ``url`` (under an agent's policy when ``prefixes`` is given), with
+    searches from another thread meanwhile; the report, the time, the slowest search and the
+    peak memory."""
+    import threading
+
+    from knowledge_agent import KnowledgeAgentCore
+    from knowledge_agent.crawl import UrlPolicy
+    from knowledge_agent.errors import KnowledgeAgentError
+
+    waits: list[float] = []
+    done = threading.Event()
+    with KnowledgeAgentCore(data_dir, workers=1) as core:
+        core.add_text("# Base\n\nbaseline words before the crawl", title="Base")
+        core.search("baseline")
+
+        def search() -> None:
+            while not done.wait(0.2):
+                started = time.perf_counter()
+                core.search("baseline words", limit=3)
+                waits.append(time.perf_counter() - started)
+
+        searcher = threading.Thread(target=search, daemon=True)
+        if search_during:
+            searcher.start()
+        policy = UrlPolicy(tuple(prefixes)) if prefixes is not None else None
+        started = time.perf_counter()
+        try:
+            report = core.collect_knowledge(url, crawl=options, url_policy=policy).to_dict()
+            error = ""
+        except KnowledgeAgentError as exc:
+            report, error = {}, f"{type(exc).__name__}: {exc}"
+        seconds = time.perf_counter() - started
+        done.set()
+        if search_during:
+            searcher.join(30)
+    return {
+        "report": report,
+        "error": error,
+        "seconds": seconds,
+        "search_max_s": max(waits, default=0.0),
+        "searches": len(waits),
+        "peak_mb": peak_mb(),
+    }
+
+
+def _reasons(answer: dict[str, Any]) -> str:
+    report = answer["report"]
+    issues = [*report.get("failed", []), *report.get("skipped", [])]
+    reasons = sorted({str(issue.get("reason", "")) for issue in issues})
+    return "; ".join([answer["error"], *reasons, *report.get("stopped_by", [])]).strip("; ")
+
+
+def crawl_cases(work: Path) -> Iterator[Case]:
+    from hostile_server import HostileServer
+
+    root = work / "crawl"
+    root.mkdir(parents=True)
+    quick = {"respect_robots": False, "timeout": REQUEST_TIMEOUT, "max_depth": 0}
+    numbers = iter(range(1_000))
+
+    def crawl(
+        url: str,
+        prefixes: list[str] | None,
+        options: dict[str, Any],
+        *,
+        search_during: bool = False,
+    ) -> dict[str, Any] | str:
+        child = run_child(
+            crawl_child,
+            str(root / f"kb{next(numbers)}"),
+            url,
+            prefixes,
+            options,
+            search_during,
+            timeout=600,
+        )
+        return child.value if child.ok else child.describe()
+
+    with HostileServer() as site, HostileServer() as other:
+        agent = [site.url("/docs")]
+
+        # Deadlines: a tool call ends by the request deadline; searches meanwhile never wait.
+        site.dribble("/docs/slow.html", size=400, interval=0.8)
+        site.stall("/docs/stalled.html", 120)
+        for name, path in (
+            ("a page sending one byte every 0.8 s", "/docs/slow.html"),
+            ("a page that sends its headers, then nothing", "/docs/stalled.html"),
+        ):
+            answer = crawl(site.url(path), agent, quick, search_during=True)
+            if isinstance(answer, str):
+                yield Case("crawl", name, False, answer)
+                continue
+            held = (
+                answer["seconds"] <= REQUEST_TIMEOUT + 2
+                and answer["search_max_s"] <= SEARCH_GOAL_S
+                and "timed out" in _reasons(answer)
+            )
+            detail = (
+                f"{_reasons(answer)}; slowest of {answer['searches']} searches meanwhile "
+                f"{answer['search_max_s']:.3f} s"
+            )
+            yield Case(
+                "crawl", name, held, detail, round(answer["seconds"], 2),
+                round(answer["peak_mb"], 1), REQUEST_TIMEOUT,
+            )  # fmt: skip
+        paths = [f"/docs/slow/{n}.html" for n in range(40)]
+        site.page("/docs/many.html", "".join(f'<a href="{p}">{p}</a>' for p in paths))
+        for path in paths:
+            site.dribble(path, size=400, interval=0.8)
+        options = {**quick, "max_depth": 1, "concurrency": 2, "max_time": 8.0}
+        answer = crawl(site.url("/docs/many.html"), agent, options, search_during=True)
+        if isinstance(answer, str):
+            yield Case("crawl", "40 dribbling pages under max_time 8 s", False, answer)
+        else:
+            yield Case(
+                "crawl",
+                "40 dribbling pages under max_time 8 s",
+                answer["seconds"] <= 8 + 2
+                and bool(answer["report"].get("stopped_by"))
+                and answer["search_max_s"] <= SEARCH_GOAL_S,
+                f"{_reasons(answer)[:160]}; slowest search {answer['search_max_s']:.3f} s",
+                round(answer["seconds"], 2),
+                round(answer["peak_mb"], 1),
+                8.0,
+            )
+
+        # Size: sitemaps and bombs stay within memory whatever they claim.
+        site.huge_sitemap("/docs/sitemap.xml", 1_000_000)
+        site.huge_sitemap("/docs/sitemap.xml.gz", 1_000_000, gzipped=True)
+        for n in range(3):
+            site.huge_sitemap(f"/docs/part{n}.xml", 1_000_000)
+        site.sitemap_index("/docs/index.xml", [site.url(f"/docs/part{n}.xml") for n in range(3)])
+        site.gzip_bomb("/docs/bomb.html", 1024)
+        site.gzip_bomb("/docs/bomb.xml.gz", 1024, content_encoding=False)
+        urls = [site.url("/docs/a.html")]
+        site.page("/docs/a.html", "<html><body><p>alpha</p></body></html>")
+        site.utf16_sitemap("/docs/le.xml", urls, laughs=True)
+        site.utf16_sitemap("/docs/be.xml", urls, big_endian=True, laughs=True)
+        sized = {"respect_robots": False, "timeout": 30.0, "max_pages": 200, "concurrency": 8}
+        # The agent's prefix is the site's folder, so the listed /page/N.html are out of
+        # scope for it: the sitemaps are crawled under the user's own policy.
+        for name, path, user in (
+            ("a sitemap of 1M URLs, max_pages 200", "/docs/sitemap.xml", True),
+            ("a gzipped sitemap of 1M URLs, max_pages 200", "/docs/sitemap.xml.gz", True),
+            ("an index of three 1M-URL sitemaps, max_pages 200", "/docs/index.xml", True),
+            ("a 1 GiB gzip bomb as Content-Encoding", "/docs/bomb.html", False),
+            ("a 1 GiB gzip bomb as a .xml.gz sitemap", "/docs/bomb.xml.gz", False),
+            ("a UTF-16 LE sitemap with a billion laughs", "/docs/le.xml", False),
+            ("a UTF-16 BE sitemap with a billion laughs", "/docs/be.xml", False),
+        ):
+            answer = crawl(site.url(path), None if user else agent, sized)
+            if isinstance(answer, str):
+                yield Case("crawl", name, False, answer)
+                continue
+            processed = answer["report"].get("processed", 0)
+            held = (
+                answer["peak_mb"] <= MEMORY_GOAL_MB
+                and processed <= 200
+                and not ("laughs" in name and processed > 1)
+            )
+            yield Case(
+                "crawl", name, held, f"{processed} pages; {_reasons(answer)[:160]}",
+                round(answer["seconds"], 2), round(answer["peak_mb"], 1),
+                memory_goal_mb=MEMORY_GOAL_MB,
+            )  # fmt: skip
+
+        # The policy on every hop: redirects, robots.txt, look-alike prefixes, encodings.
+        other.page("/robots.txt", "User-agent: *\nAllow: /\n")
+        other.page("/secret.html", "<html><body>secret</body></html>")
+        site.redirect("/robots.txt", other.url("/robots.txt"))
+        site.page("/docs/r.html", "<html><body><p>robots</p></body></html>")
+        site.redirect("/docs/away.html", other.url("/secret.html"))
+        site.page("/docs-private/secret.html", "<html><body>private</body></html>")
+        site.page("/secret.html", "<html><body>secret</body></html>")
+        site.page(
+            "/docs/links.html",
+            '<a href="/docs-private/secret.html">a</a> <a href="/docs/..%2Fsecret.html">b</a>'
+            ' <a href="/docs/%2e%2e/secret.html">c</a> <a href="/docs/..%5Csecret.html">d</a>',
+        )
+        site.redirect("/docs/meta.html", "http://169.254.169.254/latest/meta-data/")
+        site.redirect_chain("/docs/chain.html", 30, site.url("/docs/r.html"))
+        site.redirect("/user/start.html", f"http://localhost:{other.port}/secret.html")
+        walk = {"respect_robots": False, "timeout": REQUEST_TIMEOUT, "max_depth": 1}
+        for name, url, prefixes, options, watched in (
+            (
+                "robots.txt redirecting to another port",
+                site.url("/docs/r.html"),
+                agent,
+                {**quick, "respect_robots": True},
+                lambda: other.total_hits,
+            ),
+            (
+                "a page redirecting to another port",
+                site.url("/docs/away.html"),
+                agent,
+                quick,
+                lambda: other.total_hits,
+            ),
+            (
+                "a link to /docs-private/ under the prefix /docs",
+                site.url("/docs/links.html"),
+                agent,
+                walk,
+                lambda: site.hits("/docs-private/secret.html"),
+            ),
+            (
+                "links with ..%2F, %2e%2e and ..%5C out of /docs",
+                site.url("/docs/links.html"),
+                agent,
+                walk,
+                lambda: site.hits("/secret.html"),
+            ),
+            (
+                "a user's crawl redirected to localhost on another port",
+                site.url("/user/start.html"),
+                None,
+                quick,
+                lambda: other.total_hits,
+            ),
+        ):
+            before = watched()
+            answer = crawl(url, prefixes, options)
+            reached = watched() - before
+            detail = answer if isinstance(answer, str) else _reasons(answer)[:160]
+            yield Case(
+                "crawl", name, reached == 0 and not isinstance(answer, str),
+                f"{reached} requests reached the target; {detail}",
+            )  # fmt: skip
+        public = [*agent, "http://"]  # the site's folder, and every public http URL
+        for name, url, prefixes, expect in (
+            ("a redirect to 169.254.169.254", site.url("/docs/meta.html"), agent, "refused"),
+            (
+                "a redirect to 169.254.169.254, every public http URL allowed",
+                site.url("/docs/meta.html"),
+                public,
+                "private or reserved",
+            ),
+            ("a chain of 30 redirects", site.url("/docs/chain.html"), agent, "too many redirects"),
+            ("a start URL outside the prefix", other.url("/secret.html"), agent, "not under"),
+        ):
+            before = other.total_hits
+            answer = crawl(url, prefixes, quick)
+            detail = answer if isinstance(answer, str) else _reasons(answer)
+            yield Case("crawl", name, expect in detail and other.total_hits == before, detail[:160])
+
+
 # -- the run -----------------------------------------------------------------------------------
 
 SURFACES: dict[str, Callable[[Path], Iterator[Case]]] = {
     "project_file": project_file_cases,
     "walk": walk_cases,
     "patterns": pattern_cases,
+    "crawl": crawl_cases,
 }
 
 
