@@ -135,8 +135,9 @@ def _as_tool(function: Callable[..., dict[str, Any]], text_content: bool) -> Cal
         try:
             return _result(await anyio.to_thread.run_sync(call), text_content)
         except KnowledgeAgentError as exc:
-            # An anticipated failure: its message goes back to the agent as a tool error.
-            raise ToolError(str(exc)) from exc
+            # An anticipated failure: its message goes back to the agent as a tool error,
+            # never an empty one.
+            raise ToolError(str(exc) or type(exc).__name__) from exc
 
     context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
     tool.__signature__ = signature.replace(  # type: ignore[attr-defined]
