@@ -373,12 +373,14 @@ def test_serve_token_env_reads_the_token_from_the_named_variable(
     monkeypatch.setenv("KA_TEST_TOKEN", TOKEN)
     monkeypatch.setenv("KA_EMPTY_TOKEN", "")
     monkeypatch.delenv("KA_MISSING_TOKEN", raising=False)
+    monkeypatch.setenv("KA_SHORT_TOKEN", "s3cr3t-x")
     given = invoke(
         data_dir, "--http", "0.0.0.0:0", "--allow-remote", "--token-env", "KA_TEST_TOKEN"
     )
     loopback = invoke(data_dir, "--http", "0", "--token-env", "KA_TEST_TOKEN")
     empty = invoke(data_dir, "--http", "0", "--token-env", "KA_EMPTY_TOKEN")
     missing = invoke(data_dir, "--http", "0", "--token-env", "KA_MISSING_TOKEN")
+    short = invoke(data_dir, "--http", "0", "--token-env", "KA_SHORT_TOKEN")
     without_http = invoke(data_dir, "--token-env", "KA_TEST_TOKEN")
 
     assert given.exit_code == 0 and loopback.exit_code == 0, given.output
@@ -393,6 +395,10 @@ def test_serve_token_env_reads_the_token_from_the_named_variable(
             f"Error: ${name} (--token-env) is empty or not set: it must hold the server's "
             "bearer token\n"
         )
+    assert short.exit_code == 1 and short.stderr.startswith(
+        "Error: $KA_SHORT_TOKEN (--token-env) must be a bearer token of at least 16 visible"
+    )
+    assert "s3cr3t-x" not in short.stderr  # the token is not shown
     assert without_http.exit_code == 2
     assert "--token-env applies only with --http" in without_http.stderr
     assert len(calls) == 2  # no server was bound for the failed runs
@@ -515,7 +521,7 @@ def test_a_server_open_to_the_network_checks_host_origin_and_token() -> None:
         "a null origin": 403,
     }
     assert answered == 4  # the app never saw a refused request
-    # Bound to one address, the server is not reached through localhost or the machine's
-    # other names.
-    assert one_address["its address"] == 200
-    assert one_address["localhost"] == one_address["this machine's name"] == 421
+    # Bound to one address, the server cannot be reached through loopback: no client sends
+    # "localhost" to it.
+    assert one_address["its address"] == one_address["this machine's name"] == 200
+    assert one_address["localhost"] == 421

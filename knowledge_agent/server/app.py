@@ -412,7 +412,7 @@ def bind_http(
                 "that every client must send"
             )
     if token is not None:
-        check_token(token, "the token")
+        check_token(token, "token")
     roots = mcp_tools.resolve_roots(roots)  # a bad root fails before the port is taken
     sock = _bind(host.strip("[]"), port)
     return HttpServer(

@@ -6,8 +6,8 @@ request's body is read:
 
 - ``421`` when the ``Host`` header names another host than this server (DNS rebinding: a
   page on another site whose name resolves to this machine sends its own name): allowed
-  are the address the connection arrived at, the address the server was bound to, this
-  machine's names, and on loopback ``localhost``;
+  are the address the connection arrived at, the host the server was bound to, this
+  machine's name when other machines may connect, and ``localhost`` when loopback may;
 - ``403`` when an ``Origin`` header (a browser's) names another host;
 - ``401`` when the server has a token and ``Authorization: Bearer <token>`` does not carry
   it (compared in constant time).
@@ -44,7 +44,7 @@ def check_token(token: object, where: str) -> str:
         raise ConfigError(f"{where} is empty or not set: it must hold the server's bearer token")
     if len(token) < MIN_TOKEN_CHARS or not all("!" <= char <= "~" for char in token):
         raise ConfigError(
-            f"{where} must hold a bearer token of at least {MIN_TOKEN_CHARS} visible ASCII "
+            f"{where} must be a bearer token of at least {MIN_TOKEN_CHARS} visible ASCII "
             'characters (no spaces), e.g. one from `python -c "import secrets; '
             'print(secrets.token_urlsafe(32))"`'
         )
@@ -83,16 +83,16 @@ def _host_of(header: str) -> str | None:
 
 def server_names(host: str) -> frozenset[str]:
     """The host names and addresses a client may put in ``Host`` for a server bound to
-    ``host``, besides the address each connection arrives at: that host, and when it is a
-    wildcard (``0.0.0.0``, ``::``) this machine's names; on loopback ``localhost`` too."""
+    ``host``, besides the address each connection arrives at: that host; the loopback
+    names when loopback clients can connect (``host`` is loopback or a wildcard such as
+    ``0.0.0.0``); this machine's name when other machines can (no DNS lookup: it could
+    hang)."""
     names = {_address(host)}
-    wildcard = _address(host) in ("0.0.0.0", "::", "")
+    wildcard = _address(host) in ("0.0.0.0", "::")
     if is_loopback(host) or wildcard:
         names.update(_LOOPBACK_NAMES)
-    if wildcard:
-        for name in (socket.gethostname(), socket.getfqdn()):
-            if name:
-                names.add(_address(name))
+    if not is_loopback(host) and socket.gethostname():
+        names.add(_address(socket.gethostname()))
     return frozenset(names)
 
 

@@ -37,7 +37,7 @@ from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.models import KnowledgeChunk, MatchedChunk
 from knowledge_agent.models.evidence import evidence_ref
 from knowledge_agent.models.result_view import chunk_view, item_path, item_view, result_view
-from knowledge_agent.patterns import MAX_GLOB_CHARS, check_glob, glob_regex
+from knowledge_agent.patterns import MAX_GLOB_CHARS, glob_regex
 from knowledge_agent.server import arguments as check
 from knowledge_agent.server.budget import dumps, estimate_tokens, fit_to_budget
 from knowledge_agent.server.knowledge_tools import (
@@ -271,7 +271,7 @@ def _glob(pattern: str) -> str:
 def _globs(value: object, name: str) -> list[str] | None:
     """The globs a path_glob or file_patterns argument gives (relative ones at any depth)."""
     patterns = check.names(name, value, max_count=MAX_SCOPES, max_chars=MAX_PATTERN_CHARS)
-    return [_glob(check_glob(p, name, max_chars=MAX_PATTERN_CHARS)) for p in patterns or ()] or None
+    return [_glob(pattern) for pattern in patterns] if patterns else None
 
 
 def _prefixes(value: object) -> list[str] | None:
@@ -298,14 +298,13 @@ def _search(
     limit = check.integer("limit", limit, 1, MAX_LIMIT)
     context_window = check.integer("context_window", context_window, 0, MAX_CONTEXT_WINDOW)
     max_tokens = check.integer("max_tokens", max_tokens, MIN_MAX_TOKENS, MAX_MAX_TOKENS)
-    if min_score is not None:
-        min_score = check.number("min_score", min_score, 0, 1)
+    confidence = None if min_score is None else check.number("min_score", min_score, 0, 1)
     explain = check.flag("include_explanation", include_explanation)
     ranked = core.search(
         query,
         limit=limit,
         context_window=context_window,
-        min_confidence=min_score,  # type: ignore[arg-type]
+        min_confidence=confidence,
         **filters,
     )
     views = [result_view(result, explain=explain) for result in ranked]
