@@ -30,15 +30,20 @@ from knowledge_agent.patterns import (
     unfolded_size,
 )
 
-pytest.importorskip("mcp.server.mcpserver")
-
-from knowledge_agent.server import mcp_tools as tools
-
 # Each backtracks exponentially on a long run of "a" that does not end the line; the
 # regex module stops (a+)+$ early on its own, so these are the ones that still explode.
 CATASTROPHIC = [r"(a|aa)+$", r"(\w|\w\w)+$", r"^(a|a)*$"]
 LONG_LINE = "a" * 40 + "!"
 HUGE_GLOB = "[" * 50_000
+
+
+@pytest.fixture(scope="module")
+def tools() -> Any:
+    """The MCP tools (the [mcp] extra): the tests of patterns alone run without it."""
+    pytest.importorskip("mcp.server.mcpserver")
+    from knowledge_agent.server import mcp_tools
+
+    return mcp_tools
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +77,7 @@ def test_a_catastrophic_regex_ends_with_an_error_naming_it(pattern: str) -> None
 
 
 def test_knowledge_text_search_stops_a_catastrophic_regex_naming_keyword(
-    core: KnowledgeAgentCore,
+    tools: Any, core: KnowledgeAgentCore
 ) -> None:
     with pytest.raises(QueryError) as raised:
         tools.knowledge_text_search(core, "notes", CATASTROPHIC[0], regex=True)
@@ -83,7 +88,10 @@ def test_knowledge_text_search_stops_a_catastrophic_regex_naming_keyword(
     assert [item["line"] for item in found["items"]] == [3]
 
 
-def test_grep_regex_stops_a_catastrophic_regex_with_one_line(tmp_path: Path) -> None:
+def test_grep_regex_stops_a_catastrophic_regex_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no project file of the developer's is picked up
     data = tmp_path / "data"
     with KnowledgeAgentCore(data) as core:
         core.add_text(LONG_LINE, title="Line")
@@ -157,6 +165,41 @@ def test_a_regex_matches_each_line_on_its_own() -> None:
 
     # ^ and $ anchor each line, as grep's do, not only the first and last of the text.
     assert [(match.line_number, match.line) for match in found] == [(2, "def main():"), (4, "end")]
+
+
+# Pieces of regular expressions, the risky ones included: what sees past a line's end
+# (lookarounds, \A, \Z, \X, atomic and possessive) must not make a line go unfound.
+_PIECES = st.sampled_from(
+    ["a", "b", " ", "\\n", "\\r", ".", "^", "$", "\\s", "\\S", "\\w", "\\W", "\\b", "\\B",
+     "\\A", "\\Z", "\\X", "[^a]", "[ab\\n]", "(", ")", "(?:", "(?=", "(?!", "(?<=a)",
+     "(?<!\\s)", "(?>", "|", "*", "+", "?", "{2}", "{1,}", "*+", "++", "(?s)", "(?m)", "\\1"]
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    pieces=st.lists(_PIECES, min_size=1, max_size=8),
+    contents=st.lists(st.text(alphabet="ab \n\r", max_size=30), min_size=1, max_size=3),
+)
+def test_a_regex_finds_exactly_the_lines_it_matches_on_their_own(
+    pieces: list[str], contents: list[str]
+) -> None:
+    pattern = "".join(pieces)
+    try:
+        expression = compile_pattern(pattern, regex=True, case_sensitive=True)
+    except QueryError:
+        return  # not a regular expression
+    oracle = regex_engine.compile(pattern, regex_engine.VERSION0)
+    items = [KnowledgeItem(content=content) for content in contents]
+
+    found = [(m.item_id, m.line_number) for m in matching_lines(items, expression)]
+
+    assert found == [
+        (item.id, number)
+        for item in items
+        for number, line in enumerate(item.content.split("\n"), start=1)
+        if oracle.search(line)
+    ]
 
 
 @settings(max_examples=200, deadline=None)
@@ -239,40 +282,40 @@ def test_a_long_glob_or_too_many_are_refused_naming_the_argument() -> None:
 @pytest.mark.parametrize(
     ("tool", "arguments", "name"),
     [
-        (tools.list_items, {"path_glob": HUGE_GLOB}, "path_glob"),
-        (tools.list_items, {"path_glob": ["*.md", HUGE_GLOB]}, "path_glob"),
-        (tools.search_knowledge, {"query": "notes", "path_glob": HUGE_GLOB}, "path_glob"),
-        (tools.search_docs, {"query": "notes", "path_glob": HUGE_GLOB}, "path_glob"),
-        (tools.search_code, {"query": "notes", "file_patterns": [HUGE_GLOB]}, "file_patterns"),
-        (tools.list_items, {"path_glob": ["*.md"] * 21}, "path_glob"),
-        (tools.search_knowledge, {"query": "x", "path_prefix": ["/"] * 21}, "path_prefix"),
+        ("list_items", {"path_glob": HUGE_GLOB}, "path_glob"),
+        ("list_items", {"path_glob": ["*.md", HUGE_GLOB]}, "path_glob"),
+        ("search_knowledge", {"query": "notes", "path_glob": HUGE_GLOB}, "path_glob"),
+        ("search_docs", {"query": "notes", "path_glob": HUGE_GLOB}, "path_glob"),
+        ("search_code", {"query": "notes", "file_patterns": [HUGE_GLOB]}, "file_patterns"),
+        ("list_items", {"path_glob": ["*.md"] * 21}, "path_glob"),
+        ("search_knowledge", {"query": "x", "path_prefix": ["/"] * 21}, "path_prefix"),
         (
-            tools.knowledge_semantic_search,
+            "knowledge_semantic_search",
             {"knowledge_base": "notes", "query": "x", "source_keyword": "a" * 50_000},
             "source_keyword",
         ),
         (
-            tools.knowledge_text_search,
+            "knowledge_text_search",
             {"knowledge_base": "notes", "keyword": "x", "source_keyword": "a" * 50_000},
             "source_keyword",
         ),
-        (tools.knowledge_list, {"name_keyword": "a" * 50_000}, "name_keyword"),
+        ("knowledge_list", {"name_keyword": "a" * 50_000}, "name_keyword"),
         (
-            tools.knowledge_text_search,
+            "knowledge_text_search",
             {"knowledge_base": "notes", "keyword": "a" * 50_000},
             "keyword",
         ),
     ],
 )
 def test_a_pattern_argument_is_bounded_and_named_when_refused(
-    core: KnowledgeAgentCore, tool: Any, arguments: dict[str, Any], name: str
+    tools: Any, core: KnowledgeAgentCore, tool: str, arguments: dict[str, Any], name: str
 ) -> None:
     with pytest.raises(QueryError) as raised:
-        tool(core, **arguments)
+        getattr(tools, tool)(core, **arguments)
     assert str(raised.value).startswith(name + " ")
 
 
-def test_the_longest_glob_allowed_still_works(core: KnowledgeAgentCore) -> None:
+def test_the_longest_glob_allowed_still_works(tools: Any, core: KnowledgeAgentCore) -> None:
     longest = "/srv/notes/" + "?" * 8 + "*" * (tools.MAX_PATTERN_CHARS - 19)
     assert len(longest) == tools.MAX_PATTERN_CHARS
 
@@ -297,38 +340,3 @@ def test_messages_never_carry_a_huge_value() -> None:
         check_glob(["x" * 100_000], "path_glob")
     assert len(str(raised.value)) < 200
     assert re.search(r"\bpath_glob\b", str(raised.value))
-
-
-# Pieces of regular expressions, the risky ones included: what sees past a line's end
-# (lookarounds, \A, \Z, \X, atomic and possessive) must not make a line go unfound.
-_PIECES = st.sampled_from(
-    ["a", "b", " ", "\\n", "\\r", ".", "^", "$", "\\s", "\\S", "\\w", "\\W", "\\b", "\\B",
-     "\\A", "\\Z", "\\X", "[^a]", "[ab\\n]", "(", ")", "(?:", "(?=", "(?!", "(?<=a)",
-     "(?<!\\s)", "(?>", "|", "*", "+", "?", "{2}", "{1,}", "*+", "++", "(?s)", "(?m)", "\\1"]
-)  # fmt: skip
-
-
-@settings(max_examples=500, deadline=None)
-@given(
-    pieces=st.lists(_PIECES, min_size=1, max_size=8),
-    contents=st.lists(st.text(alphabet="ab \n\r", max_size=30), min_size=1, max_size=3),
-)
-def test_a_regex_finds_exactly_the_lines_it_matches_on_their_own(
-    pieces: list[str], contents: list[str]
-) -> None:
-    pattern = "".join(pieces)
-    try:
-        expression = compile_pattern(pattern, regex=True, case_sensitive=True)
-    except QueryError:
-        return  # not a regular expression
-    oracle = regex_engine.compile(pattern, regex_engine.VERSION0)
-    items = [KnowledgeItem(content=content) for content in contents]
-
-    found = [(m.item_id, m.line_number) for m in matching_lines(items, expression)]
-
-    assert found == [
-        (item.id, number)
-        for item in items
-        for number, line in enumerate(item.content.split("\n"), start=1)
-        if oracle.search(line)
-    ]
