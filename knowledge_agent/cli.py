@@ -43,6 +43,7 @@ import io
 import logging
 import os
 import re
+import secrets
 import sqlite3
 import sys
 import tempfile
@@ -1579,7 +1580,9 @@ def _show_kb(info: KnowledgeBaseInfo, as_json: bool, message: str | None) -> Non
     epilog="""\b
 Example (an MCP client configuration):
   {"command": "knowledge-agent", "args": ["--data-dir", "/path/kb", "serve"]}
-Over HTTP: knowledge-agent serve --http 8765, then connect to http://127.0.0.1:8765/mcp"""
+Over HTTP: knowledge-agent serve --http 8765, then connect to http://127.0.0.1:8765/mcp
+From other machines: KA_TOKEN=… knowledge-agent serve --http 0.0.0.0:8765 --allow-remote
+--token-env KA_TOKEN; clients send Authorization: Bearer <the token>"""
 )
 @click.option(
     "--root",
@@ -1607,8 +1610,15 @@ Over HTTP: knowledge-agent serve --http 8765, then connect to http://127.0.0.1:8
 @click.option(
     "--allow-remote",
     is_flag=True,
-    help="With --http: allow a HOST that is not loopback (e.g. 0.0.0.0). The server has "
-    "no authentication: anyone who can reach it can use its tools.",
+    help="With --http: allow a HOST that is not loopback (e.g. 0.0.0.0), reachable from "
+    "other machines. Clients must then send a bearer token (see --token-env).",
+)
+@click.option(
+    "--token-env",
+    metavar="NAME",
+    help="With --http: every client must send Authorization: Bearer <token>, the token "
+    "being the value of environment variable NAME. A HOST that is not loopback always needs "
+    "a token: without this option one is made up and shown once on stderr.",
 )
 @click.option(
     "--structured-only",
@@ -1624,13 +1634,16 @@ def serve(
     allow_urls: tuple[str, ...],
     http_address: str | None,
     allow_remote: bool,
+    token_env: str | None,
     structured_only: bool,
 ) -> None:
     """Run the MCP server over stdio (or streamable HTTP with --http), for agents (needs the
     [mcp] extra).
 
     Over stdio, stdout carries only the protocol; logs go to stderr. Agents may add files
-    only under --root folders and web pages only under --allow-url prefixes.
+    only under --root folders and web pages only under --allow-url prefixes. Over HTTP the
+    server answers only requests addressed to it (Host, Origin); on a HOST that is not
+    loopback, only those with its bearer token.
     """
     from knowledge_agent.crawl.policy import is_loopback
 
@@ -1645,13 +1658,15 @@ def serve(
             )
         if not is_loopback(host) and not allow_remote:
             raise click.UsageError(
-                f"--http {http_address}: {host} is not a loopback address and the server has "
-                "no authentication, so anyone who can reach it could read and change the "
-                "knowledge base; pass --allow-remote to serve there anyway"
+                f"--http {http_address}: {host} is not a loopback address, so other machines "
+                "could reach the server; pass --allow-remote to serve there (clients then "
+                "need its bearer token)"
             )
         address = (host, int(port_text))
-    elif allow_remote:
-        raise click.UsageError("--allow-remote applies only with --http [HOST:]PORT")
+    else:
+        for given, option in ((allow_remote, "--allow-remote"), (token_env, "--token-env")):
+            if given:
+                raise click.UsageError(f"{option} applies only with --http [HOST:]PORT")
     app.settings  # noqa: B018 - a bad project file fails here, before the protocol starts
     resolved = [root.resolve() for root in roots]
     try:
@@ -1667,6 +1682,7 @@ def serve(
             return
         from knowledge_agent.server import bind_http
 
+        token = _server_token(token_env, remote=not is_loopback(address[0]))
         server = bind_http(
             app.new_core,
             host=address[0],
@@ -1674,14 +1690,34 @@ def serve(
             roots=resolved,
             allow_urls=allow_urls,
             allow_remote=allow_remote,
+            token=token,
             text_content=not structured_only,
         )
         click.echo(f"Serving MCP (streamable HTTP) at {server.url}; Ctrl-C stops.", err=True)
+        if not is_loopback(address[0]):
+            click.echo(
+                f"Warning: {address[0]} is reachable from other machines; only clients that "
+                "send Authorization: Bearer <token> are answered.",
+                err=True,
+            )
+        if token is not None and token_env is None:
+            # Made up for this run: shown once, on stderr (stdout may be logged or piped).
+            click.echo(f"Bearer token for this server (shown once): {token}", err=True)
         server.serve()
     except ImportError as exc:
         if _missing_mcp(exc):
             raise ConfigError(MCP_EXTRA_MESSAGE) from exc
         raise
+
+
+def _server_token(token_env: str | None, *, remote: bool) -> str | None:
+    """The HTTP server's bearer token: the value of ``$token_env``, or one made up when the
+    server is reachable from other machines (``remote``); None when it needs none."""
+    if token_env is not None:
+        from knowledge_agent.server.http_guard import check_token
+
+        return check_token(os.environ.get(token_env, ""), f"${token_env} (--token-env)")
+    return secrets.token_urlsafe(32) if remote else None
 
 
 def _missing_mcp(exc: BaseException | None) -> bool:

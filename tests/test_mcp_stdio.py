@@ -61,10 +61,13 @@ def test_serve_over_stdio_end_to_end(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     (docs / "intro.md").write_text("Deploy runbooks and retry helpers.\n", encoding="utf-8")
+    secret = tmp_path / "secret.md"
+    secret.write_text("The vault code is 7391.\n", encoding="utf-8")
     command = ["-m", "knowledge_agent.cli", "--data-dir", str(tmp_path / "data"), "serve"]
     server = StdioServerParameters(
         command=sys.executable,
-        args=[*command, "--root", str(docs)],
+        # Any URL prefix: a url that is no web address must still read nothing.
+        args=[*command, "--root", str(docs), "--allow-url", "http://127.0.0.1:9/"],
         cwd=tmp_path,  # no project file of the developer's is picked up
     )
     stray: list[Any] = []
@@ -91,6 +94,13 @@ def test_serve_over_stdio_end_to_end(tmp_path: Path) -> None:
                 seen["refused"] = await client.call_tool(
                     "add_knowledge", {"kb": "d", "path": "/etc"}
                 )
+                seen["not urls"] = [
+                    await client.call_tool("add_knowledge", {"kb": "d", "url": url})
+                    for url in (str(secret), "/etc/passwd", f"file://{secret}", "~/.bashrc")
+                ]
+                seen["secret"] = await client.call_tool(
+                    "knowledge_text_search", {"knowledge_base": "d", "keyword": "vault"}
+                )
                 found = await client.call_tool("search_knowledge", {"query": "roll back a release"})
                 seen["found"] = answer = json.loads(found.content[0].text)
                 chunk_id = answer["results"][0]["matched_chunks"][0]["chunk_id"]
@@ -116,6 +126,11 @@ def test_serve_over_stdio_end_to_end(tmp_path: Path) -> None:
     added = json.loads(seen["added"].content[0].text)
     assert added["processed"] == 3 and len(added["item_ids"]) == 2, added  # intro.md: no item
     assert seen["refused"].is_error and "outside the folders" in seen["refused"].content[0].text
+    for refused in seen["not urls"]:
+        assert refused.is_error and "url must be an http:// or https:// address" in (
+            refused.content[0].text
+        )
+    assert json.loads(seen["secret"].content[0].text)["count"] == 0
     assert seen["found"]["results"][0]["path"] == str((docs / "deploy.md").resolve())
     assert "previous release" in json.loads(seen["read"].content[0].text)["chunk"]["content"]
     assert json.loads(seen["code"].content[0].text)["results"][0]["title"] == "retry.py"

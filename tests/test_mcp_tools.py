@@ -25,7 +25,7 @@ from test_processors_pdf import make_pdf
 from web_site import SiteServer
 
 from knowledge_agent import KnowledgeAgentCore
-from knowledge_agent.errors import ConfigError, IngestError
+from knowledge_agent.errors import ConfigError, IngestError, QueryError
 from knowledge_agent.server import create_server
 from knowledge_agent.server import mcp_tools as tools
 
@@ -717,6 +717,45 @@ async def test_web_pages_are_added_only_under_an_allowed_prefix() -> None:
         assert site.hits("/admin/") == 0
 
 
+async def test_url_takes_only_web_addresses_under_an_allowed_prefix(
+    roots: dict[str, Path],
+) -> None:
+    allowed, secret = roots["allowed"], roots["secret"]
+    with SiteServer() as site, KnowledgeAgentCore() as core:
+        core.add_text("A note without secrets.", title="Note", kb="kb")
+        server = create_server(core, roots=[allowed], allow_urls=["http://", site.url("/")])
+        async with Client(server) as client:
+            messages = [
+                await fail(client, "add_knowledge", kb="kb", url=url)
+                for url in (
+                    str(secret / "keys.md"),
+                    str(secret),
+                    "/etc/passwd",
+                    "~/.bashrc",
+                    f"file://{secret}/keys.md",
+                    "../secret/keys.md",
+                    "guide.md",  # relative, and inside the root: still no URL
+                    str(allowed / "guide.md"),
+                    " " + site.url("/guide/"),
+                    "ftp://127.0.0.1/",
+                )
+            ]
+            hits = [
+                await call(client, "knowledge_text_search", knowledge_base="kb", keyword=word)
+                for word in ("vault", "zebra", "root:")
+            ]
+        items = core.status().items
+
+    assert all(
+        message.startswith("Error executing tool add_knowledge: url must be an http:// or "
+                           "https:// address, got ")
+        for message in messages
+    ), messages  # fmt: skip
+    assert [hit["count"] for hit in hits] == [0, 0, 0]
+    assert items == 1  # the note; nothing was read
+    assert site.requests == []
+
+
 # -- the server's lifecycle ------------------------------------------------------------------
 
 
@@ -823,13 +862,25 @@ def test_path_within_roots(tmp_path: Path) -> None:
         tools.path_within_roots(str(tmp_path), roots)
     with pytest.raises(ConfigError, match="outside"):
         tools.path_within_roots(str(root) + "-sibling", roots)
-    with pytest.raises(IngestError):
+    with pytest.raises(IngestError, match=r"no such file or directory \(path '.*nope.md'\)"):
         tools.path_within_roots(str(root / "nope.md"), roots)
+    # A link inside a root to a file inside it is read as that file; "~" is the server
+    # user's home, outside the root like any other folder.
+    os.symlink(root / "a" / "b.md", root / "link.md")
+    assert tools.path_within_roots("link.md", roots) == os.path.realpath(root / "a" / "b.md")
+    with pytest.raises(ConfigError, match=r"^path '~' is outside the folders"):
+        tools.path_within_roots("~", roots)
+    for bad, error in (
+        ("a\x00.md", r"^path 'a\\x00.md' holds a NUL character"),
+        ("", r"^path must be a non-empty string, got ''"),
+        ("a" * 5000, r"^path is 5,000 characters long"),
+        (None, r"^path must be a non-empty string, got None"),
+    ):
+        with pytest.raises((ConfigError, QueryError), match=error):
+            tools.path_within_roots(bad, roots)  # type: ignore[arg-type]
 
 
 def test_plain_functions_validate_their_arguments(core: KnowledgeAgentCore) -> None:
-    from knowledge_agent.errors import QueryError
-
     with pytest.raises(QueryError):
         tools.search_knowledge(core, "deploy", limit=0)
     with pytest.raises(QueryError):

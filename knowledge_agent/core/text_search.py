@@ -27,10 +27,12 @@ class TextMatch:
         return asdict(self)
 
 
-def compile_pattern(pattern: str, *, regex: bool, case_sensitive: bool) -> TextPattern:
-    """The pattern, ready for one scan; ``QueryError`` for an empty, too long or invalid one
-    (and, while scanning, for a regular expression that overruns its matching time)."""
-    return TextPattern(pattern, regex=regex, case_sensitive=case_sensitive)
+def compile_pattern(
+    pattern: str, *, regex: bool, case_sensitive: bool, name: str = "pattern"
+) -> TextPattern:
+    """The pattern, ready for one scan; ``QueryError`` naming ``name`` for an empty, too
+    long or invalid one (and, while scanning, for one that overruns its matching time)."""
+    return TextPattern(pattern, regex=regex, case_sensitive=case_sensitive, name=name)
 
 
 def _clip(line: str, match: Match, width: int) -> str:
@@ -49,7 +51,8 @@ def matching_lines(
     source_keyword: str | None = None,
     max_chars_per_line: int = 180,
 ) -> Iterator[TextMatch]:
-    """Every line of every item that matches, in item then line order.
+    """Every line (the text between two ``\\n``) of every item that matches, in item then
+    line order.
 
     ``source_keyword`` keeps items whose path/URI or title contains it (case-insensitive).
     """
@@ -57,16 +60,18 @@ def matching_lines(
     for item in items:
         if keyword and keyword not in f"{item.source_uri or ''}\n{item.title}".lower():
             continue
-        if not expression.search(item.content):
+        candidates = expression.candidate_lines(item.content)
+        if not candidates:  # one search of the text skips most items
             continue
-        for number, line in enumerate(item.content.split("\n"), start=1):
-            found = expression.search(line)
+        lines = item.content.split("\n")
+        for index in candidates:
+            found = expression.search(lines[index])
             if found:
                 yield TextMatch(
                     item_id=item.id,
                     kb=item.kb,
                     title=item.title,
                     source_uri=item.source_uri,
-                    line_number=number,
-                    line=_clip(line.rstrip("\r"), found, max_chars_per_line),
+                    line_number=index + 1,
+                    line=_clip(lines[index].rstrip("\r"), found, max_chars_per_line),
                 )

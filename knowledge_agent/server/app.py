@@ -1,6 +1,7 @@
 """The MCP server: ``create_server(core)`` builds it; ``run_stdio(open_core)`` serves it over
 stdio and ``bind_http(open_core, host=, port=)`` binds it for streamable HTTP: the bound
-server's URL, ``serve()`` and ``stop()``.
+server's URL, ``serve()`` and ``stop()``; every HTTP request passes the checks of
+:mod:`.http_guard` (its Host and Origin, and the bearer token when the server has one).
 
 Each plain function of :mod:`knowledge_agent.server.mcp_tools` becomes one tool: its
 signature (without ``core`` and ``roots``) is the input schema, its docstring the
@@ -39,6 +40,7 @@ from knowledge_agent.crawl import UrlPolicy
 from knowledge_agent.crawl.policy import is_loopback
 from knowledge_agent.errors import ConfigError, KnowledgeAgentError
 from knowledge_agent.server import mcp_tools
+from knowledge_agent.server.http_guard import RequestGuard, check_token, server_names
 from knowledge_agent.server.schemas import output_schema
 
 __all__ = [
@@ -135,8 +137,9 @@ def _as_tool(function: Callable[..., dict[str, Any]], text_content: bool) -> Cal
         try:
             return _result(await anyio.to_thread.run_sync(call), text_content)
         except KnowledgeAgentError as exc:
-            # An anticipated failure: its message goes back to the agent as a tool error.
-            raise ToolError(str(exc)) from exc
+            # An anticipated failure: its message goes back to the agent as a tool error,
+            # never an empty one.
+            raise ToolError(str(exc) or type(exc).__name__) from exc
 
     context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
     tool.__signature__ = signature.replace(  # type: ignore[attr-defined]
@@ -310,12 +313,14 @@ class HttpServer:
         host: str,
         roots: tuple[str, ...],
         allow_urls: tuple[str, ...],
+        token: str | None = None,
         text_content: bool = True,
     ) -> None:
         self._open_core = open_core
         self._text_content = text_content
         self._socket = sock
         self._host = host
+        self._token = token
         self._roots = roots
         self._allow_urls = allow_urls
         self._lock = threading.Lock()
@@ -324,19 +329,6 @@ class HttpServer:
         bound_host, self.port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         self.url = f"http://{shown}:{self.port}{HTTP_PATH}"
-
-    def _transport_security(self) -> TransportSecuritySettings | None:
-        """On a loopback address, refuse requests whose Host or Origin is another site's
-        (DNS rebinding); a server opened to the network answers any host name."""
-        if not is_loopback(self._host):
-            return None
-        names = {"127.0.0.1", "localhost", "[::1]", self._host}
-        hosts = [f"[{n}]" if ":" in n and not n.startswith("[") else n for n in sorted(names)]
-        return TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=[f"{name}:*" for name in hosts],
-            allowed_origins=[f"http://{name}:*" for name in hosts],
-        )
 
     def serve(self) -> None:
         """Answer requests until stopped (blocking); the socket is closed afterwards."""
@@ -355,11 +347,16 @@ class HttpServer:
             try:
                 app = server.streamable_http_app(
                     streamable_http_path=HTTP_PATH,
-                    transport_security=self._transport_security(),
+                    # The Host and Origin checks are the guard's, for every address (the
+                    # SDK's know loopback only); the SDK still checks the content type.
+                    transport_security=TransportSecuritySettings(
+                        enable_dns_rebinding_protection=False
+                    ),
                     host=self._host,
                 )
+                guarded = RequestGuard(app, names=server_names(self._host), token=self._token)
                 config = uvicorn.Config(
-                    app,
+                    guarded,
                     lifespan="on",
                     log_config=None,  # the application's logging stays as configured
                     log_level="warning",
@@ -392,20 +389,30 @@ def bind_http(
     roots: Sequence[str | os.PathLike[str]] = (),
     allow_urls: Sequence[str] = (),
     allow_remote: bool = False,
+    token: str | None = None,
     text_content: bool = True,
 ) -> HttpServer:
     """Bind the streamable-HTTP server to ``host:port`` (port 0: any free port).
 
-    The server has no authentication: ``ConfigError`` for a host that is not loopback
-    unless ``allow_remote``, and for a root that is not a folder; ``OSError`` when the
-    port cannot be bound.
+    With a ``token`` every request must carry ``Authorization: Bearer <token>`` (else
+    401). A host that is not loopback makes the server reachable from other machines: it
+    needs ``allow_remote`` and a token. ``ConfigError`` for those, for a token too short
+    to be safe and for a root that is not a folder; ``OSError`` when the port cannot be
+    bound.
     """
-    if not is_loopback(host) and not allow_remote:
-        raise ConfigError(
-            f"refusing to serve on {host}: it is not a loopback address and the server has "
-            "no authentication, so anyone who can reach it could read and change the "
-            "knowledge base; allow remote clients explicitly to serve there"
-        )
+    if not is_loopback(host):
+        if not allow_remote:
+            raise ConfigError(
+                f"refusing to serve on {host}: it is not a loopback address, so other "
+                "machines could reach the server; allow remote clients explicitly to serve there"
+            )
+        if token is None:
+            raise ConfigError(
+                f"serving on {host}, reachable from other machines, needs a bearer token "
+                "that every client must send"
+            )
+    if token is not None:
+        check_token(token, "token")
     roots = mcp_tools.resolve_roots(roots)  # a bad root fails before the port is taken
     sock = _bind(host.strip("[]"), port)
     return HttpServer(
@@ -414,5 +421,6 @@ def bind_http(
         host=host,
         roots=roots,
         allow_urls=tuple(allow_urls),
+        token=token,
         text_content=text_content,
     )

@@ -13,6 +13,7 @@ is its signature and whose description is its docstring.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from typing import Annotated, Any
 
@@ -20,15 +21,20 @@ from pydantic import Field
 
 from knowledge_agent.analysis import highlight
 from knowledge_agent.core import KnowledgeAgentCore
-from knowledge_agent.errors import QueryError
+from knowledge_agent.core.text_search import compile_pattern, matching_lines
 from knowledge_agent.models import SearchResult
 from knowledge_agent.models.result_view import item_path
+from knowledge_agent.patterns import MAX_GLOB_CHARS, MAX_PATTERN_CHARS, REGEX_SECONDS
+from knowledge_agent.server import arguments as check
 from knowledge_agent.server.rerank import plan_rerank, rerank_scores
-from knowledge_agent.server.views import bounded, clip
+from knowledge_agent.server.views import clip
 
 __all__ = ["knowledge_list", "knowledge_semantic_search", "knowledge_text_search"]
 
 MAX_TOP_K = 50
+# A source keyword becomes a glob with a [xX] class per letter (see _contains_glob): four
+# characters each, and "*" on both sides, must stay within a glob's length limit.
+MAX_SOURCE_KEYWORD_CHARS = (MAX_GLOB_CHARS - 2) // 4
 # The source_keyword pass over titles filters a search's results, so it looks this many
 # times deeper than top_k (paths are filtered inside the engines and need no margin).
 _TITLE_DEPTH = 5
@@ -59,15 +65,26 @@ MaxItems = Annotated[
 ]
 NameKeyword = Annotated[
     str | None,
-    Field(description="Only knowledge bases whose name contains this text (case-insensitive)."),
+    Field(
+        max_length=check.MAX_NAME_CHARS,
+        description="Only knowledge bases whose name contains this text (case-insensitive).",
+    ),
 ]
 KnowledgeBase = Annotated[
     str,
-    Field(min_length=1, description="The knowledge base to search: a name from knowledge_list."),
+    Field(
+        min_length=1,
+        max_length=check.MAX_NAME_CHARS,
+        description="The knowledge base to search: a name from knowledge_list.",
+    ),
 ]
 Keyword = Annotated[
     str,
-    Field(min_length=1, description="The text to find, literally (a regex with regex=true)."),
+    Field(
+        min_length=1,
+        max_length=MAX_PATTERN_CHARS,
+        description="The text to find, literally (a regex with regex=true).",
+    ),
 ]
 MaxLines = Annotated[
     int, Field(ge=1, le=500, description="Return at most this many matching lines.")
@@ -89,19 +106,27 @@ CaseSensitive = Annotated[bool, Field(description="Match letter case exactly.")]
 SourceKeyword = Annotated[
     str | None,
     Field(
+        max_length=MAX_SOURCE_KEYWORD_CHARS,
         description="Only documents whose source — file path, URL or title — contains this "
-        "text (case-insensitive)."
+        "text (case-insensitive).",
     ),
 ]
 IncludeSource = Annotated[
     bool, Field(description="Give each line's source (its file path or URL).")
 ]
 IncludeLine = Annotated[bool, Field(description="Give each line's 1-based line number.")]
-Regex = Annotated[bool, Field(description="Treat keyword as a Python regular expression.")]
+Regex = Annotated[
+    bool,
+    Field(
+        description="Treat keyword as a Python regular expression (one that takes over "
+        f"{REGEX_SECONDS:g} s to match is refused)."
+    ),
+]
 Query = Annotated[
     str,
     Field(
         min_length=1,
+        max_length=check.MAX_QUERY_CHARS,
         description="The question or topic, in any language (e.g. 'how do I reset my "
         "password', '怎么重置密码').",
     ),
@@ -173,8 +198,12 @@ def knowledge_list(
     roots (collected folders), last_indexed_at. By default only knowledge bases with an
     intro are listed (a note counts the others). truncated: more than max_items matched.
     """
-    bounded("intro_max_chars", intro_max_chars, 0, 4000)
-    bounded("max_items", max_items, 1, 1000)
+    check.flag("only_ready", only_ready)
+    check.flag("include_intro", include_intro)
+    check.flag("include_has_intro", include_has_intro)
+    check.integer("intro_max_chars", intro_max_chars, 0, 4000)
+    check.integer("max_items", max_items, 1, 1000)
+    name_keyword = check.optional_text("name_keyword", name_keyword, max_chars=check.MAX_NAME_CHARS)
     keyword = (name_keyword or "").strip().lower()
     matched: list[tuple[dict[str, Any], str]] = []
     without_intro = 0
@@ -235,21 +264,33 @@ def knowledge_text_search(
     URL), line (1-based) and text, cut to max_chars_per_item around the match.
     truncated: more lines match than max_lines or the max_chars budget let through.
     """
-    bounded("max_lines", max_lines, 1, 500)
-    bounded("max_chars", max_chars, 20, 200_000)
-    bounded("max_chars_per_item", max_chars_per_item, 20, 2000)
-    core.get_kb(knowledge_base)
-    # The core's cut adds up to two "…" around its width; a line may not outgrow the budget.
+    check.integer("max_lines", max_lines, 1, 500)
+    check.integer("max_chars", max_chars, 20, 200_000)
+    check.integer("max_chars_per_item", max_chars_per_item, 20, 2000)
+    for name, value in (
+        ("case_sensitive", case_sensitive),
+        ("include_source", include_source),
+        ("include_line", include_line),
+        ("regex", regex),
+    ):
+        check.flag(name, value)
+    source_keyword = check.optional_text(
+        "source_keyword", source_keyword, max_chars=MAX_SOURCE_KEYWORD_CHARS
+    )
+    # Compiled here, not by core.text_search, so that its errors name this argument.
+    expression = compile_pattern(
+        keyword, regex=regex, case_sensitive=case_sensitive, name="keyword"
+    )
+    knowledge_base = check.knowledge_base(core, "knowledge_base", knowledge_base)
+    # The cut adds up to two "…" around its width; a line may not outgrow the budget.
     width = min(max_chars_per_item, max_chars) - 2
-    matches = core.text_search(
-        keyword,
-        kb=knowledge_base,
-        regex=regex,
-        case_sensitive=case_sensitive,
+    lines = matching_lines(
+        core.storage.iter_items(kb=knowledge_base),
+        expression,
         source_keyword=source_keyword or None,
-        max_matches=max_lines + 1,  # one extra tells whether there are more
         max_chars_per_line=width,
     )
+    matches = list(itertools.islice(lines, max_lines + 1))  # one extra tells if more follow
     items: list[dict[str, Any]] = []
     used = 0
     for match in matches:
@@ -381,19 +422,20 @@ def knowledge_semantic_search(
     across queries), rerank_score after a rerank, and chunk_id for read_chunk.
     truncated: a text was cut. A note explains a rerank that was adjusted or not done.
     """
-    if not isinstance(query, str) or not query.strip():
-        raise QueryError("query must be a non-empty string")
-    bounded("top_k", top_k, 1, MAX_TOP_K)
+    check.text("query", query, max_chars=check.MAX_QUERY_CHARS)
+    check.integer("top_k", top_k, 1, MAX_TOP_K)
+    if enable_rerank is not None:
+        check.flag("enable_rerank", enable_rerank)
     if rerank_top_k is not None:
-        bounded("rerank_top_k", rerank_top_k, 1, MAX_TOP_K)
-    bounded("max_chars_per_item", max_chars_per_item, 20, 4000)
-    if (
-        isinstance(min_relevance, bool)
-        or not isinstance(min_relevance, (int, float))
-        or not 0 <= min_relevance <= 1
-    ):
-        raise QueryError(f"min_relevance must be a number within 0 and 1, got {min_relevance!r}")
-    core.get_kb(knowledge_base)
+        check.integer("rerank_top_k", rerank_top_k, 1, MAX_TOP_K)
+    check.integer("max_chars_per_item", max_chars_per_item, 20, 4000)
+    min_relevance = check.number("min_relevance", min_relevance, 0, 1)
+    source_keyword = check.optional_text(
+        "source_keyword", source_keyword, max_chars=MAX_SOURCE_KEYWORD_CHARS
+    )
+    check.flag("include_rerank_score", include_rerank_score)
+    check.flag("deduplicate", deduplicate)
+    knowledge_base = check.knowledge_base(core, "knowledge_base", knowledge_base)
     plan = plan_rerank(
         top_k=top_k,
         enable_rerank=enable_rerank,

@@ -10,10 +10,13 @@ they say what it does, when to use it and what comes back. The three tools of se
 (``knowledge_list``, ``knowledge_text_search``, ``knowledge_semantic_search``) live in
 :mod:`.knowledge_tools` and are listed here with the rest.
 
-Two policies live in the server rather than in the core, because only an agent-facing
-surface needs them: search answers stay under a token budget (:mod:`.budget`), and files may
-only be added from inside the folders the server was started with (:func:`resolve_roots`,
-:func:`path_within_roots`).
+Every argument comes from an agent and is checked by the tool itself (:mod:`.arguments`):
+a bad one is a ``KnowledgeAgentError`` naming it, whoever called. Two policies live in the
+server rather than in the core, because only an agent-facing surface needs them: search
+answers stay under a token budget (:mod:`.budget`), and nothing an agent names is read
+unless the server was started to allow it: files only inside its folders
+(:func:`resolve_roots`, :func:`path_within_roots`: real paths, symlinks resolved), web pages
+only under its URL prefixes (checked by its ``UrlPolicy`` before anything is fetched).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import heapq
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -33,14 +37,14 @@ from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.models import KnowledgeChunk, MatchedChunk
 from knowledge_agent.models.evidence import evidence_ref
 from knowledge_agent.models.result_view import chunk_view, item_path, item_view, result_view
-from knowledge_agent.patterns import check_glob, glob_regex
+from knowledge_agent.patterns import MAX_GLOB_CHARS, glob_regex
+from knowledge_agent.server import arguments as check
 from knowledge_agent.server.budget import dumps, estimate_tokens, fit_to_budget
 from knowledge_agent.server.knowledge_tools import (
     knowledge_list,
     knowledge_semantic_search,
     knowledge_text_search,
 )
-from knowledge_agent.server.views import bounded
 from knowledge_agent.storage.sqlite_storage import ItemFacts
 
 __all__ = [
@@ -72,6 +76,20 @@ MIN_MAX_TOKENS = 500  # room for one result with part of its best chunk
 MAX_MAX_TOKENS = 200_000
 MAX_SCOPES = 20  # path prefixes, or file patterns, one search takes
 MAX_LIST_LIMIT = 500
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux
+MAX_URL_CHARS = 4096
+MAX_ID_CHARS = 200  # ids are 36 characters; an 8-character prefix names one too
+MAX_REF_CHARS = MAX_PATH_CHARS + 200  # an evidence ref: an id, a path, lines and a hash
+MAX_TITLE_CHARS = 1000
+MAX_TEXT_CHARS = 20 * 1024 * 1024  # as much as the largest file a folder walk reads
+# A relative file pattern gets "*/" in front (see _glob): it must still fit a glob's limit.
+MAX_PATTERN_CHARS = MAX_GLOB_CHARS - 2
+# A crawl an agent starts stops after this many seconds unless the call asks for more (up
+# to the limit): an agent waits on its tool call, and MCP clients give up on a call after a
+# minute or a few; two minutes fetch a hundred pages from most sites. A crawl longer than
+# the limit is the user's to start (`knowledge-agent add URL`, ten minutes by default).
+AGENT_CRAWL_SECONDS = 120.0
+MAX_AGENT_CRAWL_SECONDS = 600.0
 # Every source type the processors produce, except code (search_docs' scope). The core
 # filters by inclusion only, so the complement is spelled out; "web" is for fetched pages.
 DOCUMENT_SOURCE_TYPES = ("text", "markdown", "html", "pdf", "data", "log", "web")
@@ -84,6 +102,7 @@ Query = Annotated[
     str,
     Field(
         min_length=1,
+        max_length=check.MAX_QUERY_CHARS,
         description="What to look for: a question or keywords, in any language "
         "(e.g. 'how do I roll back a deploy', '重置密码').",
     ),
@@ -163,12 +182,16 @@ ChunkId = Annotated[
     str,
     Field(
         min_length=1,
+        max_length=MAX_REF_CHARS,
         description="A chunk_id from a search result, or a whole evidence ref "
         "(kb:…@hash) to check whether the cited text is unchanged.",
     ),
 ]
 Neighbors = Annotated[int, Field(ge=0, le=20, description="Chunks to include on each side.")]
-ItemId = Annotated[str, Field(min_length=1, description="An item_id from a search result.")]
+ItemId = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ID_CHARS, description="An item_id from a search result."),
+]
 MaxChars = Annotated[
     int, Field(ge=1, le=200_000, description="Return at most this many characters.")
 ]
@@ -185,15 +208,18 @@ KbName = Annotated[
 SourcePath = Annotated[
     str | None,
     Field(
+        max_length=MAX_PATH_CHARS,
         description="A file or folder to index (folders recursively, honouring .gitignore); "
-        "it must lie inside a folder the server was started with (--root)."
+        "it must lie inside a folder the server was started with (--root).",
     ),
 ]
 Url = Annotated[
     str | None,
     Field(
-        description="A web page, sitemap.xml or documentation site to crawl and index, instead "
-        "of a path; only under a URL prefix the server was started with (--allow-url)."
+        max_length=MAX_URL_CHARS,
+        description="An http(s) URL of a web page, sitemap.xml or documentation site to crawl "
+        "and index, instead of a path; only under a URL prefix the server was started with "
+        "(--allow-url).",
     ),
 ]
 Depth = Annotated[
@@ -202,6 +228,14 @@ Depth = Annotated[
 ]
 MaxPages = Annotated[
     int, Field(ge=1, le=10_000, description="For a url: fetch at most this many pages.")
+]
+MaxTime = Annotated[
+    float,
+    Field(
+        ge=1,
+        le=MAX_AGENT_CRAWL_SECONDS,
+        description="For a url: the most seconds the whole crawl may take.",
+    ),
 ]
 Text = Annotated[str | None, Field(description="Text to store, instead of a path.")]
 PathGlob = Annotated[
@@ -219,42 +253,12 @@ ListOffset = Annotated[
     int,
     Field(ge=0, description="Skip this many documents (next_offset of the previous page)."),
 ]
-Title = Annotated[str, Field(description="Title of the text (ignored for a path).")]
+Title = Annotated[
+    str, Field(max_length=MAX_TITLE_CHARS, description="Title of the text (ignored for a path).")
+]
 
 
-# -- argument checks (the MCP schema bounds them too; these guard the Python callers) ----------
-
-
-def _query(query: object) -> str:
-    if not isinstance(query, str) or not query.strip():
-        raise QueryError("query must be a non-empty string")
-    return query
-
-
-def _names(value: str | Sequence[str] | None, name: str) -> list[str] | None:
-    """A name or list of names as a list; None (no restriction) for nothing given."""
-    if value is None:
-        return None
-    values = [value] if isinstance(value, str) else value
-    if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
-        raise QueryError(f"{name} must be a string or a list of strings, got {value!r}")
-    names = [v.strip() for v in values if v.strip()]
-    return names or None
-
-
-def _kbs(core: KnowledgeAgentCore, kb: str | Sequence[str] | None) -> list[str] | None:
-    """The knowledge-base names asked for; ``NotFoundError`` names the first unknown one
-    and the valid ones (so an agent can correct itself without another call)."""
-    names = _names(kb, "kb")
-    if names:
-        known = core.storage.sources.kb_names()
-        unknown = [name for name in names if name not in known]
-        if unknown:
-            raise NotFoundError(
-                f"no knowledge base named {unknown[0]!r}; "
-                f"the knowledge bases are: {', '.join(known) or 'none'}"
-            )
-    return names
+# -- arguments shared by several tools ----------------------------------------------------------
 
 
 def _glob(pattern: str) -> str:
@@ -264,47 +268,46 @@ def _glob(pattern: str) -> str:
     return "*/" + pattern
 
 
+def _globs(value: object, name: str) -> list[str] | None:
+    """The globs a path_glob or file_patterns argument gives (relative ones at any depth)."""
+    patterns = check.names(name, value, max_count=MAX_SCOPES, max_chars=MAX_PATTERN_CHARS)
+    return [_glob(pattern) for pattern in patterns] if patterns else None
+
+
+def _prefixes(value: object) -> list[str] | None:
+    return check.names("path_prefix", value, max_count=MAX_SCOPES, max_chars=MAX_PATH_CHARS)
+
+
 # -- search -----------------------------------------------------------------------------------
 
 
 def _search(
     core: KnowledgeAgentCore,
-    query: str,
+    query: object,
     filters: dict[str, Any],
     *,
-    prefixes: list[str] | None = None,
-    globs: list[str] | None = None,
-    limit: int,
-    context_window: int,
-    min_score: float | None,
-    max_tokens: int,
-    include_explanation: bool,
+    limit: object,
+    context_window: object,
+    min_score: object,
+    max_tokens: object,
+    include_explanation: object,
 ) -> dict[str, Any]:
-    """One filtered core search: every filter, the path prefixes and file patterns (each
-    list OR-ed) included, narrows the candidates *before* ranking."""
-    _query(query)
-    bounded("limit", limit, 1, MAX_LIMIT)
-    bounded("context_window", context_window, 0, MAX_CONTEXT_WINDOW)
-    bounded("max_tokens", max_tokens, MIN_MAX_TOKENS, MAX_MAX_TOKENS)
-    if min_score is not None and (
-        isinstance(min_score, bool)
-        or not isinstance(min_score, (int, float))
-        or not 0 <= min_score <= 1
-    ):
-        raise QueryError(f"min_score must be a number within 0 and 1, got {min_score!r}")
-    for name, values in (("path_prefix", prefixes), ("file_patterns", globs)):
-        if values and len(values) > MAX_SCOPES:
-            raise QueryError(f"at most {MAX_SCOPES} values in {name}, got {len(values)}")
+    """One filtered core search: every filter, the path prefixes and globs (each list OR-ed)
+    included, narrows the candidates *before* ranking."""
+    query = check.text("query", query, max_chars=check.MAX_QUERY_CHARS)
+    limit = check.integer("limit", limit, 1, MAX_LIMIT)
+    context_window = check.integer("context_window", context_window, 0, MAX_CONTEXT_WINDOW)
+    max_tokens = check.integer("max_tokens", max_tokens, MIN_MAX_TOKENS, MAX_MAX_TOKENS)
+    confidence = None if min_score is None else check.number("min_score", min_score, 0, 1)
+    explain = check.flag("include_explanation", include_explanation)
     ranked = core.search(
         query,
         limit=limit,
         context_window=context_window,
-        min_confidence=min_score,
-        path_prefix=prefixes or None,
-        path_glob=globs or None,
+        min_confidence=confidence,
         **filters,
     )
-    views = [result_view(result, explain=include_explanation) for result in ranked]
+    views = [result_view(result, explain=explain) for result in ranked]
     answer = fit_to_budget(views, max_tokens)
     if not ranked:
         answer["hint"] = (
@@ -324,6 +327,7 @@ def search_knowledge(
     source_type: SourceTypes = None,
     doc_type: DocTypes = None,
     path_prefix: PathPrefix = None,
+    path_glob: PathGlob = None,
     language: Languages = None,
     min_score: MinScore = None,
     max_tokens: MaxTokens = 4000,
@@ -341,16 +345,17 @@ def search_knowledge(
     passage. A reply over max_tokens is trimmed and says so (`truncated`, `note`).
     """
     filters = {
-        "kb": _kbs(core, kb),
-        "source_type": _names(source_type, "source_type"),
-        "doc_type": _names(doc_type, "doc_type"),
-        "language": _names(language, "language"),
+        "kb": check.knowledge_bases(core, "kb", kb),
+        "source_type": check.names("source_type", source_type),
+        "doc_type": check.names("doc_type", doc_type),
+        "language": check.names("language", language),
+        "path_prefix": _prefixes(path_prefix),
+        "path_glob": _globs(path_glob, "path_glob"),
     }
     return _search(
         core,
         query,
         filters,
-        prefixes=_names(path_prefix, "path_prefix"),
         limit=limit,
         context_window=context_window,
         min_score=min_score,
@@ -379,18 +384,17 @@ def search_code(
     even when documents would outrank it. Matched chunks of code also name their symbol
     (e.g. `Billing.total`), its type and signature, with start/end lines.
     """
-    patterns = _names(file_patterns, "file_patterns")
     filters = {
-        "kb": _kbs(core, kb),
+        "kb": check.knowledge_bases(core, "kb", kb),
         "source_type": "code",
-        "language": [name.lower() for name in _names(languages, "languages") or ()] or None,
+        "language": [name.lower() for name in check.names("languages", languages) or ()] or None,
+        "path_prefix": _prefixes(path_prefix),
+        "path_glob": _globs(file_patterns, "file_patterns"),
     }
     return _search(
         core,
         query,
         filters,
-        prefixes=_names(path_prefix, "path_prefix"),
-        globs=[_glob(pattern) for pattern in patterns] if patterns else None,
         limit=limit,
         context_window=context_window,
         min_score=min_score,
@@ -406,6 +410,7 @@ def search_docs(
     kb: KbNames = None,
     doc_type: DocTypes = None,
     path_prefix: PathPrefix = None,
+    path_glob: PathGlob = None,
     limit: Limit = 5,
     context_window: ContextWindow = 1,
     min_score: MinScore = None,
@@ -418,15 +423,16 @@ def search_docs(
     takes folder paths or URL prefixes (one or a list) to stay within one manual or site.
     """
     filters = {
-        "kb": _kbs(core, kb),
+        "kb": check.knowledge_bases(core, "kb", kb),
         "source_type": list(DOCUMENT_SOURCE_TYPES),
-        "doc_type": _names(doc_type, "doc_type"),
+        "doc_type": check.names("doc_type", doc_type),
+        "path_prefix": _prefixes(path_prefix),
+        "path_glob": _globs(path_glob, "path_glob"),
     }
     return _search(
         core,
         query,
         filters,
-        prefixes=_names(path_prefix, "path_prefix"),
         limit=limit,
         context_window=context_window,
         min_score=min_score,
@@ -451,14 +457,23 @@ def read_chunk(
     evidence ref, also `citation`: whether the cited text is unchanged, moved, changed or
     gone since it was cited (the chunk shown is the text there now).
     """
-    bounded("neighbors", neighbors, 0, 20)
+    chunk_id = check.text("chunk_id", chunk_id, max_chars=MAX_REF_CHARS)
+    neighbors = check.integer("neighbors", neighbors, 0, 20)
     citation = None
     if chunk_id.startswith("kb:"):
-        citation = core.check_citation(chunk_id)
+        try:
+            citation = core.check_citation(chunk_id)
+        except QueryError as exc:
+            raise QueryError(f"chunk_id: {exc}") from None
         if citation.chunk is None:
             return {"citation": {"ref": chunk_id, "status": citation.status}}
         chunk_id = citation.chunk.id
-    found = core.read_chunk(chunk_id, neighbors=neighbors)
+    elif len(chunk_id) > MAX_ID_CHARS:
+        raise QueryError(f"chunk_id is {len(chunk_id):,} characters long: it is no chunk id")
+    try:
+        found = core.read_chunk(chunk_id, neighbors=neighbors)
+    except NotFoundError as exc:
+        raise NotFoundError(f"chunk_id: {exc}") from None
     path = item_path(found.item)
 
     def view(chunk: KnowledgeChunk, *, matched: bool = False) -> dict[str, Any]:
@@ -492,11 +507,12 @@ def get_knowledge_item(
 
     `truncated: true` means the text goes on; call again with offset=`next_offset`.
     """
-    bounded("max_chars", max_chars, 1, 200_000)
-    bounded("offset", offset, 0, 2**62)
+    item_id = check.text("item_id", item_id, max_chars=MAX_ID_CHARS)
+    max_chars = check.integer("max_chars", max_chars, 1, 200_000)
+    offset = check.integer("offset", offset, 0, 2**62)
     item = core.get_item(item_id)
     if item is None:
-        raise NotFoundError(f"no item with id {item_id!r}")
+        raise NotFoundError(f"item_id: no item with id {item_id!r}")
     data = item.to_dict()
     content = item.content[offset : offset + max_chars]
     end = offset + len(content)
@@ -563,12 +579,11 @@ def list_items(
     follows), next_offset when it does, and total when it is cheap to know (no path_glob
     and at most one kb and source_type). get_knowledge_item(item_id) reads a document.
     """
-    bounded("limit", limit, 1, MAX_LIST_LIMIT)
-    bounded("offset", offset, 0, 2**62)
-    kbs = _kbs(core, kb)
-    source_types = _names(source_type, "source_type")
-    patterns = _names(path_glob, "path_glob")
-    globs = [_glob(check_glob(p, "path_glob")) for p in patterns] if patterns else None
+    limit = check.integer("limit", limit, 1, MAX_LIST_LIMIT)
+    offset = check.integer("offset", offset, 0, 2**62)
+    kbs = check.knowledge_bases(core, "kb", kb)
+    source_types = check.names("source_type", source_type)
+    globs = _globs(path_glob, "path_glob")
     total: int | None = None
     if globs is None and len(kbs or ()) <= 1 and len(source_types or ()) <= 1:
         # What the storage filters itself: one SQL page (one row more, to know if more follow).
@@ -628,12 +643,17 @@ def resolve_roots(roots: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
 def path_within_roots(path: str, roots: Sequence[str]) -> str:
     """The real path of ``path`` if it lies inside one of ``roots`` (real paths).
 
-    Symlinks and ``..`` are resolved before the check, so neither can lead outside. A
-    relative path is taken relative to the first root that has it.
+    The one check every path an agent names passes before anything is read: symlinks and
+    ``..`` are resolved first, so neither can lead outside. A relative path is taken
+    relative to the first root that has it. ``ConfigError`` naming ``path`` when it leads
+    outside (whether or not it exists there), ``IngestError`` when nothing is there.
     """
+    path = check.text("path", path, max_chars=MAX_PATH_CHARS)
+    if "\x00" in path:
+        raise ConfigError(f"path {path!r:.80} holds a NUL character: no file is named so")
     if not roots:
         raise ConfigError(
-            "adding files is disabled: this server was started without --root folders "
+            "path: adding files is disabled: this server was started without --root folders "
             "(pass text instead, or restart it with `knowledge-agent serve --root DIR`)"
         )
     expanded = os.path.expanduser(path)
@@ -646,11 +666,32 @@ def path_within_roots(path: str, roots: Sequence[str]) -> str:
     )
     if not any(os.path.commonpath([root, real]) == root for root in roots):
         raise ConfigError(
-            f"{path!r} is outside the folders this server may read: {', '.join(roots)}"
+            f"path {path!r:.200} is outside the folders this server may read: {', '.join(roots)}"
         )
     if not os.path.exists(real):
-        raise IngestError(real, "no such file or directory")
+        raise IngestError(real, f"no such file or directory (path {path!r:.200})")
     return real
+
+
+def _web_url(url: object, policy: UrlPolicy | None) -> str:
+    """``url`` if it is an http(s) URL the server's policy allows; checked before anything
+    is fetched, and before the core could take a string that is no URL for a path."""
+    url = check.text("url", url, max_chars=MAX_URL_CHARS)
+    if policy is None or not policy.allowed_prefixes:
+        raise ConfigError(
+            "url: adding web pages is disabled: this server was started without --allow-url "
+            "(restart it with `knowledge-agent serve --allow-url https://docs.example.com/`)"
+        )
+    # The core's own test for a web address: what passes here is never read as a path.
+    if not url[:8].lower().startswith(("http://", "https://")):
+        raise ConfigError(
+            f"url must be an http:// or https:// address, got {url!r:.200}; "
+            "files are added with path, from the server's --root folders"
+        )
+    refusal = policy.refusal(url)
+    if refusal is not None:
+        raise ConfigError(f"url {url!r:.200} is not allowed: {refusal}")
+    return url
 
 
 def add_knowledge(
@@ -663,6 +704,7 @@ def add_knowledge(
     title: Title = "",
     depth: Depth = 1,
     max_pages: MaxPages = 100,
+    max_time: MaxTime = AGENT_CRAWL_SECONDS,
     roots: Sequence[str] = (),
     url_policy: UrlPolicy | None = None,
 ) -> dict[str, Any]:
@@ -674,26 +716,33 @@ def add_knowledge(
     Returns the collect report: processed, unchanged, skipped and failed files or pages
     (with reasons), removed, chunks_added, item_ids.
     """
-    if sum(value is not None for value in (path, url, text)) != 1:
-        raise ConfigError("give one of path, url or text (exactly one of them)")
+    given = [n for n, v in (("path", path), ("url", url), ("text", text)) if v is not None]
+    if len(given) != 1:
+        raise ConfigError(
+            "give one of path, url or text (exactly one of them)"
+            + (f"; got {' and '.join(given)}" if given else "")
+        )
+    title = check.text("title", title, max_chars=MAX_TITLE_CHARS, blank=True)
+    crawl = CrawlOptions(
+        max_depth=check.integer("depth", depth, 0, 10),
+        max_pages=check.integer("max_pages", max_pages, 1, 10_000),
+        max_time=check.number("max_time", max_time, 1, MAX_AGENT_CRAWL_SECONDS),
+    )
     if url is not None:
-        if url_policy is None or not url_policy.allowed_prefixes:
-            raise ConfigError(
-                "adding web pages is disabled: this server was started without --allow-url "
-                "(restart it with `knowledge-agent serve --allow-url https://docs.example.com/`)"
-            )
-        crawl = CrawlOptions(max_depth=depth, max_pages=max_pages)
+        url = _web_url(url, url_policy)
         return core.collect_knowledge(url, kb=kb, crawl=crawl, url_policy=url_policy).to_dict()
     if text is not None:
+        text = check.text("text", text, max_chars=MAX_TEXT_CHARS)
         # Not collect_knowledge(text): it would read a text that looks like a path as a file,
         # bypassing the roots check below.
         return core.collect_text(text, title=title, kb=kb).to_dict()
-    if path is not None and path[:8].lower().startswith(("http://", "https://")):
-        raise ConfigError(f"{path!r} is a web address: pass it as url, not path")
+    if isinstance(path, str) and path[:8].lower().startswith(("http://", "https://")):
+        raise ConfigError(f"path {path!r:.200} is a web address: pass it as url, not path")
     real = path_within_roots(path, roots)  # type: ignore[arg-type]
-    # Symlinks are not followed: one inside a root could otherwise lead outside it.
+    # A Path, which the core never takes for text. Symlinks are not followed: one inside a
+    # root could otherwise lead outside it.
     options = WalkOptions(follow_symlinks=False)
-    return core.collect_knowledge(real, kb=kb, walk_options=options).to_dict()
+    return core.collect_knowledge(Path(real), kb=kb, walk_options=options).to_dict()
 
 
 def delete_knowledge(
@@ -701,9 +750,10 @@ def delete_knowledge(
     item_id: ItemId,
 ) -> dict[str, Any]:
     """Delete one document (an item) and its chunks from its knowledge base and the indexes."""
+    item_id = check.text("item_id", item_id, max_chars=MAX_ID_CHARS)
     item = core.get_item(item_id)
     if item is None or not core.delete_knowledge_item(item_id):
-        raise NotFoundError(f"no item with id {item_id!r}")
+        raise NotFoundError(f"item_id: no item with id {item_id!r}")
     answer: dict[str, Any] = {"deleted": True, **item_view(item)}
     if item.metadata.get("root"):
         answer["note"] = "its file is still tracked: the next sync of its folder brings it back"
