@@ -23,12 +23,14 @@ the goals are every case held, no tool blocked past the request deadline, and pe
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,270 @@ def write(path: Path, text: str) -> Path:
 def one_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:200] if lines else ""
+
+
+# -- an agent's tool arguments ----------------------------------------------------------------
+
+HOSTILE_VALUES: tuple[Any, ...] = (
+    None, True, -1, 10**18, 1.5, float("nan"), "x", "", "\x00", "a" * 100_000, [], ["x"] * 10_000,
+    {"a": 1},
+)  # fmt: skip
+
+
+def mcp_child(work: str) -> list[dict[str, Any]]:
+    """In a child: every attack on the tools of a server started with one root and one URL
+    prefix; per case whether it held and what came back."""
+    import inspect
+
+    from knowledge_agent import KnowledgeAgentCore
+    from knowledge_agent.crawl import UrlPolicy
+    from knowledge_agent.errors import KnowledgeAgentError, NotFoundError
+    from knowledge_agent.server import mcp_tools
+
+    base = Path(work)
+    root = base / "root"
+    secret = write(base / "outside" / "secret.md", "# Secret\n\nredteamsecret token\n")
+    write(root / "docs" / "guide.md", "# Guide\n\nHow to deploy.\n")
+    (root / "docs" / "link.md").symlink_to(secret)
+    (root / "linked").symlink_to(secret.parent, target_is_directory=True)
+    roots = mcp_tools.resolve_roots([root])
+    policy = UrlPolicy(("http://127.0.0.1:9/docs",))
+    results: list[dict[str, Any]] = []
+    with KnowledgeAgentCore(base / "kb", workers=1) as core:
+        mcp_tools.add_knowledge(core, path=str(root / "docs"), roots=roots)
+
+        def leaked() -> bool:
+            return bool(core.text_search("redteamsecret"))
+
+        def attempt(name: str, **arguments: Any) -> None:
+            before = core.storage.count_items()
+            try:
+                answer = mcp_tools.add_knowledge(core, roots=roots, url_policy=policy, **arguments)
+                outcome = f"answered: processed {answer.get('processed')}"
+            except KnowledgeAgentError as exc:
+                outcome = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # not the project's error: the case did not hold
+                results.append({"name": name, "held": False, "detail": repr(exc)})
+                return
+            added = core.storage.count_items() - before
+            held = not leaked() and (added == 0 or "url" not in arguments)
+            results.append({"name": name, "held": held, "detail": outcome[:200]})
+
+        for value in (
+            "/etc/passwd",
+            str(secret),
+            "~/.bashrc",
+            f"file://{secret}",
+            "file:///etc/passwd",
+            "../outside/secret.md",
+            str(secret.parent),
+            str(root / "docs" / "guide.md"),
+            "ftp://127.0.0.1/docs/x",
+            "javascript:alert(1)",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://127.0.0.1:9/docs-private/x",
+            "http://127.0.0.1:9/docs/..%2F..%2Fetc%2Fpasswd",
+        ):
+            attempt(f"add_knowledge url={value[:60]}", url=value)
+        for value in (
+            str(secret),
+            "../outside/secret.md",
+            str(root / "docs" / "link.md"),
+            str(root / "linked"),
+            str(root / "linked" / "secret.md"),
+            str(root / "docs") + "\x00",
+            "~/../../etc/passwd",
+            "x" * 5_000,
+            f"kb:0:{secret}#L1-L2@000000000000",
+        ):
+            attempt(f"add_knowledge path={value[:60]!r}", path=value)
+        # Every argument of every tool, with every hostile value: an answer or an error of the
+        # project's tree that names the argument.
+        for tool in mcp_tools.TOOLS:
+            parameters = [
+                name for name in inspect.signature(tool).parameters if name not in ("core",)
+            ]
+            if tool is mcp_tools.add_knowledge or not parameters:
+                continue
+            required = {"query": "deploy", "knowledge_base": "default", "keyword": "deploy",
+                        "chunk_id": "x", "item_id": "x"}  # fmt: skip
+            bad: list[str] = []
+            calls = 0
+            for parameter in parameters:
+                for value in HOSTILE_VALUES:
+                    arguments = {
+                        name: required[name]
+                        for name in parameters
+                        if name in required and name != parameter
+                    }
+                    arguments[parameter] = value
+                    calls += 1
+                    try:
+                        tool(core, **arguments)
+                    except KnowledgeAgentError as exc:
+                        if parameter not in str(exc) and not isinstance(exc, NotFoundError):
+                            bad.append(f"{parameter}={value!r:.30}: {exc}"[:160])
+                    except Exception as exc:
+                        bad.append(f"{parameter}={value!r:.30}: {type(exc).__name__}: {exc}"[:160])
+            shown = "; ".join(bad[:3]) or "every one answered or named"
+            results.append(
+                {
+                    "name": f"{tool.__name__}: {len(parameters)} arguments, hostile values",
+                    "held": not bad,
+                    "detail": f"{calls} calls; {shown}",
+                }
+            )
+    return results
+
+
+def mcp_cases(work: Path) -> Iterator[Case]:
+    folder = work / "mcp"
+    folder.mkdir(parents=True)
+    child = run_child(mcp_child, str(folder), timeout=900)
+    if not child.ok:
+        yield Case("mcp", "the tools could not be attacked", False, child.describe())
+        return
+    for result in child.value:
+        yield Case("mcp", result["name"], result["held"], result["detail"])
+
+
+# -- serve --http ------------------------------------------------------------------------------
+
+INITIALIZE = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "red-team", "version": "1"},
+        },
+    }
+).encode()
+
+
+def http_status(url: str, **headers: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        url,
+        data=INITIALIZE,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            **headers,
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as refused:
+        refused.close()
+        return refused.code
+    except OSError:
+        return -1
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def serving(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_AGENT_")}
+    environ.update(PYTHONPATH=str(_PROJECT_ROOT), NO_COLOR="1", **env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "knowledge_agent", *args],
+        cwd=cwd,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_listening(port: int, process: subprocess.Popen[str]) -> bool:
+    import socket
+
+    for _ in range(300):  # about 30 s
+        if process.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def http_cases(work: Path) -> Iterator[Case]:
+    folder = work / "http"
+    kb = folder / "kb"
+    from knowledge_agent import KnowledgeAgentCore
+
+    with KnowledgeAgentCore(kb, workers=1) as core:
+        core.add_text("# Ops\n\nRoll back a release with deploy undo.", title="Ops")
+    token = "red-team-token-0123456789abcdef"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    args = ["--data-dir", str(kb), "serve", "--http", f"127.0.0.1:{port}", "--token-env", "KA_T"]
+    with serving(args, {"KA_T": token}, folder) as process:
+        if not _wait_listening(port, process):
+            yield Case("http", "serve --http --token-env", False, "the server did not start")
+        else:
+            bearer = f"Bearer {token}"
+            for name, headers, expected in (
+                ("no token", {}, 401),
+                ("a wrong token", {"Authorization": f"Bearer {token[:-1]}x"}, 401),
+                ("the token as Basic", {"Authorization": f"Basic {token}"}, 401),
+                ("the token, a foreign Origin", {"Authorization": bearer,
+                                                 "Origin": "http://evil.example"}, 403),
+                ("the token, a foreign Host", {"Authorization": bearer,
+                                               "Host": f"evil.example:{port}"}, 421),
+                ("the token (the control)", {"Authorization": bearer}, 200),
+            ):  # fmt: skip
+                got = http_status(url, **headers)
+                yield Case("http", f"--token-env on loopback: {name}", got == expected,
+                           f"HTTP {got}, expected {expected}")  # fmt: skip
+    stdout, _ = process.communicate()
+    yield Case("http", "the token never on stdout", token not in stdout, "")
+    port = _free_port()
+    remote = ["--data-dir", str(kb), "serve", "--http", f"0.0.0.0:{port}"]
+    refused = cli(remote, cwd=folder)
+    yield Case(
+        "http",
+        "0.0.0.0 without --allow-remote",
+        refused.returncode != 0 and "Traceback" not in refused.stderr,
+        one_line(refused.stderr),
+    )
+    with serving([*remote, "--allow-remote"], {}, folder) as process:
+        listening = _wait_listening(port, process)
+        got = http_status(f"http://127.0.0.1:{port}/mcp") if listening else -1
+    _, stderr = process.communicate()
+    warned = "other machines" in stderr
+    yield Case(
+        "http",
+        "0.0.0.0 --allow-remote without --token-env: a request without the token",
+        got == 401 and warned,
+        f"HTTP {got}; warning on stderr: {warned}",
+    )
 
 
 # -- project files ---------------------------------------------------------------------------
@@ -603,6 +869,8 @@ def crawl_cases(work: Path) -> Iterator[Case]:
 # -- the run -----------------------------------------------------------------------------------
 
 SURFACES: dict[str, Callable[[Path], Iterator[Case]]] = {
+    "mcp": mcp_cases,
+    "http": http_cases,
     "project_file": project_file_cases,
     "walk": walk_cases,
     "patterns": pattern_cases,
