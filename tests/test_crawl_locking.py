@@ -327,8 +327,16 @@ def test_a_page_another_process_stored_meanwhile_keeps_one_item(site: GatedSite,
         site.page("/", "Home", "frontdoor", ("/new.html",))
         site.page("/new.html", "New", "freshling")
         gate = site.gate("/new.html")
-        crawl = Background(lambda: core.collect_knowledge(start, crawl=CRAWL))
+        home_stored = threading.Event()
+
+        def progress(event: CollectProgress) -> None:
+            if event.path == start and event.status == "processed":
+                home_stored.set()
+
+        crawl = Background(lambda: core.collect_knowledge(start, crawl=CRAWL, progress=progress))
         assert gate.arrived.wait(GUARD_S)
+        # Its group holding the changed home page is committed while new.html is blocked.
+        assert home_stored.wait(GUARD_S)
         # Another process crawls the same source meanwhile and stores the new page first.
         other = in_child("with KnowledgeAgentCore(DATA, lock_timeout=30) as core:\n"
                          "    report = core.collect_knowledge(ARG, crawl={'max_depth': 1})\n"

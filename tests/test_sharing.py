@@ -325,13 +325,15 @@ def test_the_cli_says_once_that_it_waits_then_finishes(base: Path, tmp_path: Pat
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(3)
+        assert add.stderr is not None
+        said = add.stderr.readline()  # blocks until the command says it waits (hang guard: 60 s)
+        assert "waiting for process" in said and "which is writing to" in said
         assert add.poll() is None  # still waiting, not aborted
     finally:
         holder.release()
     _, err = add.communicate(timeout=60)
     assert add.returncode == 0, err
-    assert err.count("waiting for process") == 1 and "which is writing to" in err
+    assert "waiting for process" not in err  # said once
     with KnowledgeAgentCore(base) as core:
         assert top(core, "tokcli", "keyword") == "A"
 
