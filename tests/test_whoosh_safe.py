@@ -482,11 +482,11 @@ def test_a_toc_replaced_while_it_is_opened_gives_the_newer_one(
     latest = read_toc(storage).generation
     vanished: list[int] = []
 
-    def writer_replaced_it(folder: Path, indexname: str, gen: int) -> bytes:
+    def writer_replaced_it(folder: Path, indexname: str, gen: int, verified: Any) -> bytes:
         if not vanished:  # deleted by another process's commit
             vanished.append(gen)
             raise FileNotFoundError(gen)
-        return verified_toc(folder, indexname, gen)
+        return verified_toc(folder, indexname, gen, verified)
 
     monkeypatch.setattr(whoosh_safe, "verified_toc", writer_replaced_it)
     assert read_toc(storage).generation == latest and vanished

@@ -87,9 +87,9 @@ _VERIFY_FOLDER: dict[str, Callable[..., list[Damage]]] = {
 }  # for an index answered by a stand-in, which has no files of its own
 _MODE_NEEDS: dict[str, Collection[str]] = {
     "keyword": ("whoosh",),
-    "semantic": ("tfidf",),
-    "dense": ("dense",),
-}  # any other mode (hybrid) may read every index
+    "semantic": ("whoosh", "tfidf"),
+    "dense": ("whoosh", "dense"),
+}  # the keyword index's statistics score every mode; hybrid may read every index
 
 
 class SharedIndexes:
@@ -247,10 +247,11 @@ class SharedIndexes:
             assert folder is not None
             made = stored_config(folder) if name == "dense" else None
             logger.warning(
-                "rebuilding the %s index in %s from the database%s",
+                "rebuilding the %s index in %s from the database%s: %s",
                 name,
                 folder,
                 f" (it was made with {made.get('embedder')})" if made else "",
+                self._unreadable[name],
             )
             shutil.rmtree(folder, ignore_errors=True)
             if name == "whoosh":
@@ -381,7 +382,6 @@ class SharedIndexes:
         ``exc`` again when no index is found damaged."""
         if self._repairing or not self._mark_damaged():
             raise exc  # damaged again while rebuilding: not for this process to fix
-        logger.warning("%s; rebuilding it from the database", exc)
         self._repairing = True
         try:
             self._catch_up_steps(opening=False, replay=True)

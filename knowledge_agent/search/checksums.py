@@ -5,7 +5,9 @@ file that names the generation it belongs to (a TF-IDF or dense manifest, a Whoo
 generation's sums file); the small JSON files that name generations (manifests, sums,
 ``state.json``) are *sealed*: they carry the CRC-32 of their own content. So damage to any
 byte of an index is found by :func:`verify_files` (what ``check`` runs), and the cheap part
-of it — sizes, and every sealed file in full — on every open.
+of it on every open: sizes, every sealed file, and the other files in full as long as those
+not yet verified by the process total at most :data:`VERIFY_ON_OPEN_BYTES`
+(:class:`VerifiedFiles`).
 
 **Why CRC-32.** It is what Lucene's codec footers use, zlib computes it at about 2 GB/s here
 (BLAKE2b: 0.5 GB/s), and it finds every error burst of up to 32 bits and any other damage
@@ -32,8 +34,10 @@ from typing import Any
 
 __all__ = [
     "MAX_SEALED_BYTES",
+    "VERIFY_ON_OPEN_BYTES",
     "Damage",
     "FileSum",
+    "VerifiedFiles",
     "file_sum",
     "read_sealed_json",
     "seal_json",
@@ -45,6 +49,12 @@ __all__ = [
 MAX_SEALED_BYTES = 64 << 20
 """The largest sealed JSON file read: a manifest's dead-row bitmaps take 1.3 bits a row,
 so this holds some 400 million rows."""
+
+VERIFY_ON_OPEN_BYTES = 64 << 20
+"""The most bytes of index files an open checksums whole (about 40,000 chunks of keyword
+index): at 2 GB/s, 30 ms at most. A larger generation is checked for sizes only on opening
+(the queries of a large index read a small part of it: reading all of it would cost more
+than they do) and for checksums by ``check``."""
 
 _BLOCK = 1 << 20  # bytes checksummed at a time
 _SEAL = re.compile(rb'\{"crc32":"([0-9a-f]{8})","body":')
@@ -127,6 +137,42 @@ def verify_files(
         if problem is not None:
             found.append(Damage(str(directory / name), problem))
     return found
+
+
+class VerifiedFiles:
+    """The files a process has checksummed whole (or written), by path and version (a
+    rename gives a file a new inode), so that opening a generation again, or the next
+    one, reads none of them twice."""
+
+    def __init__(self, budget: int = VERIFY_ON_OPEN_BYTES) -> None:
+        self.budget = budget
+        self._seen: set[tuple[str, int, int, int]] = set()
+
+    @staticmethod
+    def _key(path: Path) -> tuple[str, int, int, int] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def add(self, path: Path) -> None:
+        """``path`` as it is now was checksummed (or written) by this process."""
+        key = self._key(path)
+        if key is not None:
+            self._seen.add(key)
+
+    def check(self, directory: Path, sums: Iterable[tuple[str, FileSum]]) -> list[Damage]:
+        """Checksum the files of ``sums`` not verified yet, when they total at most the
+        budget (else none: their sizes are checked elsewhere); the damaged ones."""
+        pending = [(name, s) for name, s in sums if self._key(directory / name) not in self._seen]
+        if sum(s.size for _, s in pending) > self.budget:
+            return []
+        found = verify_files(directory, pending, full=True)
+        if not found:
+            for name, _ in pending:
+                self.add(directory / name)
+        return found
 
 
 # -- sealed JSON ---------------------------------------------------------------------------

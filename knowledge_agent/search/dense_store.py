@@ -15,11 +15,12 @@ it names, so a reader sees one complete generation. Only ``.npy`` / ``.npz`` wit
 ``allow_pickle=False`` and JSON are read, and a name from the manifest never leaves the
 directory: an index directory from elsewhere cannot execute code or make us read other files.
 
-Opening checks each file's size; ``np.load`` checks the CRC-32 of every array of a
-``.meta.npz`` (a zip file) as it reads it. The vectors, memory-mapped and read only where a
-query needs them, are checked for size on opening and for their checksum by
-:meth:`~knowledge_agent.search.segment_store.ManifestDirectory.verify` (``check``): reading
-all of them to open an index would cost what the queries save by mapping them.
+Opening checks each file's size, and the checksums of the files this process has not
+verified yet when they total at most
+:data:`~knowledge_agent.search.checksums.VERIFY_ON_OPEN_BYTES`: the vectors are memory-mapped
+and read only where a query needs them, so reading all of a large index to open it would
+cost what mapping saves. ``check`` verifies every checksum
+(:meth:`~knowledge_agent.search.segment_store.ManifestDirectory.verify`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from knowledge_agent.errors import SearchIndexError
+from knowledge_agent.errors import DamagedIndexError, SearchIndexError
 from knowledge_agent.search.atomic_files import write_atomically
 from knowledge_agent.search.checksums import Damage, read_sealed_json
 from knowledge_agent.search.dense_segments import DenseSegment, write_vectors
@@ -143,6 +144,8 @@ class DenseStore(ManifestDirectory):
                 vectors_path, lambda fh: write_vectors(fh, blocks, n_rows, self.dimensions)
             )
             self.sums[name] = {meta_path.name: meta, vectors_path.name: vectors}
+            self.verified.add(meta_path)
+            self.verified.add(vectors_path)
             return _map_vectors(vectors_path)
         except (OSError, ValueError) as exc:
             raise SearchIndexError(f"cannot write dense index {path}: {exc}") from exc
@@ -198,6 +201,12 @@ class DenseStore(ManifestDirectory):
         segments = [self._read_segment(entry, held) for entry in manifest.segments]
         names = [seg.name for seg in segments]
         self.sums = {name: sums for name, sums in self.sums.items() if name in names}
+        files = [pair for name in names for pair in self.sums[name].items()]
+        damage = self.verified.check(self.directory, files)
+        if any(d.problem == "missing" for d in damage):
+            raise SegmentGone(damage[0].path)  # swept by a writer since: read the newer one
+        if damage:
+            raise DamagedIndexError(f"dense index {damage[0]}")
         if len(set(names)) != len(names):
             raise SearchIndexError(
                 f"corrupt dense index {self.manifest}: a segment is listed twice"

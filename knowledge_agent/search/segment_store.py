@@ -39,7 +39,13 @@ from knowledge_agent.search.atomic_files import (
     is_temporary,
     write_sealed,
 )
-from knowledge_agent.search.checksums import Damage, FileSum, read_sealed_json, verify_files
+from knowledge_agent.search.checksums import (
+    Damage,
+    FileSum,
+    VerifiedFiles,
+    read_sealed_json,
+    verify_files,
+)
 
 __all__ = [
     "MANIFEST",
@@ -98,7 +104,8 @@ class ManifestDirectory:
     """An index directory and the config its manifest must match.
 
     ``sums`` holds the recorded sums of the files of every segment this object wrote or
-    read, by segment name: what the next manifest records for them.
+    read, by segment name: what the next manifest records for them. ``verified`` is what
+    this process has checksummed whole (or written).
     """
 
     layout: Layout
@@ -107,6 +114,7 @@ class ManifestDirectory:
         self.directory = directory
         self.config = dict(config)
         self.sums: dict[str, dict[str, FileSum]] = {}
+        self.verified = VerifiedFiles()
 
     @property
     def manifest(self) -> Path:

@@ -66,6 +66,7 @@ from whoosh.index import (
 from whoosh.index import IndexError as WhooshIndexError
 from whoosh.system import _FLOAT_SIZE, _INT_SIZE, _LONG_SIZE
 
+from knowledge_agent.search.checksums import VerifiedFiles
 from knowledge_agent.search.whoosh_sums import (
     remove_older_sums,
     seal_generation,
@@ -259,6 +260,7 @@ class SafeFileStorage(FileStorage):
     def __init__(self, path: str, *args: Any, durable: bool = True, **kwargs: Any) -> None:
         super().__init__(path, *args, **kwargs)
         self.durable = durable
+        self.verified = VerifiedFiles()  # files of this index checksummed by this process
 
     def open_file(self, name: str, **kwargs: Any) -> SafeStructFile:
         return SafeStructFile(open(self._fpath(name), "rb"), name=name, **kwargs)
@@ -290,7 +292,8 @@ class SafeFileStorage(FileStorage):
         finally:
             stream.close()
         folder = Path(self.folder)
-        seal_generation(folder, indexname, gen, oldname, (s.segid for s in toc.segments))
+        segment_ids = [s.segid for s in toc.segments]
+        seal_generation(folder, indexname, gen, oldname, segment_ids, self.verified)
         super().rename_file(oldname, newname, safe=safe)
         remove_older_sums(folder, indexname, gen)
 
@@ -373,7 +376,7 @@ def read_toc(
 def _read_toc(storage: Storage, indexname: str, gen: int, schema: Schema | None) -> TOC:
     if isinstance(storage, SafeFileStorage):
         # Checked against its recorded checksum before a byte of it is parsed.
-        data = verified_toc(Path(storage.folder), indexname, gen)
+        data = verified_toc(Path(storage.folder), indexname, gen, storage.verified)
         stream: StructFile = SafeBufferFile(data, name=TOC._filename(indexname, gen))
     else:
         stream = storage.open_file(TOC._filename(indexname, gen))

@@ -14,7 +14,9 @@ the recorded sum — segment files never change once written, and checksumming o
 would make damage look intended. Sums of older generations are deleted after the rename.
 
 Reading a generation (:func:`verified_toc`, on every open of a reader, searcher or writer)
-checks the TOC's checksum and every other file's size; :func:`verify_index` (``check``)
+checks the TOC's checksum, every other file's size, and the checksums of the files the
+process has not verified yet when they are few enough
+(:class:`~knowledge_agent.search.checksums.VerifiedFiles`); :func:`verify_index` (``check``)
 checks every file's checksum.
 """
 
@@ -32,6 +34,7 @@ from knowledge_agent.search.atomic_files import fsync_directory, write_sealed
 from knowledge_agent.search.checksums import (
     Damage,
     FileSum,
+    VerifiedFiles,
     file_sum,
     read_sealed_json,
     verify_file,
@@ -90,10 +93,16 @@ def _read_sums(path: Path, gen: int) -> dict[str, FileSum]:
 
 
 def seal_generation(
-    folder: Path, indexname: str, gen: int, toc_file: str, segment_ids: Iterable[str]
+    folder: Path,
+    indexname: str,
+    gen: int,
+    toc_file: str,
+    segment_ids: Iterable[str],
+    verified: VerifiedFiles,
 ) -> None:
     """Record the sums of generation ``gen``: its TOC, still at the temporary name
-    ``toc_file``, and the files of each segment in ``segment_ids``."""
+    ``toc_file``, and the files of each segment in ``segment_ids`` (those checksummed now,
+    just written, join ``verified``)."""
     names = os.listdir(folder)
     previous: dict[str, FileSum] = {}
     older = [g for g in _sums_generations(names, indexname) if g < gen]
@@ -107,7 +116,11 @@ def seal_generation(
         prefix = f"{indexname}_{segid}."
         for name in names:
             if name.startswith(prefix):
-                files[name] = previous.get(name) or file_sum(folder / name)
+                recorded = previous.get(name)
+                if recorded is None:
+                    recorded = file_sum(folder / name)
+                    verified.add(folder / name)
+                files[name] = recorded
     record = {
         "format": FORMAT,
         "generation": gen,
@@ -128,9 +141,9 @@ def remove_older_sums(folder: Path, indexname: str, gen: int) -> None:
 # -- reading -------------------------------------------------------------------------------
 
 
-def verified_toc(folder: Path, indexname: str, gen: int) -> bytes:
+def verified_toc(folder: Path, indexname: str, gen: int, verified: VerifiedFiles) -> bytes:
     """The TOC of generation ``gen``, its checksum verified and every other file of the
-    generation checked for size.
+    generation checked for size, and for its checksum when ``verified`` says so.
 
     ``FileNotFoundError`` when the generation is gone (a newer commit deleted its files);
     :class:`DamagedIndexError` naming the file when anything is damaged or missing.
@@ -140,8 +153,8 @@ def verified_toc(folder: Path, indexname: str, gen: int) -> bytes:
     try:
         sums = _read_sums(sums_path, gen)
     except FileNotFoundError:
-        if not toc.exists():
-            raise  # gone with its generation
+        if not toc.exists() or _latest_generation(os.listdir(folder), indexname) != gen:
+            raise  # gone with its generation, whose TOC a newer commit is deleting
         raise DamagedIndexError(
             f"{sums_path}: missing (the checksums of generation {gen})"
         ) from None
@@ -154,7 +167,7 @@ def verified_toc(folder: Path, indexname: str, gen: int) -> bytes:
     if len(data) != expected.size or zlib.crc32(data) != expected.crc32:
         raise DamagedIndexError(f"{toc}: checksum mismatch (its bytes changed since written)")
     others = [(name, value) for name, value in sums.items() if name != toc.name]
-    damage = verify_files(folder, others, full=False)
+    damage = verify_files(folder, others, full=False) or verified.check(folder, others)
     if damage:
         if _latest_generation(os.listdir(folder), indexname) != gen:
             raise FileNotFoundError(damage[0].path)  # swept by a newer commit: read that
@@ -177,7 +190,8 @@ def verify_index(folder: Path, indexname: str, *, full: bool = True) -> list[Dam
         try:
             sums = _read_sums(sums_path, gen)
         except FileNotFoundError:
-            if (folder / _toc_name(indexname, gen)).exists():
+            names = os.listdir(folder)
+            if _toc_name(indexname, gen) in names and _latest_generation(names, indexname) == gen:
                 return [Damage(str(sums_path), f"missing (the checksums of generation {gen})")]
             continue
         except (OSError, ValueError) as exc:
