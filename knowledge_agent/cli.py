@@ -21,7 +21,7 @@ list           {"count", "items": [KnowledgeItem.to_dict() without "content"]}
 stats          {"status": IndexStatus.to_dict(), "knowledge_bases": [KnowledgeBaseInfo],
                 "config_file"}
 check          IndexStatus.to_dict(): {"data_dir", "items", "chunks", …, "consistent",
-               "problems", "repaired"}
+               "problems", "damaged": [{"index", "file", "problem"}], "repaired"}
 add, sync      CollectReport.to_dict(): {"kb", "processed", "unchanged", "skipped": [{"path",
                "reason"}], "skipped_summary": {"total", "groups": [{"kind", "reason",
                "count", "extensions"}]}, "failed": [...], "removed", "chunks_added",
