@@ -208,6 +208,8 @@ def test_a_generation_without_checksums_is_damage(kb: Path, expected: list) -> N
 def test_a_search_recovers_or_names_check_repair(
     kb: Path, expected: list, what: str, how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A small index is checksummed whole on opening (VERIFY_ON_OPEN_BYTES), so even a
+    changed byte in a segment is found before any query reads it."""
     index, path = index_file(kb, what)
     damage(path, how)
     with another_writer(kb), open_core(kb) as core:
