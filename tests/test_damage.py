@@ -278,6 +278,21 @@ def test_damage_found_while_a_search_reads_is_rebuilt_or_named(
             assert HINT in str(refused.value) and str(seg) in str(refused.value)
 
 
+def test_a_write_that_finds_damage_rebuilds_the_index(
+    kb: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The writer holds the lock: what it finds damaged it rebuilds, and its write lands."""
+    with open_core(kb) as core:
+        sums = next((kb / "index" / "whoosh" / "chunks").glob("_MAIN_*.sums"))
+        sums.write_bytes(flip(sums.read_bytes()))  # after opening: the next commit reads it
+        with caplog.at_level(logging.WARNING):
+            added = core.add_text("A late note tokwritten.", title="late")
+            assert [r.item.id for r in core.search("tokwritten", mode="keyword")] == [added.id]
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("rebuilding the whoosh index" in m and str(sums) in m for m in warned), warned
+        assert core.check().consistent
+
+
 # -- the command line, in a real process ---------------------------------------------------
 
 
