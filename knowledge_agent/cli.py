@@ -21,7 +21,7 @@ list           {"count", "items": [KnowledgeItem.to_dict() without "content"]}
 stats          {"status": IndexStatus.to_dict(), "knowledge_bases": [KnowledgeBaseInfo],
                 "config_file"}
 check          IndexStatus.to_dict(): {"data_dir", "items", "chunks", …, "consistent",
-               "problems", "repaired"}
+               "problems", "damaged": [{"index", "file", "problem"}], "repaired"}
 add, sync      CollectReport.to_dict(): {"kb", "processed", "unchanged", "skipped": [{"path",
                "reason"}], "skipped_summary": {"total", "groups": [{"kind", "reason",
                "count", "extensions"}]}, "failed": [...], "removed", "chunks_added",
@@ -153,12 +153,13 @@ class App:
             click.echo(f"warning: {settings.warning}", err=True)
         return settings
 
-    def new_core(self, *, create: bool = True) -> KnowledgeAgentCore:
+    def new_core(self, *, create: bool = True, rebuild: bool = True) -> KnowledgeAgentCore:
         """Open the knowledge base with the project settings; the caller closes it.
 
         Without ``create`` (commands that only read), a data folder holding no knowledge
         base is an error and nothing is created: a mistyped --data-dir must not become an
-        empty knowledge base.
+        empty knowledge base. Without ``rebuild``, an unreadable index is left as it is
+        (``KnowledgeAgentCore(rebuild_unreadable=False)``).
         """
         # Imported here: the engines take most of a command's start-up, and --help,
         # --version and the commands that fail early never need them.
@@ -180,13 +181,16 @@ class App:
             on_status=_say_status,
             reranker=settings.config.rerank,
             embedder=settings.config.embeddings,
+            rebuild_unreadable=rebuild,
         )
 
     @contextmanager
-    def open_core(self, *, create: bool = False) -> Iterator[KnowledgeAgentCore]:
+    def open_core(
+        self, *, create: bool = False, rebuild: bool = True
+    ) -> Iterator[KnowledgeAgentCore]:
         """The knowledge base for one command, always closed; ``create`` for the commands
-        that write (see :meth:`new_core`)."""
-        with self.new_core(create=create) as core:
+        that write, ``rebuild`` (see :meth:`new_core`)."""
+        with self.new_core(create=create, rebuild=rebuild) as core:
             yield core
 
     def kb_or_default(self, kb: str | None) -> str:
@@ -961,19 +965,26 @@ def rebuild(app: App, as_json: bool) -> None:
 
 @cli.command(
     epilog="""\b
-Exit code 1 when the indexes disagree with the database (and were not repaired).
+Every index file is verified against the size and checksum recorded when it was
+written; a damaged index is named with its file. Exit code 1 when an index is
+damaged or disagrees with the database (and was not repaired).
 
 \b
 --json prints IndexStatus.to_dict(): {"data_dir", "knowledge_bases", "items", "chunks",
 "sources", "roots", "keyword_index": {"items", "chunks"}, "semantic_index": {...},
-"pending_changes", "last_indexed_at", "sizes", "consistent", "problems", "repaired"}."""
+"pending_changes", "last_indexed_at", "sizes", "consistent", "problems",
+"damaged": [{"index", "file", "problem"}], "repaired"}."""
 )
-@click.option("--repair", is_flag=True, help="Rebuild the indexes when they are inconsistent.")
+@click.option(
+    "--repair", is_flag=True, help="Rebuild a damaged or inconsistent index from the database."
+)
 @json_option
 @pass_app
 def check(app: App, repair: bool, as_json: bool) -> None:
-    """Check that both search indexes agree with the database; --repair fixes them."""
-    with app.open_core() as core:
+    """Verify the search indexes' files and that they agree with the database;
+    --repair rebuilds what is wrong."""
+    # Opened without rebuilding an unreadable index: check reports it, --repair fixes it.
+    with app.open_core(rebuild=False) as core:
         status = core.check(repair=repair)
     if as_json:
         render.print_json(status.to_dict())

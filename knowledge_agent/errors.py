@@ -9,6 +9,7 @@ errors from SQLite, Whoosh or the file system are mapped at the boundary with
     ├── StorageError         SQLite could not read or write
     │   └── LockTimeoutError     the data folder's write lock was not free in time
     ├── SearchIndexError     a Whoosh or TF-IDF index could not be read or written
+    │   └── DamagedIndexError    an index file's bytes are not those written (a checksum)
     ├── IngestError          one source could not be turned into an item (names the path)
     │   └── UnsupportedSourceError   a source with nothing to index (binary, empty, too large)
     ├── QueryError           a query that cannot be run (never for odd query text)
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CollectInterrupted",
     "ConfigError",
+    "DamagedIndexError",
     "EmbeddingError",
     "IngestError",
     "KnowledgeAgentError",
@@ -59,6 +61,12 @@ class LockTimeoutError(StorageError):
 
 class SearchIndexError(KnowledgeAgentError):
     """A search index (Whoosh or TF-IDF) could not be read or written."""
+
+
+class DamagedIndexError(SearchIndexError):
+    """An index file is damaged: missing, or its size or checksum is not the one recorded
+    when it was written (or it failed to decode and then failed that check). The index is
+    rebuilt from SQLite: ``knowledge-agent check --repair``."""
 
 
 class IngestError(KnowledgeAgentError):

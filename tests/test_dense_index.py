@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 import tempfile
@@ -21,6 +20,8 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError, EmbeddingError, SearchIndexError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch
+from knowledge_agent.search.atomic_files import write_sealed
+from knowledge_agent.search.checksums import read_sealed_json
 from knowledge_agent.search.dense_index import (
     MAX_TEXT_CHARS,
     DenseIndex,
@@ -135,7 +136,7 @@ def check_scores(hits: Sequence[object], expected: dict[str, float], top_k: int 
 
 
 def referenced_files(directory: Path) -> set[str]:
-    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest = read_sealed_json(directory / "manifest.json")
     return {
         f"{entry['name']}{suffix}"
         for entry in manifest["segments"]
@@ -486,9 +487,9 @@ def test_an_unreadable_directory_raises(tmp_path: Path, damage: str) -> None:
     elif damage == "drop manifest":
         manifest.unlink()
     elif damage == "evil name":
-        data = json.loads(manifest.read_text())
+        data = read_sealed_json(manifest)  # resealed: the name is checked, not only the seal
         data["segments"][0]["name"] = "../seg-00000001"
-        manifest.write_text(json.dumps(data))
+        write_sealed(manifest, data)
     elif damage == "object array":
         with np.load(meta) as npz:
             arrays = {key: npz[key] for key in npz.files}
@@ -496,9 +497,9 @@ def test_an_unreadable_directory_raises(tmp_path: Path, damage: str) -> None:
         with open(meta, "wb") as fh:
             np.savez(fh, **arrays)  # a pickled array: must never be loaded
     elif damage == "wrong rows":
-        data = json.loads(manifest.read_text())
+        data = read_sealed_json(manifest)
         data["segments"][0]["rows"] = 3
-        manifest.write_text(json.dumps(data))
+        write_sealed(manifest, data)
     elif damage == "float64 vectors":
         np.save(vectors, np.zeros((2, 64)))
     with pytest.raises(SearchIndexError):

@@ -208,11 +208,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def fill(disk: Path) -> None:
     """Write until the disk has no space left."""
-    with open(disk / "filler", "wb") as handle:
+    # Unbuffered: a write cut short leaves nothing behind for close() to fail on.
+    with open(disk / "filler", "wb", buffering=0) as handle:
         try:
             while True:
                 handle.write(b"\0" * (1 << 16))
-                handle.flush()
         except OSError as exc:
             assert exc.errno == errno.ENOSPC
 

@@ -10,6 +10,7 @@ import random
 import shutil
 import threading
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -23,13 +24,14 @@ from whoosh import index as whoosh_index
 
 from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
-from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
+from knowledge_agent.errors import ConfigError, DamagedIndexError, QueryError, SearchIndexError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.search import whoosh_internals
 from knowledge_agent.search.analysed_batch import AnalysedBatch
+from knowledge_agent.search.checksums import read_sealed_json, seal_json
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
-from knowledge_agent.search.search_index_manager import SearchIndexManager
+from knowledge_agent.search.search_index_manager import SearchIndexManager, verify_keyword_folder
 from knowledge_agent.search.whoosh_schema import LuceneBM25F
 
 ANALYZER = TextAnalyzer()
@@ -621,22 +623,50 @@ def test_reopening_keeps_data_and_applied_seq(tmp_path: Path) -> None:
         mgr.set_applied_seq(42)
     assert (index_dir / "chunks").is_dir()
     assert (index_dir / "items").is_dir()
-    assert json.loads((index_dir / "state.json").read_text())["applied_seq"] == 42
+    assert read_sealed_json(index_dir / "state.json") == {"applied_seq": 42}
     with SearchIndexManager(index_dir) as mgr:
         assert mgr.applied_seq == 42
         assert mgr.has_chunk_index()
         assert chunk_ids(mgr.search_chunks(terms("persistent"), 5)) == ["a-c0"]
 
 
-def test_unreadable_state_file_means_zero(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b'{"applied_seq": 7}',  # plain JSON: no checksum of its own
+        seal_json({"applied_seq": "7"}),
+        seal_json([1, 2]),
+        b'{"crc32":"00000000","body":{"applied_seq":7}}\n',
+        b"[" * 100_000 + b"]" * 100_000,
+    ],
+    ids=["not-json", "unsealed", "wrong-type", "wrong-shape", "bad-checksum", "deep"],
+)
+def test_a_state_file_that_fails_to_load_makes_the_index_unreadable(
+    tmp_path: Path, content: bytes
+) -> None:
     index_dir = tmp_path / "ix"
     index_dir.mkdir()
-    (index_dir / "state.json").write_text("{not json")
-    with SearchIndexManager(index_dir) as mgr:
-        assert mgr.applied_seq == 0
-        mgr.set_applied_seq(7)
-    with SearchIndexManager(index_dir) as mgr:
-        assert mgr.applied_seq == 7
+    (index_dir / "state.json").write_bytes(content)
+    with pytest.raises(DamagedIndexError, match=r"state\.json"):
+        SearchIndexManager(index_dir)
+    assert [d.path for d in verify_keyword_folder(index_dir)] == [str(index_dir / "state.json")]
+
+
+def test_a_deeply_nested_sealed_state_file_is_damage_not_a_recursion_error(
+    tmp_path: Path,
+) -> None:
+    body = b"[" * 50_000 + b"]" * 50_000
+    sealed = b'{"crc32":"%08x","body":' % zlib.crc32(body) + body + b"}\n"
+    (tmp_path / "state.json").write_bytes(sealed)
+    with pytest.raises(DamagedIndexError, match="larger than"):
+        SearchIndexManager(tmp_path)
+    small = b"[" * 20_000 + b"]" * 20_000  # under the size bound: the parser's depth
+    (tmp_path / "state.json").write_bytes(
+        b'{"crc32":"%08x","body":' % zlib.crc32(small) + small + b"}\n"
+    )
+    with pytest.raises(DamagedIndexError, match="nested too deeply"):
+        SearchIndexManager(tmp_path)
 
 
 def test_in_memory_applied_seq_is_an_attribute() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import random
@@ -23,6 +22,8 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.search import tfidf_collection
+from knowledge_agent.search.atomic_files import write_sealed
+from knowledge_agent.search.checksums import read_sealed_json
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 
@@ -710,17 +711,18 @@ def test_a_mismatched_configuration_raises(saved: Path) -> None:
 
 
 def test_manifest_entries_cannot_leave_the_directory(saved: Path) -> None:
-    manifest = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))
+    # Resealed, as whoever wrote the folder could: the names are checked, not only the seal.
+    manifest = read_sealed_json(saved / "manifest.json")
     manifest["segments"]["chunks"][0]["file"] = "../chunks-00000001.npz"
-    (saved / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    write_sealed(saved / "manifest.json", manifest)
     with pytest.raises(SearchIndexError):
         SemanticSearcher(saved)
 
 
 def test_a_bad_dead_row_bitmap_raises(saved: Path) -> None:
-    manifest = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))
+    manifest = read_sealed_json(saved / "manifest.json")
     manifest["segments"]["chunks"][0]["dead"] = "!!"
-    (saved / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    write_sealed(saved / "manifest.json", manifest)
     with pytest.raises(SearchIndexError):
         SemanticSearcher(saved)
 

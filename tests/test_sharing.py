@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import pytest
 
 from knowledge_agent import KnowledgeAgentCore, KnowledgeChunk, KnowledgeItem
 from knowledge_agent.core.folder_lock import FolderLock
-from knowledge_agent.errors import LockTimeoutError
+from knowledge_agent.errors import DamagedIndexError, LockTimeoutError
+from knowledge_agent.search.checksums import read_sealed_json
 
 # A child process: runs ``body`` with ``core`` open on DATA and prints one JSON line.
 _CHILD = """
@@ -277,13 +279,35 @@ def test_an_unreadable_index_is_left_alone_by_readers_and_rebuilt_by_a_writer(
     try:
         with KnowledgeAgentCore(base) as reader:
             assert manifest.read_text() == "{ not json"  # a reader deletes nothing
-            assert top(reader, "tok4", "hybrid") == "note 4"  # the keyword side
+            assert top(reader, "tok4", "keyword") == "note 4"  # needs only the keyword index
+            for mode in ("hybrid", "semantic"):  # never answered without the TF-IDF index
+                with pytest.raises(DamagedIndexError, match="check --repair") as failed:
+                    reader.search("tok4", mode=mode)
+                assert "semantic index" in str(failed.value) and "\n" not in str(failed.value)
+            assert manifest.read_text() == "{ not json"
     finally:
         holder.release()
     with KnowledgeAgentCore(base) as core:  # the lock is free: rebuilt on open
-        assert json.loads(manifest.read_text())["format"]
+        assert read_sealed_json(manifest)["format"]
         assert top(core, "tok4", "semantic") == "note 4"
         assert core.status().consistent
+
+
+def test_a_reader_rebuilds_an_index_it_finds_unreadable_once_the_lock_is_free(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    manifest = base / "index" / "tfidf" / "manifest.json"
+    manifest.write_text("{ not json")
+    holder = FolderLock(base)
+    holder.acquire()
+    try:
+        reader = KnowledgeAgentCore(base)  # opened while another process writes
+    finally:
+        holder.release()
+    with reader, caplog.at_level(logging.WARNING):
+        assert top(reader, "tok3", "semantic") == "note 3"  # rebuilt first, then answered
+        assert any("rebuilding the tfidf index" in r.getMessage() for r in caplog.records)
+        assert reader.check().consistent
 
 
 def test_searches_answer_while_a_write_in_the_same_process_waits(base: Path) -> None:

@@ -26,8 +26,12 @@ from whoosh.system import pack_int, unpack_int
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.errors import DamagedIndexError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+from knowledge_agent.search import whoosh_safe
+from knowledge_agent.search.atomic_files import write_sealed
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
+from knowledge_agent.search.checksums import file_sum
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.whoosh_parts import Codec
 from knowledge_agent.search.whoosh_safe import (
@@ -40,6 +44,7 @@ from knowledge_agent.search.whoosh_safe import (
     stored_schema,
 )
 from knowledge_agent.search.whoosh_schema import LuceneBM25F, chunk_schema, schema_signature
+from knowledge_agent.search.whoosh_sums import verified_toc
 
 ANALYZER = TextAnalyzer()
 SCHEMA = chunk_schema(ANALYZER)
@@ -160,6 +165,19 @@ def _block(pst: bytes, offset: int) -> tuple[int, int, int, int]:
     stream.seek(position + 4)
     pickle.load(stream)  # the header of our own, clean file
     return position, position + 4, stream.tell(), position + 4 + abs(length)
+
+
+def _reseal(folder: Path) -> None:
+    """Record the sums of the latest generation as its files are now: whoever plants a
+    file can write checksums too, so a refusal must not rest on them."""
+    gen = max(int(toc.stem.rsplit("_", 1)[1]) for toc in folder.glob("_MAIN_*.toc"))
+    names = [f"_MAIN_{gen}.toc", *(path.name for path in folder.glob("MAIN_*.*"))]
+    record = {
+        "format": "knowledge_agent.whoosh-sums/1",
+        "generation": gen,
+        "files": {name: file_sum(folder / name).to_json() for name in names},
+    }
+    write_sealed(folder / f"_MAIN_{gen}.sums", record)
 
 
 def _write_toc(folder: Path, schema: Any = None, segments: Any = None) -> None:
@@ -310,9 +328,21 @@ def test_a_planted_pickle_runs_through_stock_whoosh(
 
 
 @pytest.mark.parametrize("site", SITES, ids=[site.name for site in SITES])
+def test_a_planted_pickle_is_found_damaged_before_it_is_read(
+    site: Site, chunks: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker"
+    site.plant(chunks, Payload(marker))
+    with pytest.raises(DamagedIndexError):
+        site.read(_safe_readers(chunks))
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("site", SITES, ids=[site.name for site in SITES])
 def test_a_planted_pickle_is_refused_not_run(site: Site, chunks: Path, tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     site.plant(chunks, Payload(marker))
+    _reseal(chunks)
     with pytest.raises(UnsafePickleError, match="plant_marker"):
         site.read(_safe_readers(chunks))
     assert not marker.exists()
@@ -363,6 +393,7 @@ def test_an_index_reads_the_same_through_the_safe_path(built: Path) -> None:
 def test_writers_through_the_safe_path_read_the_toc_safely(chunks: Path, tmp_path: Path) -> None:
     ix = open_file_index(SafeFileStorage(str(chunks)), SCHEMA)
     _plant_segments(chunks, Payload(tmp_path / "marker"))
+    _reseal(chunks)
     with pytest.raises(UnsafePickleError):
         ix.writer(codec=Codec())
     with pytest.raises(UnsafePickleError):
@@ -388,6 +419,7 @@ def test_older_toc_versions_are_refused(chunks: Path) -> None:
     raw = bytearray(toc.read_bytes())
     raw[7:11] = pack_int(-110)  # after three one-byte varints and the int -12345
     toc.write_bytes(bytes(raw))
+    _reseal(chunks)
     with pytest.raises(Exception, match="format -110"):
         open_file_index(SafeFileStorage(str(chunks)), SCHEMA)
 
@@ -396,6 +428,7 @@ def test_a_segment_naming_files_outside_the_index_is_refused(chunks: Path) -> No
     segments = read_toc(FileStorage(str(chunks)), "MAIN").segments
     segments[0].segid = "../../elsewhere"
     _write_toc(chunks, segments=segments)
+    _reseal(chunks)
     with pytest.raises(UnsafePickleError, match="malformed segment"):
         open_file_index(SafeFileStorage(str(chunks)), SCHEMA)
 
@@ -442,17 +475,18 @@ def test_core_rebuilds_an_index_with_a_planted_toc_without_running_it(
     assert not marker.exists()
 
 
-def test_a_toc_replaced_while_it_is_opened_gives_the_newer_one(chunks: Path) -> None:
+def test_a_toc_replaced_while_it_is_opened_gives_the_newer_one(
+    chunks: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     storage = SafeFileStorage(str(chunks))
     latest = read_toc(storage).generation
-    plain_open = storage.open_file
-    vanished: list[str] = []
+    vanished: list[int] = []
 
-    def writer_replaced_it(name: str, **kwargs: Any) -> Any:
-        if name.endswith(".toc") and not vanished:  # deleted by another process's commit
-            vanished.append(name)
-            raise FileNotFoundError(name)
-        return plain_open(name, **kwargs)
+    def writer_replaced_it(folder: Path, indexname: str, gen: int, verified: Any) -> bytes:
+        if not vanished:  # deleted by another process's commit
+            vanished.append(gen)
+            raise FileNotFoundError(gen)
+        return verified_toc(folder, indexname, gen, verified)
 
-    storage.open_file = writer_replaced_it  # type: ignore[method-assign]
+    monkeypatch.setattr(whoosh_safe, "verified_toc", writer_replaced_it)
     assert read_toc(storage).generation == latest and vanished

@@ -18,7 +18,7 @@ from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.core.citations import CitationCheck, check_citation
 from knowledge_agent.core.shared_indexes import SharedIndexes
-from knowledge_agent.core.status import ChunkContext, IndexStatus
+from knowledge_agent.core.status import ChunkContext, IndexDamage, IndexStatus
 from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
 from knowledge_agent.crawl import CrawlOptions, UrlPolicy, normalize_url
 from knowledge_agent.embeddings import (
@@ -33,6 +33,7 @@ from knowledge_agent.errors import (
     KnowledgeAgentError,
     NotFoundError,
     QueryError,
+    SearchIndexError,
 )
 from knowledge_agent.ingest.collector import Collector, ProgressCallback
 from knowledge_agent.ingest.items import build_item
@@ -116,6 +117,14 @@ _WEIGHT_NAMES = {
 }
 
 
+def _count(count: Callable[[], int]) -> int:
+    """An index's count for the status, 0 when it cannot be read (its damage is listed)."""
+    try:
+        return count()
+    except SearchIndexError:
+        return 0
+
+
 def _is_web_url(source: object) -> bool:
     """Whether a source names a web page (an ``http(s)://`` URL) rather than a path or text."""
     return isinstance(source, str) and source[:8].lower().startswith(("http://", "https://"))
@@ -169,6 +178,14 @@ class KnowledgeAgentCore:
     replay the journal when the indexes are behind it and the lock is free. Opening, when
     the lock is free, also repairs: an unreadable index is rebuilt from SQLite and an index
     that lost items has them replayed.
+
+    **Damage is found.** Every index file carries a checksum written with it; opening checks
+    sizes and the small files' checksums, :meth:`check` every checksum. A search that needs
+    a damaged or unreadable index has it rebuilt first when the write lock is free, else it
+    fails with :class:`~knowledge_agent.errors.DamagedIndexError` naming ``knowledge-agent
+    check --repair``; it never answers from an index that is not there.
+    ``rebuild_unreadable=False`` rebuilds nothing on its own (what ``check`` opens with, to
+    report the damage it finds rather than repair it unasked).
     """
 
     def __init__(
@@ -187,6 +204,7 @@ class KnowledgeAgentCore:
         on_status: Callable[[str], None] | None = None,
         reranker: Reranker | Mapping[str, Any] | None = None,
         embedder: Embedder | Mapping[str, Any] | None = None,
+        rebuild_unreadable: bool = True,
     ) -> None:
         self.reranker = (
             reranker_from_config(reranker) if isinstance(reranker, Mapping) else reranker
@@ -215,6 +233,7 @@ class KnowledgeAgentCore:
                 on_lock_wait=on_lock_wait,
                 embedder=embedder,
                 on_status=on_status,
+                rebuild_unreadable=rebuild_unreadable,
             )
             # One reader or writer at a time: the watcher calls in from its own thread.
             self._lock = self._indexes.lock
@@ -822,17 +841,20 @@ class KnowledgeAgentCore:
         self._indexes.before_reading()
         with self._lock:
             self._indexes.reading()
-            return self.engine.search(
-                query,
-                limit=limit,
-                context_window=context_window,
-                filters=filters,
-                level=level,
-                mode=mode,
-                min_score=min_score,
-                min_confidence=min_confidence,
-                config=config,
-                reranker=self.reranker if rerank else None,
+            return self._indexes.answer(
+                lambda: self.engine.search(
+                    query,
+                    limit=limit,
+                    context_window=context_window,
+                    filters=filters,
+                    level=level,
+                    mode=mode,
+                    min_score=min_score,
+                    min_confidence=min_confidence,
+                    config=config,
+                    reranker=self.reranker if rerank else None,
+                ),
+                mode,
             )
 
     def _query_config(
@@ -930,7 +952,12 @@ class KnowledgeAgentCore:
         return check_citation(self.storage, ref)
 
     def status(self) -> IndexStatus:
-        """Counts, sizes on disk, and whether both indexes agree with SQLite."""
+        """Counts, sizes on disk, and whether both indexes agree with SQLite and are whole:
+        every index file is checked for its size (and the small ones for their checksum),
+        as opening does."""
+        return self._status(full=False)
+
+    def _status(self, *, full: bool) -> IndexStatus:
         self._indexes.before_reading()
         with self._lock:
             self._indexes.reading()
@@ -946,19 +973,28 @@ class KnowledgeAgentCore:
                 chunks=self.storage.count_chunks(),
                 sources=sum(info.sources for info in kbs),
                 roots=len(self.storage.sources.get_roots()),
-                keyword_items=self.keyword_index.item_count(),
-                keyword_chunks=self.keyword_index.chunk_count(),
-                semantic_items=self.semantic_searcher.item_count(),
-                semantic_chunks=self.semantic_searcher.chunk_count(),
+                keyword_items=_count(self.keyword_index.item_count),
+                keyword_chunks=_count(self.keyword_index.chunk_count),
+                semantic_items=_count(self.semantic_searcher.item_count),
+                semantic_chunks=_count(self.semantic_searcher.chunk_count),
                 pending_changes=len(self.storage.journal_since(applied)),
                 last_indexed_at=latest.isoformat() if latest else None,
                 sizes=self._sizes(),
+                damaged=self._indexes.damage(full=full),
+            )
+        damaged: dict[str, list[IndexDamage]] = {}
+        for damage in status.damaged:
+            damaged.setdefault(damage.index, []).append(damage)
+        for index, found in damaged.items():
+            more = f" (and {len(found) - 1} more files)" if len(found) > 1 else ""
+            status.problems.append(
+                f"the {index} index is damaged: {found[0].file}: {found[0].problem}{more}"
             )
         for name, items, chunks in (
             ("keyword", status.keyword_items, status.keyword_chunks),
             ("semantic", status.semantic_items, status.semantic_chunks),
         ):
-            if (items, chunks) != (status.items, status.chunks):
+            if name not in damaged and (items, chunks) != (status.items, status.chunks):
                 status.problems.append(
                     f"the {name} index holds {items} items and {chunks} chunks; "
                     f"the database {status.items} and {status.chunks}"
@@ -968,12 +1004,18 @@ class KnowledgeAgentCore:
         return status
 
     def check(self, *, repair: bool = False) -> IndexStatus:
-        """:meth:`status`; with ``repair``, an inconsistent index is rebuilt from SQLite."""
-        status = self.status()
+        """:meth:`status`, with the checksum of every index file verified (``damaged``
+        lists what is not as written); with ``repair``, a damaged index is rebuilt from
+        SQLite, and the indexes are rebuilt when they still disagree with it."""
+        status = self._status(full=True)
         if repair and not status.consistent:
             logger.warning("repairing the search indexes: %s", "; ".join(status.problems))
-            self.rebuild_index()
-            status = self.status()
+            if status.damaged:
+                self._indexes.repair({damage.index for damage in status.damaged})
+                status = self._status(full=True)
+            if not status.consistent:
+                self.rebuild_index()
+                status = self._status(full=True)
             status.repaired = True
         return status
 

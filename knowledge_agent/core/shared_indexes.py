@@ -22,7 +22,16 @@ process may write — the sharing protocol of a data folder.
   deleted and rebuilt from SQLite, a changed analyzer configuration rebuilds, the journal is
   replayed, and each index's item and chunk counts are compared with SQLite's and any
   difference replayed. With the lock busy or the database read-only, the indexes answer as
-  they are on disk (an unreadable one by an empty stand-in).
+  they are on disk (an unreadable one by an empty stand-in). Opening reads every index file
+  it relies on for its size and verifies the checksums of the small ones (manifests, TOCs,
+  state files, and each array of a TF-IDF segment as it is loaded).
+* **Damage is found, never answered around.** A query that needs an index answered by a
+  stand-in, or that finds an index damaged as it reads it (:class:`DamagedIndexError`), has
+  the index rebuilt from SQLite first, with a warning, when the write lock can be had
+  without waiting — and is run again; otherwise it fails with :class:`DamagedIndexError`
+  naming ``knowledge-agent check --repair`` (:meth:`SharedIndexes.answer`). A write that
+  finds damage holds the lock: it rebuilds. :meth:`SharedIndexes.damage` verifies every
+  file's checksum, for ``check``.
 
 Indexes in memory (no data folder) have no lock and nothing to share.
 """
@@ -33,26 +42,29 @@ import json
 import logging
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.core.folder_lock import FolderLock
-from knowledge_agent.errors import KnowledgeAgentError, SearchIndexError
+from knowledge_agent.core.status import IndexDamage
+from knowledge_agent.errors import DamagedIndexError, KnowledgeAgentError, SearchIndexError
+from knowledge_agent.search.checksums import Damage
 from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
 from knowledge_agent.search.dense_index import DenseIndex
-from knowledge_agent.search.dense_store import stored_config
+from knowledge_agent.search.dense_store import stored_config, verify_dense_folder
 from knowledge_agent.search.search_engine_impl import SearchEngineImpl
-from knowledge_agent.search.search_index_manager import SearchIndexManager
+from knowledge_agent.search.search_index_manager import SearchIndexManager, verify_keyword_folder
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
+from knowledge_agent.search.tfidf_store import verify_tfidf_folder
 from knowledge_agent.storage import SQLiteStorageManager
 
 if TYPE_CHECKING:
     from knowledge_agent.embeddings import Embedder
 
-__all__ = ["SharedIndexes"]
+__all__ = ["INDEX_LABELS", "REPAIR_HINT", "SharedIndexes"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +76,20 @@ FLUSH_ITEMS = 1000
 FLUSH_CHARS = 16_000_000
 _STATUS_MIN_CHUNKS = 5_000  # catching up on fewer chunks than this is quick: no messages
 """… or deferred characters of text: what an index update holds in memory stays bounded."""
+
+INDEX_LABELS = {"whoosh": "keyword", "tfidf": "semantic", "dense": "dense"}
+"""How messages and ``check`` name each index (by its folder under ``index/``)."""
+REPAIR_HINT = "run `knowledge-agent check --repair`"
+_VERIFY_FOLDER: dict[str, Callable[..., list[Damage]]] = {
+    "whoosh": verify_keyword_folder,
+    "tfidf": verify_tfidf_folder,
+    "dense": verify_dense_folder,
+}  # for an index answered by a stand-in, which has no files of its own
+_MODE_NEEDS: dict[str, Collection[str]] = {
+    "keyword": ("whoosh",),
+    "semantic": ("whoosh", "tfidf"),
+    "dense": ("whoosh", "dense"),
+}  # the keyword index's statistics score every mode; hybrid may read every index
 
 
 class SharedIndexes:
@@ -82,6 +108,7 @@ class SharedIndexes:
         on_lock_wait: Callable[[str], None] | None,
         embedder: Embedder | None = None,
         on_status: Callable[[str], None] | None = None,
+        rebuild_unreadable: bool = True,
     ) -> None:
         self.data_dir = data_dir
         self.embedder = embedder
@@ -98,7 +125,12 @@ class SharedIndexes:
         self._write_depth = 0  # > 0 while this object holds the write lock
         self._write_gate = threading.Lock()  # this object's writing threads, one at a time
         self._writer: int | None = None  # the thread inside writing()
-        self._unreadable: set[str] = set()  # indexes answered by an empty stand-in
+        self._rebuild_unreadable = rebuild_unreadable
+        # Indexes that could not be read (name → why); those answered by an empty stand-in
+        # are in _stand_ins too (the others keep answering from the generation they hold).
+        self._unreadable: dict[str, str] = {}
+        self._stand_ins: set[str] = set()
+        self._repairing = False  # inside _rebuild_damaged
         self._deferred = 0  # this process's writes in the journal, not yet indexed
         self._deferred_chars = 0
         keyword_index = self._open_index(
@@ -142,9 +174,12 @@ class SharedIndexes:
 
     def open(self) -> None:
         """Check, and repair what needs it when the write lock is free (see the module
-        docstring); an open that finds nothing to repair writes nothing."""
+        docstring); an open that finds nothing to repair writes nothing. Without
+        ``rebuild_unreadable``, an unreadable index leaves everything as it is."""
         if self._folder_lock is None:
             self._catch_up(opening=True)
+        elif self._unreadable and not self._rebuild_unreadable:
+            logger.info("%s: not rebuilding %s", self.data_dir, ", ".join(self._unreadable))
         elif not self._needs_repair():
             return
         elif self.storage.read_only:
@@ -201,7 +236,8 @@ class SharedIndexes:
             if self._index_dir(name) is None:
                 raise
             logger.warning("%s; it will be rebuilt from the database", exc)
-            self._unreadable.add(name)
+            self._unreadable[name] = str(exc)
+            self._stand_ins.add(name)
             return stand_in()
 
     def _replace_unreadable_indexes(self) -> None:
@@ -211,10 +247,11 @@ class SharedIndexes:
             assert folder is not None
             made = stored_config(folder) if name == "dense" else None
             logger.warning(
-                "rebuilding the %s index in %s from the database%s",
+                "rebuilding the %s index in %s from the database%s: %s",
                 name,
                 folder,
                 f" (it was made with {made.get('embedder')})" if made else "",
+                self._unreadable[name],
             )
             shutil.rmtree(folder, ignore_errors=True)
             if name == "whoosh":
@@ -227,10 +264,14 @@ class SharedIndexes:
                 if self.engine.dense_index is not None:
                     self.engine.dense_index.close()
                 self.engine.dense_index = self._new_dense_index()
-                self._unreadable.discard(name)
+                self._readable_again(name)
                 continue
-            self._unreadable.discard(name)
+            self._readable_again(name)
             self.storage.set_meta(_FINGERPRINT_KEY, "")
+
+    def _readable_again(self, name: str) -> None:
+        self._unreadable.pop(name, None)
+        self._stand_ins.discard(name)
 
     def fingerprint(self) -> str:
         """What the indexed terms depend on: a change of it means a rebuild."""
@@ -253,7 +294,7 @@ class SharedIndexes:
                 index.refresh()
             except SearchIndexError as exc:
                 logger.warning("%s; it will be rebuilt from the database", exc)
-                self._unreadable.add(name)
+                self._unreadable[name] = str(exc)
 
     def _catch_up(self, *, opening: bool, replay: bool = True) -> None:
         """Under the write lock: make both indexes reflect everything SQLite holds.
@@ -261,8 +302,15 @@ class SharedIndexes:
         Other processes' commits are loaded, unreadable indexes recreated and (with
         ``replay``) the journal replayed. On ``opening`` (and after recreating an index) a
         changed analyzer configuration or a missing index rebuilds, and each index's item
-        count is compared with SQLite's and any difference replayed.
+        count is compared with SQLite's and any difference replayed. An index found damaged
+        on the way is rebuilt.
         """
+        try:
+            self._catch_up_steps(opening=opening, replay=replay)
+        except DamagedIndexError as exc:
+            self._rebuild_damaged(exc)
+
+    def _catch_up_steps(self, *, opening: bool, replay: bool) -> None:
         self._refresh()
         recreated = bool(self._unreadable)
         self._replace_unreadable_indexes()
@@ -285,9 +333,112 @@ class SharedIndexes:
             self.engine.reconcile()
 
     def _apply(self, progress: Callable[[int, int], None] | None = None) -> None:
-        """Under the write lock: replay the journal into every index."""
-        self.engine.sync(progress or self._status_progress())
+        """Under the write lock: replay the journal into every index (a damaged one is
+        rebuilt instead)."""
+        try:
+            self.engine.sync(progress or self._status_progress())
+        except DamagedIndexError as exc:
+            self._rebuild_damaged(exc)
         self._deferred = self._deferred_chars = 0
+
+    # -- damage ----------------------------------------------------------------------------
+
+    def damage(self, *, full: bool = True) -> list[IndexDamage]:
+        """Every damaged file of every index on disk (verified for size, and with ``full``
+        for its checksum), and each index that could not be read for another reason."""
+        found: list[IndexDamage] = []
+        for name, _ in self._indexes():
+            label = INDEX_LABELS[name]
+            damaged = self._verify(name, full=full)
+            found.extend(IndexDamage(label, d.path, d.problem) for d in damaged)
+            if not damaged and name in self._unreadable:
+                folder = self._index_dir(name)
+                found.append(IndexDamage(label, str(folder), self._unreadable[name]))
+        return found
+
+    def _mark_damaged(self) -> bool:
+        """Verify every index in full and mark the damaged ones unreadable (once an index
+        has failed to read, the cost of reading it whole is worth knowing which)."""
+        marked = False
+        for name, _ in self._indexes():
+            if name not in self._unreadable:
+                damaged = self._verify(name, full=True)
+                if damaged:
+                    self._unreadable[name] = str(damaged[0])
+                    marked = True
+        return marked
+
+    def _verify(self, name: str, *, full: bool) -> list[Damage]:
+        folder = self._index_dir(name)
+        if folder is None:
+            return []
+        if name in self._stand_ins:
+            return _VERIFY_FOLDER[name](folder, full=full)
+        index = dict(self._indexes())[name]
+        return index.verify(full=full)  # type: ignore[no-any-return]
+
+    def _rebuild_damaged(self, exc: DamagedIndexError) -> None:
+        """Under the write lock, after ``exc``: rebuild every damaged index from SQLite;
+        ``exc`` again when no index is found damaged."""
+        if self._repairing or not self._mark_damaged():
+            raise exc  # damaged again while rebuilding: not for this process to fix
+        self._repairing = True
+        try:
+            self._catch_up_steps(opening=False, replay=True)
+        finally:
+            self._repairing = False
+
+    def repair(self, damaged: Collection[str]) -> None:
+        """Rebuild the indexes named (by label: ``keyword``, ``semantic``, ``dense``) from
+        SQLite under the write lock, then bring every index up to date (``check --repair``)."""
+        names = {name for name, label in INDEX_LABELS.items() if label in damaged}
+        with self.lock:
+            for name in names:
+                self._unreadable.setdefault(name, "damaged")
+        with self.writing():  # whose catching up rebuilds what is marked unreadable
+            self._catch_up(opening=True)
+
+    def answer(self, run: Callable[[], _T], mode: str = "hybrid") -> _T:
+        """``run()``, a query in ``mode``, under :attr:`lock` after :meth:`reading`.
+
+        An index the query needs that is answered by an empty stand-in, or that turns out
+        damaged while the query reads it, is rebuilt first when this process can take the
+        write lock without waiting, and the query runs again; otherwise the query fails
+        with :class:`DamagedIndexError` naming ``knowledge-agent check --repair``. A query
+        never answers from an index that is not there.
+        """
+        needs = _MODE_NEEDS.get(mode, INDEX_LABELS)
+        for attempt in range(2):
+            missing = [name for name in needs if name in self._stand_ins]
+            if missing:
+                error = DamagedIndexError(
+                    f"the {INDEX_LABELS[missing[0]]} index cannot be read "
+                    f"({self._unreadable[missing[0]]})"
+                )
+            else:
+                try:
+                    return run()
+                except DamagedIndexError as exc:
+                    error = exc
+                    if attempt == 0:
+                        self._mark_damaged()
+            if attempt == 0 and self._unreadable and self._rebuild_now():
+                continue
+            raise DamagedIndexError(f"{error}; {REPAIR_HINT}") from error
+        raise AssertionError("unreachable")
+
+    def _rebuild_now(self) -> bool:
+        """Rebuild the unreadable indexes if the write lock can be had without waiting;
+        whether every index is readable then."""
+        if not self._rebuild_unreadable or self.storage.read_only:
+            return False
+        if self._write_depth:  # this thread holds the write lock
+            self._catch_up(opening=False)
+        elif self._folder_lock is not None and self._folder_lock.try_acquire():
+            self._caught_up_under_lock(opening=False)
+        else:
+            return False
+        return not self._unreadable
 
     def _status_progress(self) -> Callable[[int, int], None] | None:
         """Progress of long catching up (an index built or embedded again on open) as a few
@@ -346,9 +497,12 @@ class SharedIndexes:
                 self._apply()
             return
         self._refresh()
-        if self.storage.read_only or not self._behind() or not self._folder_lock.try_acquire():
+        if self.storage.read_only or not self._behind():
             return
-        self._caught_up_under_lock(opening=False)
+        if self._unreadable and not self._rebuild_unreadable:
+            return
+        if self._folder_lock.try_acquire():
+            self._caught_up_under_lock(opening=False)
 
     def defer(self, chars: int = 0) -> None:
         """Inside :meth:`writing`: a change is in SQLite and its journal, to be indexed by

@@ -7,7 +7,7 @@ from typing import Any
 
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 
-__all__ = ["ChunkContext", "IndexStatus"]
+__all__ = ["ChunkContext", "IndexDamage", "IndexStatus"]
 
 
 @dataclass(frozen=True)
@@ -31,12 +31,26 @@ class ChunkContext:
         }
 
 
+@dataclass(frozen=True)
+class IndexDamage:
+    """A damaged file of an index (``keyword``, ``semantic`` or ``dense``), or the index's
+    folder when it could not be read for another reason, and what is wrong."""
+
+    index: str
+    file: str
+    problem: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"index": self.index, "file": self.file, "problem": self.problem}
+
+
 @dataclass
 class IndexStatus:
     """What a knowledge base holds, and whether both indexes agree with SQLite.
 
     ``problems`` is empty when consistent; ``repaired`` says a check rebuilt or replayed.
-    ``sizes`` are bytes on disk (0 for an in-memory knowledge base).
+    ``sizes`` are bytes on disk (0 for an in-memory knowledge base). ``damaged`` lists the
+    index files found damaged (each index with some is also one of the ``problems``).
     """
 
     data_dir: str | None
@@ -53,6 +67,7 @@ class IndexStatus:
     last_indexed_at: str | None
     sizes: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    damaged: list[IndexDamage] = field(default_factory=list)
     repaired: bool = False
 
     @property
@@ -74,5 +89,6 @@ class IndexStatus:
             "sizes": dict(self.sizes),
             "consistent": self.consistent,
             "problems": list(self.problems),
+            "damaged": [damage.to_dict() for damage in self.damaged],
             "repaired": self.repaired,
         }

@@ -4,7 +4,8 @@
 
     {directory}/manifest.json                 format, config (embedder name, dimensions,
                                               text recipe), applied_seq, next_file,
-                                              segments + dead-row bitmaps
+                                              segments + dead-row bitmaps + each file's
+                                              size and CRC-32 (a sealed JSON file)
     {directory}/seg-00000007.vectors.npy      float32 (rows, dimensions), memory-mapped
     {directory}/seg-00000007.meta.npz         keys, chunk indexes, text hashes, item metadata
 
@@ -13,11 +14,17 @@ segment's files never change once written and the manifest is written after the 
 it names, so a reader sees one complete generation. Only ``.npy`` / ``.npz`` with
 ``allow_pickle=False`` and JSON are read, and a name from the manifest never leaves the
 directory: an index directory from elsewhere cannot execute code or make us read other files.
+
+Opening checks each file's size, and the checksums of the files this process has not
+verified yet when they total at most
+:data:`~knowledge_agent.search.checksums.VERIFY_ON_OPEN_BYTES`: the vectors are memory-mapped
+and read only where a query needs them, so reading all of a large index to open it would
+cost what mapping saves. ``check`` verifies every checksum
+(:meth:`~knowledge_agent.search.segment_store.ManifestDirectory.verify`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -28,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from knowledge_agent.errors import SearchIndexError
+from knowledge_agent.errors import DamagedIndexError, SearchIndexError
 from knowledge_agent.search.atomic_files import write_atomically
+from knowledge_agent.search.checksums import Damage, read_sealed_json
 from knowledge_agent.search.dense_segments import DenseSegment, write_vectors
 from knowledge_agent.search.segment_store import (
     MANIFEST,
@@ -37,25 +45,28 @@ from knowledge_agent.search.segment_store import (
     ManifestDirectory,
     SegmentGone,
     check,
+    check_sizes,
     dead_bitmap,
     load_retrying,
     read_dead,
     read_errors,
     read_manifest,
+    segment_sums,
     sweep,
     write_manifest,
 )
 
-__all__ = ["DenseStore", "Generation", "stored_config"]
+__all__ = ["DenseStore", "Generation", "stored_config", "verify_dense_folder"]
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "knowledge_agent.dense/1"
+FORMAT = "knowledge_agent.dense/2"
 _NAME_RE = re.compile(r"^seg-\d{8}$")
 _LAYOUT = Layout(
     label="dense index",
     format=FORMAT,
     file_re=re.compile(r"^(seg-\d{8})\.(?:vectors\.npy|meta\.npz)$"),  # two files a segment
+    key="name",
 )
 
 
@@ -67,13 +78,19 @@ def stored_config(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The configuration (``embedder``, ``dimensions``, …) a dense index directory was
     written with, or None when it has no readable manifest. Reads one small JSON file."""
     try:
-        manifest = json.loads((Path(directory) / MANIFEST).read_text(encoding="utf-8"))
+        manifest = read_sealed_json(Path(directory) / MANIFEST)
     except (OSError, ValueError):
         return None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         return None
     config = manifest.get("config")
     return dict(config) if isinstance(config, dict) else None
+
+
+def verify_dense_folder(directory: Path, *, full: bool = True) -> list[Damage]:
+    """The damaged files of the dense index in ``directory``, without loading it (see
+    :meth:`~knowledge_agent.search.segment_store.ManifestDirectory.verify`)."""
+    return DenseStore(directory, {}, 0).verify(full=full)
 
 
 @dataclass
@@ -92,6 +109,8 @@ class DenseStore(ManifestDirectory):
     ``config`` is what the index was built with (embedder name, dimensions, text recipe);
     a directory written with another value is refused as needing a rebuild.
     """
+
+    layout = _LAYOUT
 
     def __init__(self, directory: Path, config: Mapping[str, Any], dimensions: int) -> None:
         super().__init__(directory, config)
@@ -119,11 +138,14 @@ class DenseStore(ManifestDirectory):
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             path = meta_path
-            write_atomically(meta_path, lambda fh: np.savez(fh, **arrays))
+            meta = write_atomically(meta_path, lambda fh: np.savez(fh, **arrays))
             path = vectors_path
-            write_atomically(
+            vectors = write_atomically(
                 vectors_path, lambda fh: write_vectors(fh, blocks, n_rows, self.dimensions)
             )
+            self.sums[name] = {meta_path.name: meta, vectors_path.name: vectors}
+            self.verified.add(meta_path)
+            self.verified.add(vectors_path)
             return _map_vectors(vectors_path)
         except (OSError, ValueError) as exc:
             raise SearchIndexError(f"cannot write dense index {path}: {exc}") from exc
@@ -140,9 +162,13 @@ class DenseStore(ManifestDirectory):
         entries = []
         for seg in segments:
             assert seg.name is not None, "write every segment before the manifest"
-            entries.append({"name": seg.name, "rows": seg.n_rows, "dead": dead_bitmap(seg.dead)})
+            files = {name: value.to_json() for name, value in self.sums[seg.name].items()}
+            dead = dead_bitmap(seg.dead)
+            entries.append({"name": seg.name, "rows": seg.n_rows, "dead": dead, "files": files})
         write_manifest(self.directory, _LAYOUT, self.config, applied_seq, next_file, entries)
-        self.sweep({entry["name"] for entry in entries} | set(keep))
+        referenced = {entry["name"] for entry in entries} | set(keep)
+        self.sweep(referenced)
+        self.sums = {name: sums for name, sums in self.sums.items() if name in referenced}
         return self.version()
 
     def sweep(self, referenced: Collection[str]) -> None:
@@ -174,6 +200,13 @@ class DenseStore(ManifestDirectory):
             return None
         segments = [self._read_segment(entry, held) for entry in manifest.segments]
         names = [seg.name for seg in segments]
+        self.sums = {name: sums for name, sums in self.sums.items() if name in names}
+        files = [pair for name in names for pair in self.sums[name].items()]
+        damage = self.verified.check(self.directory, files)
+        if any(d.problem == "missing" for d in damage):
+            raise SegmentGone(damage[0].path)  # swept by a writer since: read the newer one
+        if damage:
+            raise DamagedIndexError(f"dense index {damage[0]}")
         if len(set(names)) != len(names):
             raise SearchIndexError(
                 f"corrupt dense index {self.manifest}: a segment is listed twice"
@@ -187,10 +220,13 @@ class DenseStore(ManifestDirectory):
             # A name from the manifest never leaves the directory (no "../", no absolute path).
             check(isinstance(name, str) and _NAME_RE.match(name) is not None, "segment name")
             vectors_path, meta_path = self._paths(name)
+            sums = segment_sums(entry, _LAYOUT)
+            check(set(sums) == {vectors_path.name, meta_path.name}, "segment files")
             old = held.get(name)
             if old is not None:
                 segment = old.reopened()
             else:
+                check_sizes(self.directory, sums)
                 try:
                     at.path = meta_path
                     with np.load(meta_path, allow_pickle=False) as npz:
@@ -201,6 +237,7 @@ class DenseStore(ManifestDirectory):
                     raise SegmentGone(name) from None
                 segment = DenseSegment.from_arrays(arrays, vectors, self.dimensions)
             read_dead(segment, entry)
+        self.sums[name] = sums
         segment.name = name
         return segment
 

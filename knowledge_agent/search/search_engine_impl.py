@@ -24,7 +24,13 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from knowledge_agent.analysis import TextAnalyzer, detect_language, highlight, highlight_terms
-from knowledge_agent.errors import EmbeddingError, NotFoundError, QueryError, SearchIndexError
+from knowledge_agent.errors import (
+    DamagedIndexError,
+    EmbeddingError,
+    NotFoundError,
+    QueryError,
+    SearchIndexError,
+)
 from knowledge_agent.models import (
     ItemSummary,
     KnowledgeChunk,
@@ -424,6 +430,8 @@ class SearchEngineImpl:
                         min_score,
                         min_confidence,
                     )
+            except DamagedIndexError:
+                raise  # never answered around: rebuilt, or the search fails
             except SearchIndexError:
                 if level == "chunk":
                     raise

@@ -54,13 +54,17 @@ Decisions (see also the module's tests):
   holds a pickle of anything but the schema's own classes
   (:mod:`~knowledge_agent.search.whoosh_safe`), or whose schema or analyzer differs from this
   code's, raises :class:`SearchIndexError`: a writer deletes the directory and rebuilds it
-  from SQLite.
+  from SQLite. So does a ``state.json`` that fails to load.
+* **Damage is found**: every generation records its files' checksums
+  (:mod:`~knowledge_agent.search.whoosh_sums`). Opening checks the TOC's checksum and every
+  file's size; :meth:`SearchIndexManager.verify` (``check``) every checksum; and a read that
+  fails (a posting block that does not decompress) has the index verified, raising
+  :class:`DamagedIndexError` when a file is damaged.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -80,12 +84,13 @@ from whoosh.searching import Searcher
 from whoosh.writing import SegmentWriter
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
+from knowledge_agent.errors import ConfigError, DamagedIndexError, QueryError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped, latest_pairs
-from knowledge_agent.search.atomic_files import file_version, write_atomically
+from knowledge_agent.search.atomic_files import file_version, write_sealed
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
+from knowledge_agent.search.checksums import Damage, read_sealed_json
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.keyword_blocks import chunk_block, item_block
@@ -105,13 +110,15 @@ from knowledge_agent.search.whoosh_schema import (
     item_schema,
     schema_signature,
 )
-from knowledge_agent.search.whoosh_storage import PrivateRamStorage, has_toc
+from knowledge_agent.search.whoosh_storage import WHOOSH_INDEX_NAME, PrivateRamStorage, has_toc
+from knowledge_agent.search.whoosh_sums import verify_index
 
-__all__ = ["DEFAULT_FIELD_BOOSTS", "LuceneBM25F", "SearchIndexManager"]
+__all__ = ["DEFAULT_FIELD_BOOSTS", "LuceneBM25F", "SearchIndexManager", "verify_keyword_folder"]
 
 logger = logging.getLogger(__name__)
 
 _STATE_FILE = "state.json"
+_STATE_LIMIT = 1 << 16  # bytes: a state file holds one number
 _LOCK_RETRY_DELAY = 0.05  # seconds between attempts to take a held write lock
 _FILTER_CACHE_SIZE = 16  # distinct SearchFilters remembered per searcher generation
 
@@ -300,6 +307,10 @@ class SearchIndexManager:
             # Our own schema object: its analyzer (and its term cache) is shared by every
             # writer instead of being unpickled afresh from the TOC for each one.
             ix = open_file_index(storage, idx.schema) if compatible else None
+        except DamagedIndexError as exc:
+            raise DamagedIndexError(
+                f"the {idx.name} index in {idx.location} is damaged: {exc}"
+            ) from exc
         except Exception as exc:  # corrupt TOC, unpickling error, unreadable files, …
             raise SearchIndexError(
                 f"the {idx.name} index in {idx.location} cannot be opened "
@@ -366,9 +377,7 @@ class SearchIndexManager:
             return idx.searcher
         except Exception as exc:
             idx.close_searcher()
-            raise SearchIndexError(
-                f"cannot read the {idx.name} index in {idx.location}: {exc}"
-            ) from exc
+            raise self._failure(idx, exc, "cannot read") from exc
 
     def _writer(self, idx: _Index) -> SegmentWriter:
         if idx.absent:
@@ -389,9 +398,7 @@ class SearchIndexManager:
                 f"{idx.name} index in {idx.location}"
             ) from exc
         except Exception as exc:
-            raise SearchIndexError(
-                f"cannot open a writer on the {idx.name} index in {idx.location}: {exc}"
-            ) from exc
+            raise self._failure(idx, exc, "cannot open a writer on") from exc
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -427,9 +434,7 @@ class SearchIndexManager:
             raise
         except Exception as exc:
             cancel(writer)
-            raise SearchIndexError(
-                f"cannot write to the {idx.name} index in {idx.location}: {exc}"
-            ) from exc
+            raise self._failure(idx, exc, "cannot write to") from exc
 
     def _add(self, idx: _Index, writer: SegmentWriter, work: _Work) -> int:
         """Add the documents of ``work``'s items to ``writer``; returns how many were added."""
@@ -530,32 +535,49 @@ class SearchIndexManager:
             self._applied_seq = seq
 
     def _read_state(self) -> int:
+        """The journal position in ``state.json`` (0 when there is none); a state file that
+        fails to load, for whatever reason, makes the index unreadable
+        (:class:`DamagedIndexError`): it is rebuilt."""
         assert self.index_dir is not None
         path = self.index_dir / _STATE_FILE
         self._state_seen = file_version(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            seq = data["applied_seq"]
-            if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-                raise ValueError(f"bad applied_seq {seq!r}")
-            return seq
+            return _parse_state(path)
         except FileNotFoundError:
             return 0
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            # 0 is the safe answer: the journal replays everything it still holds.
-            logger.warning("ignoring unreadable %s (%s); applied_seq is 0", path, exc)
-            return 0
+        except Exception as exc:  # OSError, a bad checksum or JSON, nesting, wrong types
+            raise DamagedIndexError(f"the keyword index state {path} is damaged: {exc}") from exc
 
     def _write_state(self, state: dict[str, Any]) -> None:
         assert self.index_dir is not None
         path = self.index_dir / _STATE_FILE
-        data = json.dumps(state).encode("utf-8")
         try:
             self.index_dir.mkdir(parents=True, exist_ok=True)
-            write_atomically(path, lambda fh: fh.write(data))
+            write_sealed(path, state)
             self._state_seen = file_version(path)
         except OSError as exc:
             raise SearchIndexError(f"cannot write {path}: {exc}") from exc
+
+    # -- damage ------------------------------------------------------------------------------
+
+    def verify(self, *, full: bool = True) -> list[Damage]:
+        """The damaged files of both indexes and of ``state.json`` as they are on disk now:
+        every file's size, and with ``full`` its checksum (none for indexes in memory)."""
+        return [] if self.index_dir is None else verify_keyword_folder(self.index_dir, full=full)
+
+    def _failure(self, idx: _Index, exc: Exception, doing: str) -> SearchIndexError:
+        """The error for ``exc``, raised while reading or writing ``idx``: a
+        :class:`DamagedIndexError` when a file of the index is damaged — every checksum is
+        verified now, as a failed read is rare — else a :class:`SearchIndexError`."""
+        where = f"the {idx.name} index in {idx.location}"
+        if isinstance(exc, DamagedIndexError):
+            return DamagedIndexError(f"{where} is damaged: {exc}")
+        damage = [] if idx.path is None else verify_index(idx.path, WHOOSH_INDEX_NAME)
+        if damage:
+            return DamagedIndexError(
+                f"{where} is damaged: {damage[0]} ({type(exc).__name__}: {exc})"
+            )
+        return SearchIndexError(f"{doing} {where}: {exc}")
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -582,7 +604,8 @@ class SearchIndexManager:
         gets the idf of frequency zero, the highest: a query word the base does not know
         counts against a match instead of vanishing."""
         with self._lock:
-            searcher = self._searcher(self._items if items else self._chunks)
+            idx = self._items if items else self._chunks
+            searcher = self._searcher(idx)
             field = searcher.schema["content"]
             found: dict[str, float] = {}
             for term in terms:
@@ -591,7 +614,10 @@ class SearchIndexManager:
                         btext = field.to_bytes(term)
                     except ValueError:  # a lone surrogate: no text has it
                         btext = b""
-                    found[term] = float(searcher.idf("content", btext))
+                    try:
+                        found[term] = float(searcher.idf("content", btext))
+                    except Exception as exc:
+                        raise self._failure(idx, exc, "cannot read") from exc
             return found
 
     def best_possible_score(self, terms: Sequence[str], idf: Mapping[str, float]) -> float:
@@ -645,9 +671,7 @@ class SearchIndexManager:
             except SearchIndexError:
                 raise
             except Exception as exc:
-                raise SearchIndexError(
-                    f"searching the {idx.name} index in {idx.location} failed: {exc}"
-                ) from exc
+                raise self._failure(idx, exc, "cannot search") from exc
 
     # -- filters -----------------------------------------------------------------------------
 
@@ -670,17 +694,21 @@ class SearchIndexManager:
     # -- status ------------------------------------------------------------------------------
 
     def has_chunk_index(self) -> bool:
-        """True when the chunk index exists, opens and holds at least one chunk; never raises."""
+        """True when the chunk index exists, opens and holds at least one chunk; raises
+        only :class:`DamagedIndexError`."""
         return self._has_docs(self._chunks)
 
     def has_item_index(self) -> bool:
-        """True when the item index exists, opens and holds at least one item; never raises."""
+        """True when the item index exists, opens and holds at least one item; raises
+        only :class:`DamagedIndexError`."""
         return self._has_docs(self._items)
 
     def _has_docs(self, idx: _Index) -> bool:
         with self._lock:
             try:
                 return self._count(idx) > 0
+            except DamagedIndexError:
+                raise
             except SearchIndexError:
                 return False
 
@@ -703,16 +731,14 @@ class SearchIndexManager:
             try:
                 return {str(fields_["item_id"]) for fields_ in searcher.all_stored_fields()}
             except Exception as exc:
-                raise SearchIndexError(
-                    f"cannot read the {idx.name} index in {idx.location}"
-                ) from exc
+                raise self._failure(idx, exc, "cannot read") from exc
 
     def _count(self, idx: _Index) -> int:
         searcher = self._searcher(idx)
         try:
             return int(searcher.doc_count())
         except Exception as exc:
-            raise SearchIndexError(f"cannot read the {idx.name} index in {idx.location}") from exc
+            raise self._failure(idx, exc, "cannot read") from exc
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -745,3 +771,29 @@ class SearchIndexManager:
     def __repr__(self) -> str:
         where = "memory" if self.index_dir is None else str(self.index_dir)
         return f"{type(self).__name__}({where!r})"
+
+
+def verify_keyword_folder(index_dir: Path, *, full: bool = True) -> list[Damage]:
+    """:meth:`SearchIndexManager.verify` of the indexes in ``index_dir``, without opening
+    them (for one that cannot be opened)."""
+    found = []
+    path = index_dir / _STATE_FILE
+    try:
+        _parse_state(path)
+    except FileNotFoundError:
+        pass
+    except Exception as exc:
+        found.append(Damage(str(path), str(exc)))
+    for name in ("chunks", "items"):
+        found.extend(verify_index(index_dir / name, WHOOSH_INDEX_NAME, full=full))
+    return found
+
+
+def _parse_state(path: Path) -> int:
+    """The journal position a state file records (read bounded in size); raises whatever
+    stops it from loading."""
+    data = read_sealed_json(path, _STATE_LIMIT)
+    seq = data["applied_seq"] if isinstance(data, dict) else None
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise ValueError(f"bad applied_seq {seq!r}")
+    return seq

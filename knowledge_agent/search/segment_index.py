@@ -19,6 +19,7 @@ from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
+from knowledge_agent.search.checksums import Damage
 
 __all__ = ["SegmentIndex"]
 
@@ -136,6 +137,11 @@ class SegmentIndex(ABC):
                 self._persist()
 
     # -- sharing -------------------------------------------------------------------------
+
+    def verify(self, *, full: bool = True) -> list[Damage]:
+        """The damaged files of the generation on disk now (none in memory): the manifest,
+        every file's size, and with ``full`` every file's checksum."""
+        return [] if self._store is None else self._store.verify(full=full)
 
     def refresh(self) -> bool:
         """Load the generation on disk if another process wrote one since; True if so.

@@ -7,6 +7,12 @@ name in messages, the format tag, which file names are segment files) and by the
 which read and write the segment files themselves and give the manifest its segment list
 (a dict of kinds for TF-IDF, a list for dense). Messages read ``cannot read {label} {path}``
 and the like, so each index keeps its own wording.
+
+The manifest is a sealed JSON file (:mod:`~knowledge_agent.search.checksums`: it carries its
+own CRC-32, is read bounded in size, and fails to load as a whole) and records, in each
+segment's ``files``, the size and CRC-32 of the segment's files as they were written. A
+segment's files are checked for size whenever they are read; :meth:`ManifestDirectory.verify`
+(``check``) checks their checksums too.
 """
 
 from __future__ import annotations
@@ -26,12 +32,19 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from knowledge_agent.errors import SearchIndexError
+from knowledge_agent.errors import DamagedIndexError, SearchIndexError
 from knowledge_agent.search.atomic_files import (
     file_version,
     fsync_directory,
     is_temporary,
-    write_atomically,
+    write_sealed,
+)
+from knowledge_agent.search.checksums import (
+    Damage,
+    FileSum,
+    VerifiedFiles,
+    read_sealed_json,
+    verify_files,
 )
 
 __all__ = [
@@ -42,11 +55,13 @@ __all__ = [
     "ReadingAt",
     "SegmentGone",
     "check",
+    "check_sizes",
     "dead_bitmap",
     "load_retrying",
     "read_dead",
     "read_errors",
     "read_manifest",
+    "segment_sums",
     "sweep",
     "write_manifest",
 ]
@@ -67,6 +82,7 @@ class Layout:
     label: str  # "TF-IDF index", "dense index": how messages name it
     format: str  # the manifest's format tag
     file_re: re.Pattern[str]  # a segment file's name; group 1 is the segment it belongs to
+    key: str  # the field of a manifest entry naming its segment
 
     def segment_of(self, file_name: str) -> str | None:
         """The segment a file belongs to (None: not a segment file)."""
@@ -85,11 +101,20 @@ class Manifest:
 
 
 class ManifestDirectory:
-    """An index directory and the config its manifest must match."""
+    """An index directory and the config its manifest must match.
+
+    ``sums`` holds the recorded sums of the files of every segment this object wrote or
+    read, by segment name: what the next manifest records for them. ``verified`` is what
+    this process has checksummed whole (or written).
+    """
+
+    layout: Layout
 
     def __init__(self, directory: Path, config: Mapping[str, Any]) -> None:
         self.directory = directory
         self.config = dict(config)
+        self.sums: dict[str, dict[str, FileSum]] = {}
+        self.verified = VerifiedFiles()
 
     @property
     def manifest(self) -> Path:
@@ -98,6 +123,34 @@ class ManifestDirectory:
     def version(self) -> FileVersion | None:
         """The version of the manifest on disk (None: there is none)."""
         return file_version(self.manifest)
+
+    def verify(self, *, full: bool = True) -> list[Damage]:
+        """The damaged files of the generation on disk now: the manifest, and every file
+        it names for its size and, with ``full``, its checksum."""
+        for _ in range(_LOAD_ATTEMPTS):
+            version = self.version()
+            found = self._verify_once(full)
+            if self.version() == version:  # no writer replaced the generation meanwhile
+                return found
+        return []  # replaced on every attempt: a writer is busy, and it checked its files
+
+    def _verify_once(self, full: bool) -> list[Damage]:
+        path = self.manifest
+        try:
+            manifest = _load_manifest(path, self.layout)
+            entries = _entries(manifest["segments"])
+            sums = [
+                (name, value)
+                for entry in entries
+                for name, value in segment_sums(entry, self.layout).items()
+            ]
+        except FileNotFoundError:
+            if _segment_files(self.directory, self.layout):
+                return [Damage(str(path), "missing")]
+            return []
+        except Exception as exc:
+            return [Damage(str(path), str(exc))]
+        return verify_files(self.directory, sums, full=full)
 
 
 class SegmentGone(Exception):
@@ -115,6 +168,49 @@ class _Segment(Protocol):
 def check(condition: bool, what: str) -> None:
     if not condition:
         raise ValueError(f"invalid {what}")
+
+
+def _entries(listed: Any) -> list[Any]:
+    """The segment entries of a manifest's ``segments`` (a list, or a dict of lists)."""
+    if isinstance(listed, dict):
+        check(all(isinstance(kind, list) for kind in listed.values()), "segments")
+        return [entry for kind in listed.values() for entry in kind]
+    check(isinstance(listed, list), "segments")
+    return list(listed)
+
+
+def _segment_files(directory: Path, layout: Layout) -> list[str]:
+    try:
+        return [name for name in os.listdir(directory) if layout.segment_of(name) is not None]
+    except FileNotFoundError:
+        return []
+
+
+def segment_sums(entry: Any, layout: Layout) -> dict[str, FileSum]:
+    """The recorded sums of the files of a manifest entry's segment, by file name; a name
+    that is not one of the segment's files is refused (``ValueError``)."""
+    check(isinstance(entry, dict), "segment entry")
+    segment, files = entry[layout.key], entry["files"]
+    check(isinstance(files, dict) and bool(files), "segment files")
+    sums = {}
+    for name, value in files.items():
+        # A name from the manifest never leaves the directory (no "../", no absolute path).
+        check(layout.segment_of(name) == segment, "segment file name")
+        sums[name] = FileSum.from_json(value)
+    return sums
+
+
+def check_sizes(directory: Path, sums: Mapping[str, FileSum]) -> None:
+    """Each file's size against its recorded one: :class:`SegmentGone` for a file that is
+    not there (a writer swept it), :class:`DamagedIndexError` for another size."""
+    for name, expected in sums.items():
+        path = directory / name
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise SegmentGone(name) from None
+        if size != expected.size:
+            raise DamagedIndexError(f"{path}: {size} bytes, {expected.size} when written")
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -143,9 +239,8 @@ def write_manifest(
         "segments": segments,
     }
     try:
-        data = json.dumps(manifest, separators=(",", ":")).encode("utf-8")
         directory.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, lambda fh: fh.write(data))
+        write_sealed(path, manifest)
         fsync_directory(directory)
     except (OSError, ValueError) as exc:
         raise SearchIndexError(f"cannot write {layout.label} {path}: {exc}") from exc
@@ -196,7 +291,7 @@ def read_manifest(
     label, path = layout.label, directory / MANIFEST
     try:
         version = file_version(path)
-        text = path.read_text(encoding="utf-8")
+        manifest = _load_manifest(path, layout)
     except FileNotFoundError:
         try:
             names = os.listdir(directory)
@@ -205,13 +300,13 @@ def read_manifest(
         except OSError as exc:
             raise SearchIndexError(f"cannot read {label} {directory}: {exc}") from exc
         if any(layout.segment_of(name) is not None for name in names):
-            raise SearchIndexError(f"{label} {path} is missing") from None
+            raise DamagedIndexError(f"{label} {path} is missing") from None
         return None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise SearchIndexError(f"cannot read {label} {path}: {exc}") from exc
+    except Exception as exc:  # a bad checksum or JSON, nesting too deep, too large
+        raise DamagedIndexError(f"{label} {path} is damaged: {exc}") from exc
     try:
-        manifest = json.loads(text)
-        check(isinstance(manifest, dict) and manifest.get("format") == layout.format, "format")
         stored = manifest["config"]
         check(isinstance(stored, dict), "config")
         wanted = json.loads(json.dumps(dict(config)))  # as JSON gives it back (tuples: lists)
@@ -228,9 +323,16 @@ def read_manifest(
         check(isinstance(listed, listing), "segments")
     except SearchIndexError:
         raise
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SearchIndexError(f"corrupt {label} {path}: {exc}") from exc
+    except Exception as exc:  # wrong types anywhere
+        raise DamagedIndexError(f"corrupt {label} {path}: {exc}") from exc
     return Manifest(listed, seq, next_file, version)
+
+
+def _load_manifest(path: Path, layout: Layout) -> dict[str, Any]:
+    """The manifest at ``path`` as an object of ``layout``'s format (not checked further)."""
+    manifest = read_sealed_json(path)
+    check(isinstance(manifest, dict) and manifest.get("format") == layout.format, "format")
+    return manifest  # type: ignore[no-any-return]
 
 
 def read_dead(segment: _Segment, entry: Any) -> None:

@@ -3,6 +3,7 @@
 ::
 
     {directory}/manifest.json        format, config, applied_seq, segments + dead-row bitmaps
+                                     + each file's size and CRC-32 (a sealed JSON file)
     {directory}/chunks-00000007.npz  one segment: CSR term counts, row keys, item metadata
     {directory}/items-00000008.npz
 
@@ -25,29 +26,39 @@ import numpy as np
 
 from knowledge_agent.errors import SearchIndexError
 from knowledge_agent.search.atomic_files import write_atomically
+from knowledge_agent.search.checksums import Damage
 from knowledge_agent.search.segment_store import (
     Layout,
     ManifestDirectory,
     SegmentGone,
     check,
+    check_sizes,
     dead_bitmap,
     load_retrying,
     read_dead,
     read_errors,
     read_manifest,
+    segment_sums,
     sweep,
     write_manifest,
 )
 from knowledge_agent.search.tfidf_segments import Segment
 
-__all__ = ["KINDS", "Generation", "TfidfStore"]
+__all__ = ["KINDS", "Generation", "TfidfStore", "verify_tfidf_folder"]
 
 KINDS = ("chunks", "items")
 _LAYOUT = Layout(
     label="TF-IDF index",
-    format="knowledge_agent.tfidf/1",
+    format="knowledge_agent.tfidf/2",
     file_re=re.compile(r"^((?:chunks|items)-\d{8}\.npz)$"),  # one file per segment
+    key="file",
 )
+
+
+def verify_tfidf_folder(directory: Path, *, full: bool = True) -> list[Damage]:
+    """The damaged files of the TF-IDF index in ``directory``, without loading it (see
+    :meth:`~knowledge_agent.search.segment_store.ManifestDirectory.verify`)."""
+    return TfidfStore(directory, {}, 0).verify(full=full)
 
 
 @dataclass
@@ -63,9 +74,14 @@ class Generation:
 class TfidfStore(ManifestDirectory):
     """Reads and writes the generations of one TF-IDF index directory.
 
+    A segment file is checked for size before it is loaded, and ``np.load`` checks the
+    CRC-32 of every array in it (a ``.npz`` is a zip file): loading it verifies it whole.
+
     ``config`` is what the index was built with; a directory written with another value
     (``sublinear_tf`` excepted: counts are stored raw) is refused as needing a rebuild.
     """
+
+    layout = _LAYOUT
 
     def __init__(self, directory: Path, config: Mapping[str, Any], n_features: int) -> None:
         super().__init__(directory, config)
@@ -90,16 +106,26 @@ class TfidfStore(ManifestDirectory):
                         name = f"{kind}-{next_file:08d}.npz"
                         next_file += 1
                         path = self.directory / name
-                        write_atomically(path, lambda fh, seg=seg: np.savez(fh, **seg.arrays()))
+                        written = write_atomically(
+                            path, lambda fh, seg=seg: np.savez(fh, **seg.arrays())
+                        )
+                        self.sums[name] = {name: written}
                         seg.name = name  # only once complete: a failed write is retried
-                    entry = {"file": seg.name, "rows": seg.n_rows, "dead": dead_bitmap(seg.dead)}
-                    entries[kind].append(entry)
+                    files = {file: value.to_json() for file, value in self.sums[seg.name].items()}
+                    entries[kind].append(
+                        {
+                            "file": seg.name,
+                            "rows": seg.n_rows,
+                            "dead": dead_bitmap(seg.dead),
+                            "files": files,
+                        }
+                    )
         except (OSError, ValueError) as exc:
             raise SearchIndexError(f"cannot write TF-IDF index {path}: {exc}") from exc
         write_manifest(self.directory, _LAYOUT, self.config, applied_seq, next_file, entries)
-        sweep(
-            self.directory, _LAYOUT, {entry["file"] for kind in entries.values() for entry in kind}
-        )
+        referenced = {entry["file"] for kind in entries.values() for entry in kind}
+        sweep(self.directory, _LAYOUT, referenced)
+        self.sums = {name: self.sums[name] for name in referenced}
         return next_file, self.version()
 
     # -- reading -------------------------------------------------------------------------
@@ -123,6 +149,8 @@ class TfidfStore(ManifestDirectory):
             if not isinstance(entries, list):
                 raise SearchIndexError(f"corrupt TF-IDF index {self.manifest}: segments.{kind}")
             segments[kind] = [self._read_segment(entry, held) for entry in entries]
+        named = {seg.name for kind in segments.values() for seg in kind}
+        self.sums = {name: sums for name, sums in self.sums.items() if name in named}
         return Generation(segments, manifest.applied_seq, manifest.next_file, manifest.version)
 
     def _read_segment(self, entry: Any, held: Mapping[str, Segment]) -> Segment:
@@ -131,6 +159,8 @@ class TfidfStore(ManifestDirectory):
             name = entry["file"]
             # A name from the manifest never leaves the directory (no "../", no absolute path).
             check(isinstance(name, str) and _LAYOUT.file_re.match(name) is not None, "file name")
+            sums = segment_sums(entry, _LAYOUT)
+            check(set(sums) == {name}, "segment files")
             at.path = self.directory / name
             old = held.get(name)
             if old is not None:
@@ -138,6 +168,7 @@ class TfidfStore(ManifestDirectory):
                 # norms and string codes belong to the new state.
                 segment = replace(old, dead=np.zeros(old.n_rows, bool), norms=None, codes={})
             else:
+                check_sizes(self.directory, sums)
                 try:
                     with np.load(at.path, allow_pickle=False) as npz:
                         arrays = {key: npz[key] for key in npz.files}
@@ -145,5 +176,6 @@ class TfidfStore(ManifestDirectory):
                     raise SegmentGone(name) from None
                 segment = Segment.from_arrays(arrays, self.n_features)
             read_dead(segment, entry)
+        self.sums[name] = sums
         segment.name = name
         return segment

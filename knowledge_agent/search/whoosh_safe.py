@@ -48,6 +48,7 @@ import os
 import pickle
 import re
 import time
+from pathlib import Path
 from typing import IO, Any
 
 from whoosh.codec.whoosh3 import W3Codec, W3Segment
@@ -64,6 +65,14 @@ from whoosh.index import (
 )
 from whoosh.index import IndexError as WhooshIndexError
 from whoosh.system import _FLOAT_SIZE, _INT_SIZE, _LONG_SIZE
+
+from knowledge_agent.search.checksums import VerifiedFiles
+from knowledge_agent.search.whoosh_sums import (
+    remove_older_sums,
+    seal_generation,
+    toc_generation,
+    verified_toc,
+)
 
 __all__ = [
     "DATA_GLOBALS",
@@ -244,11 +253,14 @@ class SafeFileStorage(FileStorage):
 
     Every file it creates is fsynced when closed — segment files before the TOC that names
     them is renamed into place — except in its temporary storage, which a crash discards.
+    Renaming a TOC into place records the checksums of its generation first, and reading a
+    TOC verifies them (:mod:`~knowledge_agent.search.whoosh_sums`).
     """
 
     def __init__(self, path: str, *args: Any, durable: bool = True, **kwargs: Any) -> None:
         super().__init__(path, *args, **kwargs)
         self.durable = durable
+        self.verified = VerifiedFiles()  # files of this index checksummed by this process
 
     def open_file(self, name: str, **kwargs: Any) -> SafeStructFile:
         return SafeStructFile(open(self._fpath(name), "rb"), name=name, **kwargs)
@@ -267,6 +279,23 @@ class SafeFileStorage(FileStorage):
             os.fsync(f.file.fileno())
 
         return super().create_file(name, excl=excl, mode=mode, onclose=sync_then, **kwargs)
+
+    def rename_file(self, oldname: str, newname: str, safe: bool = False) -> None:
+        generation = toc_generation(newname)
+        if generation is None:
+            super().rename_file(oldname, newname, safe=safe)
+            return
+        indexname, gen = generation
+        stream = self.open_file(oldname)
+        try:
+            toc = _parse_toc(stream, indexname, gen, schema=None, skip_schema=True)
+        finally:
+            stream.close()
+        folder = Path(self.folder)
+        segment_ids = [s.segid for s in toc.segments]
+        seal_generation(folder, indexname, gen, oldname, segment_ids, self.verified)
+        super().rename_file(oldname, newname, safe=safe)
+        remove_older_sums(folder, indexname, gen)
 
     def temp_storage(self, name: str | None = None) -> SafeFileStorage:
         base = super().temp_storage(name)
@@ -345,30 +374,48 @@ def read_toc(
 
 
 def _read_toc(storage: Storage, indexname: str, gen: int, schema: Schema | None) -> TOC:
-    stream = storage.open_file(TOC._filename(indexname, gen))
+    if isinstance(storage, SafeFileStorage):
+        # Checked against its recorded checksum before a byte of it is parsed.
+        data = verified_toc(Path(storage.folder), indexname, gen, storage.verified)
+        stream: StructFile = SafeBufferFile(data, name=TOC._filename(indexname, gen))
+    else:
+        stream = storage.open_file(TOC._filename(indexname, gen))
     try:
-        for what, size in (("int", _INT_SIZE), ("long", _LONG_SIZE), ("float", _FLOAT_SIZE)):
-            if stream.read_varint() != size:
-                raise WhooshIndexError(f"Index was created on a different architecture ({what})")
-        if stream.read_int() != -12345:
-            raise WhooshIndexError("Number misread: byte order problem")
-        version = stream.read_int()
-        release = (stream.read_varint(), stream.read_varint(), stream.read_varint())
-        if version != _CURRENT_TOC_VERSION:
-            # Whoosh reads older TOCs with a general (renaming) unpickler.
-            raise IndexVersionError(f"Can't read format {version}", version)
-        if schema is None:
-            schema = restricted_loads(stream.read_string(), SCHEMA_GLOBALS)
-            if not isinstance(schema, Schema):
-                raise UnsafePickleError(f"the TOC's schema is a {type(schema).__name__}")
-        else:
-            stream.skip_string()
-        if stream.read_int() != gen:
-            raise WhooshIndexError(f"the TOC of generation {gen} names another generation")
-        stream.read_int()  # unused
-        segments = restricted_load(stream.file, SEGMENT_GLOBALS)
+        return _parse_toc(stream, indexname, gen, schema)
     finally:
         stream.close()
+
+
+def _parse_toc(
+    stream: StructFile,
+    indexname: str,
+    gen: int,
+    schema: Schema | None,
+    *,
+    skip_schema: bool = False,
+) -> TOC:
+    """A TOC read from ``stream``; the pickled schema is skipped when ``schema`` is given
+    or with ``skip_schema`` (the TOC's schema is then ``schema``)."""
+    for what, size in (("int", _INT_SIZE), ("long", _LONG_SIZE), ("float", _FLOAT_SIZE)):
+        if stream.read_varint() != size:
+            raise WhooshIndexError(f"Index was created on a different architecture ({what})")
+    if stream.read_int() != -12345:
+        raise WhooshIndexError("Number misread: byte order problem")
+    version = stream.read_int()
+    release = (stream.read_varint(), stream.read_varint(), stream.read_varint())
+    if version != _CURRENT_TOC_VERSION:
+        # Whoosh reads older TOCs with a general (renaming) unpickler.
+        raise IndexVersionError(f"Can't read format {version}", version)
+    if schema is None and not skip_schema:
+        schema = restricted_loads(stream.read_string(), SCHEMA_GLOBALS)
+        if not isinstance(schema, Schema):
+            raise UnsafePickleError(f"the TOC's schema is a {type(schema).__name__}")
+    else:
+        stream.skip_string()
+    if stream.read_int() != gen:
+        raise WhooshIndexError(f"the TOC of generation {gen} names another generation")
+    stream.read_int()  # unused
+    segments = restricted_load(stream.file, SEGMENT_GLOBALS)
     return TOC(schema, _check_segments(segments, indexname), gen, version=version, release=release)
 
 
