@@ -179,6 +179,7 @@ class CollectAnswer(TypedDict):
     bytes_processed: int
     duration_s: float
     item_ids: list[str]
+    stopped_by: list[str]
 
 
 class DeleteAnswer(ItemView, total=False):
@@ -189,6 +190,12 @@ class DeleteAnswer(ItemView, total=False):
 class IndexCounts(TypedDict):
     items: int
     chunks: int
+
+
+class DamagedFile(TypedDict):
+    index: str
+    file: str
+    problem: str
 
 
 class StatusAnswer(TypedDict):
@@ -205,6 +212,7 @@ class StatusAnswer(TypedDict):
     sizes: dict[str, int]
     consistent: bool
     problems: list[str]
+    damaged: list[DamagedFile]
     repaired: bool
 
 
