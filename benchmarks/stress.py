@@ -24,6 +24,11 @@ pickles        every file under index/ replaced by (or spliced with) a pickle th
                executions, and whether the base still answers.
 queries        10,000 generated query strings (1,000) through the API in every mode and level,
                200 (20) through ``knowledge-agent search``: exceptions, failed commands.
+red_team       attacks on the trust boundary (benchmarks/stress_redteam.py): an agent's tool
+               arguments, ``serve --http`` off loopback, a cloned repository's project file,
+               links leaving a folder, a hostile site on loopback ports, hostile patterns and
+               damaged index files. Per surface, cases held; the worst time and peak memory of
+               the bounded cases (slow pages, 1M-URL sitemaps, gzip bombs, ReDoS, 50K globs).
 bad_files      seven bad files (a name with byte 0xff, HTML nested 10,000 deep, 20 MB HTML
                (5 MB), UTF-16 and UTF-32 without BOM, a broken PDF, EBCDIC text), each beside
                10 good files: good files indexed, bad ones reported or indexed intact.
@@ -59,6 +64,7 @@ from benchmarks.stress_inputs import run_bad_inputs
 from benchmarks.stress_kill import KillWorkspace, run_family
 from benchmarks.stress_payloads import run_payloads
 from benchmarks.stress_queries import run_queries
+from benchmarks.stress_redteam import run_red_team
 
 # In the order they run: kill_edit rewrites files the other kill scenarios share.
 SCENARIOS = (
@@ -71,6 +77,7 @@ SCENARIOS = (
     "pickles",
     "queries",
     "bad_files",
+    "red_team",
 )
 KILL_FAMILIES = {
     "kill_add": "add",
@@ -287,6 +294,36 @@ def bad_files_scenario(work: Path, settings: Settings, seed: int) -> Outcome:
     return Outcome(rows, figures)
 
 
+def red_team_scenario(work: Path) -> Outcome:
+    figures = run_red_team(work / "red_team")
+    cases = figures["cases"]
+    rows = []
+    for surface in dict.fromkeys(case["surface"] for case in cases):
+        mine = [case for case in cases if case["surface"] == surface]
+        held = sum(case["held"] for case in mine)
+        rows.append(_count_row("red_team", f"{surface}: cases held", held, len(mine)))
+    for kind in dict.fromkeys(case["bounded"] for case in cases if case["bounded"]):
+        mine = [case for case in cases if case["bounded"] == kind]
+        timed = [case for case in mine if case["seconds"] is not None]
+        worst = max(timed, key=lambda case: case["seconds"] / (case["bound_s"] or 1e9))
+        figure = f"{kind}: worst {worst['seconds']} s"
+        goal, met = "", None
+        if worst["bound_s"] is not None:
+            goal, met = (
+                f"≤ {worst['bound_s']:g} s",
+                all(case["seconds"] <= case["bound_s"] for case in timed if case["bound_s"]),
+            )
+        peaks = [case["peak_mb"] for case in mine if case["peak_mb"] is not None]
+        if peaks:
+            figure += f", peak RSS {max(peaks)} MB"
+        limits = [case["memory_goal_mb"] for case in mine if case["memory_goal_mb"]]
+        if limits:
+            goal = " and ".join(filter(None, [goal, f"≤ {min(limits):g} MB"]))
+            met = (met is not False) and max(peaks) <= min(limits)
+        rows.append(Row("red_team", figure, goal, met))
+    return Outcome(rows, figures)
+
+
 # -- the run -------------------------------------------------------------------------------------
 
 
@@ -300,6 +337,7 @@ def run_scenario(
         "pickles": lambda: pickles_scenario(work, settings, seed),
         "queries": lambda: queries_scenario(work, settings, seed),
         "bad_files": lambda: bad_files_scenario(work, settings, seed),
+        "red_team": lambda: red_team_scenario(work),
         "one_writer": lambda: concurrency_scenario(name, work, settings, seed),
         "two_writers": lambda: concurrency_scenario(name, work, settings, seed),
     }
@@ -370,6 +408,10 @@ def summary_lines(name: str, details: dict[str, Any]) -> list[str]:
             lines.append(f"CLI {example['query']!r} → exit {example['exit']}: {example['stderr']}")
         for slow in details["api"]["slowest"][:2]:
             lines.append(f"slowest: {slow['seconds']} s ({slow['kind']})")
+    elif name == "red_team":
+        for case in details["cases"]:
+            if not case["held"]:
+                lines.append(f"NOT HELD {case['surface']}: {case['name']}: {case['detail']}")
     elif name == "bad_files":
         for case in details["cases"]:
             lines.append(
