@@ -24,7 +24,6 @@ the goals are every case held, no tool blocked past the request deadline, and pe
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import subprocess
@@ -223,43 +222,6 @@ def mcp_cases(work: Path) -> Iterator[Case]:
 
 # -- serve --http ------------------------------------------------------------------------------
 
-INITIALIZE = json.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "red-team", "version": "1"},
-        },
-    }
-).encode()
-
-
-def http_status(url: str, **headers: str) -> int:
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(
-        url,
-        data=INITIALIZE,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream",
-            **headers,
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as refused:
-        refused.close()
-        return refused.code
-    except OSError:
-        return -1
-
 
 def _free_port() -> int:
     import socket
@@ -308,6 +270,8 @@ def _wait_listening(port: int, process: subprocess.Popen[str]) -> bool:
 
 
 def http_cases(work: Path) -> Iterator[Case]:
+    from http_probe import status
+
     folder = work / "http"
     kb = folder / "kb"
     from knowledge_agent import KnowledgeAgentCore
@@ -333,7 +297,7 @@ def http_cases(work: Path) -> Iterator[Case]:
                                                "Host": f"evil.example:{port}"}, 421),
                 ("the token (the control)", {"Authorization": bearer}, 200),
             ):  # fmt: skip
-                got = http_status(url, **headers)
+                got = status(url, **headers)
                 yield Case("http", f"--token-env on loopback: {name}", got == expected,
                            f"HTTP {got}, expected {expected}")  # fmt: skip
     stdout, _ = process.communicate()
@@ -349,7 +313,7 @@ def http_cases(work: Path) -> Iterator[Case]:
     )
     with serving([*remote, "--allow-remote"], {}, folder) as process:
         listening = _wait_listening(port, process)
-        got = http_status(f"http://127.0.0.1:{port}/mcp") if listening else -1
+        got = status(f"http://127.0.0.1:{port}/mcp") if listening else -1
     _, stderr = process.communicate()
     warned = "other machines" in stderr
     yield Case(

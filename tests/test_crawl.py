@@ -9,10 +9,10 @@ import logging
 import socket
 import threading
 import time
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from crawling import Event, failures, pages, run
 from web_site import SiteServer, make_doc_site
 
 from knowledge_agent.crawl import (
@@ -25,24 +25,6 @@ from knowledge_agent.crawl import (
     url_key,
 )
 from knowledge_agent.crawl.crawler import FRONTIER_FACTOR
-
-Event = CrawlPage | CrawlFailure
-
-
-def run(
-    start: str, options: CrawlOptions | None = None, **kwargs: object
-) -> tuple[list[Event], Crawler]:
-    with Crawler(start, options, **kwargs) as crawler:  # type: ignore[arg-type]
-        events = list(crawler)
-    return events, crawler
-
-
-def pages(events: list[Event]) -> dict[str, CrawlPage]:
-    return {urlsplit(e.url).path: e for e in events if isinstance(e, CrawlPage)}
-
-
-def failures(events: list[Event]) -> dict[str, CrawlFailure]:
-    return {urlsplit(e.url).path: e for e in events if isinstance(e, CrawlFailure)}
 
 
 def page_html(*hrefs: str, title: str = "page", text: str = "") -> str:

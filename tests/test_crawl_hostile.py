@@ -12,16 +12,15 @@ import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from crawling import failures, pages, run
 from hostile_server import HostileServer
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.cli_crawl import crawl_options_from
 from knowledge_agent.crawl import (
-    Crawler,
     CrawlFailure,
     CrawlOptions,
     CrawlPage,
@@ -34,7 +33,6 @@ from knowledge_agent.crawl.fetch import Fetcher, Response, Throttle
 from knowledge_agent.crawl.sitemap import MAX_SITEMAPS
 from knowledge_agent.crawl.transport import make_client
 
-Event = CrawlPage | CrawlFailure
 QUICK = {"respect_robots": False, "timeout": 0.5}
 
 
@@ -49,22 +47,6 @@ def other() -> Iterator[HostileServer]:
     """A second server, on another port: where a hostile redirect would like to go."""
     with HostileServer() as site:
         yield site
-
-
-def run(
-    start: str, options: CrawlOptions | None = None, **kwargs: object
-) -> tuple[list[Event], Crawler]:
-    with Crawler(start, options, **kwargs) as crawler:  # type: ignore[arg-type]
-        events = list(crawler)
-    return events, crawler
-
-
-def pages(events: list[Event]) -> dict[str, CrawlPage]:
-    return {urlsplit(e.url).path: e for e in events if isinstance(e, CrawlPage)}
-
-
-def failures(events: list[Event]) -> dict[str, CrawlFailure]:
-    return {urlsplit(e.url).path: e for e in events if isinstance(e, CrawlFailure)}
 
 
 def links(*hrefs: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from http_probe import status
 
 pytest.importorskip("mcp.server.mcpserver")
 
@@ -70,40 +71,6 @@ async def session(url: str, *, token: str | None = None, **options: Any) -> dict
                     "found": json.loads(found.content[0].text),
                     "listed": json.loads(listed.content[0].text),
                 }
-
-
-INITIALIZE = json.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"},
-        },
-    }
-).encode()
-
-
-def status(url: str, **headers: str) -> int:
-    """The HTTP status of an MCP initialize request with these extra headers."""
-    request = urllib.request.Request(
-        url,
-        data=INITIALIZE,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream",
-            **headers,
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as refused:
-        refused.close()
-        return refused.code
 
 
 def assert_answered(seen: dict[str, Any]) -> None:
