@@ -190,9 +190,12 @@ class SharedIndexes:
             logger.info("another process is writing to %s; reading its last commit", self.data_dir)
 
     def _needs_repair(self) -> bool:
-        """What opening checks, read-only: an unreadable index, a changed analyzer
-        configuration, pending journal entries, item or chunk counts unlike SQLite's."""
+        """What opening checks, read-only: an unreadable index, an index in the previous
+        release's format, a changed analyzer configuration, pending journal entries, item
+        or chunk counts unlike SQLite's."""
         if self._behind() or self.storage.get_meta(_FINGERPRINT_KEY) != self.fingerprint():
+            return True
+        if any(index.legacy for _, index in self._indexes()):
             return True
         counts = (self.storage.count_items(), self.storage.count_chunks())
         return any(
@@ -269,6 +272,18 @@ class SharedIndexes:
             self._readable_again(name)
             self.storage.set_meta(_FINGERPRINT_KEY, "")
 
+    def _upgrade_legacy(self) -> None:
+        """Under the write lock: give each index read in the previous release's format the
+        checksums of its files, in place; nothing is rebuilt or embedded again."""
+        for name, index in self._indexes():
+            if name not in self._unreadable and index.upgrade():
+                logger.info(
+                    "upgraded the %s index in %s to this version's format "
+                    "(checksums recorded; nothing rebuilt)",
+                    INDEX_LABELS[name],
+                    self._index_dir(name),
+                )
+
     def _readable_again(self, name: str) -> None:
         self._unreadable.pop(name, None)
         self._stand_ins.discard(name)
@@ -312,6 +327,7 @@ class SharedIndexes:
 
     def _catch_up_steps(self, *, opening: bool, replay: bool) -> None:
         self._refresh()
+        self._upgrade_legacy()
         recreated = bool(self._unreadable)
         self._replace_unreadable_indexes()
         if opening or recreated:
