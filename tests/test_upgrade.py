@@ -68,7 +68,8 @@ from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.core.folder_lock import FolderLock
 from knowledge_agent.embeddings import OpenAIEmbedder
 from knowledge_agent.errors import DamagedIndexError
-from knowledge_agent.search.checksums import read_json_file, read_sealed_json
+from knowledge_agent.search import segment_store
+from knowledge_agent.search.checksums import VerifiedFiles, read_json_file, read_sealed_json
 from knowledge_agent.search.dense_store import verify_dense_folder
 from knowledge_agent.search.keyword_state import read_state
 from knowledge_agent.search.search_index_manager import SearchIndexManager, verify_keyword_folder
@@ -305,8 +306,10 @@ def test_damage_to_a_legacy_base_is_found_and_rebuilt(
         status = core.check()
         assert not status.consistent
         assert {damage.index for damage in status.damaged} == {index}, status.damaged
-    # Opened with the lock free: the damaged index is rebuilt, never sealed as it is.
+    # Opened with the lock free: the damaged index is rebuilt, never sealed as it is, and
+    # only a damaged dense index has the documents embedded again.
     caplog.set_level(logging.WARNING, logger="knowledge_agent")
+    embeddings.requests.clear()
     with open_core(kb, embeddings) as core:
         assert core.check().consistent
         found = answers(core)
@@ -314,6 +317,8 @@ def test_damage_to_a_legacy_base_is_found_and_rebuilt(
     assert {key: [title for title, _ in hits] for key, hits in found.items()} == {
         key: [title for title, _ in hits] for key, hits in EXPECTED.items()
     }
+    documents = set(embedded_texts(embeddings)) - {query for query, _ in QUERIES}
+    assert len(documents) == (9 if index == "dense" else 0), documents
 
 
 # -- the legacy forms, exactly -------------------------------------------------------------
@@ -404,3 +409,51 @@ def test_a_legacy_index_written_to_directly_records_its_sums(kb: Path) -> None:
     assert not read_state(keyword / "state.json").legacy
     with SemanticSearcher(semantic) as searcher:
         assert not searcher.legacy and searcher.item_count() > 0
+
+
+# -- a rebuild for the other indexes' sake -------------------------------------------------
+
+
+@pytest.mark.parametrize("dense", ["sound", "damaged unseen"])
+def test_rebuilding_the_keyword_index_embeds_nothing_again(
+    tmp_path: Path,
+    embeddings: EmbeddingServer,
+    dense: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every index is rebuilt when one of keyword or TF-IDF is, but the dense index keeps
+    the vectors it holds — once its files verify whole: vectors damaged where opening did
+    not look (a large index is checked for sizes only) are embedded again, not copied."""
+    kb = tmp_path / "kb"
+    config = {"provider": "openai", "base_url": embeddings.base_url, "model": "m"}
+    with KnowledgeAgentCore(kb, embedder=config, workers=1) as core:
+        for n in range(5):
+            core.add_text(f"Note tok{n} about the harbour and ferry {n}.", title=f"note {n}")
+        before = answers_of(core)
+    state = kb / "index" / "whoosh" / "state.json"
+    state.write_bytes(_flip(state.read_bytes()))
+    if dense != "sound":
+        vectors = next((kb / "index" / "dense").glob("*.vectors.npy"))
+        vectors.write_bytes(vectors.read_bytes()[:-4] + b"\x7f\x7f\x7f\x7f")
+        # Opening checks sizes only, as it does for an index larger than its budget.
+        monkeypatch.setattr(segment_store, "VerifiedFiles", lambda: VerifiedFiles(budget=0))
+    caplog.set_level(logging.WARNING, logger="knowledge_agent")
+    embeddings.requests.clear()
+    with KnowledgeAgentCore(kb, embedder=config, workers=1) as core:
+        assert answers_of(core) == before
+        assert core.check().consistent
+    assert [m for m in messages(caplog) if m.startswith("rebuilding the whoosh index")]
+    documents = [text for text in embedded_texts(embeddings) if text.startswith("note ")]
+    if dense == "sound":
+        assert documents == []
+    else:
+        assert len(documents) == 5
+        assert [m for m in messages(caplog) if m.startswith("embedding every row again")]
+
+
+def answers_of(core: KnowledgeAgentCore) -> list[list[str]]:
+    return [
+        [r.item.title for r in core.search(query, mode=mode, limit=3, context_window=0)]
+        for query, mode in (("tok3 harbour", "dense"), ("ferry tok1", "hybrid"))
+    ]

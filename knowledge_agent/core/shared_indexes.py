@@ -338,7 +338,9 @@ class SharedIndexes:
                 indexed = self.keyword_index.item_count() or self.semantic_searcher.item_count()
                 if self.storage.count_items() or indexed:
                     logger.info("building the search indexes from the database")
-                    self.rebuild()
+                    # Dense vectors depend on neither the analyzer nor the other indexes: a
+                    # dense index still standing keeps them, and embeds only what it lacks.
+                    self.rebuild(reuse_vectors=True)
                 else:
                     self.storage.set_meta(_FINGERPRINT_KEY, fingerprint)
                 self._deferred = self._deferred_chars = 0
@@ -561,14 +563,16 @@ class SharedIndexes:
                 if self._folder_lock is not None:
                     self._folder_lock.release()
 
-    def rebuild(self) -> int:
-        """Rebuild both indexes from SQLite (inside :meth:`writing`); returns the chunks.
+    def rebuild(self, *, reuse_vectors: bool = False) -> int:
+        """Rebuild every index from SQLite (inside :meth:`writing`); returns the chunks.
+        ``reuse_vectors``: the dense index embeds only rows whose text it does not hold
+        (see :meth:`SearchEngineImpl.rebuild`).
 
         The indexes are marked stale first, so a rebuild cut short by a crash (which
         leaves an index partly rebuilt) is done again by the next open or write.
         """
         self.storage.set_meta(_FINGERPRINT_KEY, "")
-        count = self.engine.rebuild()
+        count = self.engine.rebuild(reuse_vectors=reuse_vectors)
         self.storage.set_meta(_FINGERPRINT_KEY, self.fingerprint())
         return count
 
