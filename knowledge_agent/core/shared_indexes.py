@@ -18,13 +18,16 @@ process may write — the sharing protocol of a data folder.
   the indexes are behind the journal and the write lock is free, it takes the lock, without
   waiting, and replays the journal. Only a process with writes of its own still unindexed
   waits for the lock (another writer holds it), as its search must see them.
-* **Opening checks and repairs when it can.** With the lock free: an unreadable index is
-  deleted and rebuilt from SQLite, a changed analyzer configuration rebuilds, the journal is
-  replayed, and each index's item and chunk counts are compared with SQLite's and any
-  difference replayed. With the lock busy or the database read-only, the indexes answer as
-  they are on disk (an unreadable one by an empty stand-in). Opening reads every index file
-  it relies on for its size and verifies the checksums of the small ones (manifests, TOCs,
-  state files, and each array of a TF-IDF segment as it is loaded).
+* **Opening checks and repairs when it can.** With the lock free: an index in the previous
+  release's format (no checksums) is upgraded in place, its files' sums recorded and
+  nothing rebuilt; an unreadable index is deleted and rebuilt from SQLite (a sound dense
+  index keeps its vectors meanwhile: nothing is embedded again for another index's sake),
+  a changed analyzer configuration rebuilds, the journal is replayed, and each index's item
+  and chunk counts are compared with SQLite's and any difference replayed. With the lock
+  busy or the database read-only, the indexes answer as they are on disk (an unreadable one
+  by an empty stand-in; one of the previous release as that release read it). Opening reads
+  every index file it relies on for its size and verifies the checksums of the small ones
+  (manifests, TOCs, state files, and each array of a TF-IDF segment as it is loaded).
 * **Damage is found, never answered around.** A query that needs an index answered by a
   stand-in, or that finds an index damaged as it reads it (:class:`DamagedIndexError`), has
   the index rebuilt from SQLite first, with a warning, when the write lock can be had

@@ -422,7 +422,7 @@ def _load_manifest(path: Path, layout: Layout) -> tuple[dict[str, Any], bool]:
             "(damaged, or written by another version)"
         )
     entries = _entries(manifest.get("segments"))
-    check(all(isinstance(entry, dict) and "files" not in entry for entry in entries), "entry")
+    check(all(isinstance(e, dict) and "files" not in e for e in entries), "segment entry")
     return manifest, True
 
 

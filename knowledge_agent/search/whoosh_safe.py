@@ -381,11 +381,10 @@ def read_toc(
 
 def _read_toc(storage: Storage, indexname: str, gen: int, schema: Schema | None) -> TOC:
     if isinstance(storage, SafeFileStorage):
-        # Checked against its recorded checksum before a byte of it is parsed.
         folder = Path(storage.folder)
         if storage.legacy and unsealed_generation(folder, indexname) == gen:
             data = (folder / TOC._filename(indexname, gen)).read_bytes()  # no sums to check
-        else:
+        else:  # checked against its recorded checksum before a byte of it is parsed
             data = verified_toc(folder, indexname, gen, storage.verified)
         stream: StructFile = SafeBufferFile(data, name=TOC._filename(indexname, gen))
     else:

@@ -19,9 +19,10 @@ process has not verified yet when they are few enough
 (:class:`~knowledge_agent.search.checksums.VerifiedFiles`); :func:`verify_index` (``check``)
 checks every file's checksum.
 
-**The previous release** wrote no sums. Where its caller says the index is of that release
-(``legacy``: the keyword index's state file is not sealed), a latest generation without
-sums is read as that release read it, unverified, until a writer records its sums
+**The previous release** wrote no sums. In an index of that release (its state file is plain
+JSON: :mod:`~knowledge_agent.search.keyword_state`), a latest generation without sums is
+read as that release read it (``SafeFileStorage.legacy``) and :func:`verify_index` has
+nothing to verify in it (``legacy``), until a writer records its sums
 (:func:`~knowledge_agent.search.whoosh_safe.seal_legacy_generation`); anywhere else a
 missing sums file is damage.
 """
