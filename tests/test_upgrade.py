@@ -55,7 +55,7 @@ import logging
 import re
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -236,16 +236,22 @@ def test_a_legacy_base_read_while_another_process_writes_is_read_as_it_is(
 ) -> None:
     """Chosen behaviour: a reader that cannot take the lock accepts a legacy generation
     read-only (as the previous release read it), writes nothing, and reports no damage;
-    the next process that can write upgrades it."""
-    with another_writer(kb), open_core(kb, embeddings) as core:
-        assert answers(core) == EXPECTED
-        status = core.check()
-        assert status.consistent and not status.damaged, status.problems
-    assert files(kb) == files(LEGACY)
+    the next process that can write upgrades it, and the reader moves on to the sealed
+    generation without a pause."""
+    with ExitStack() as stack:
+        with another_writer(kb):
+            reader = stack.enter_context(open_core(kb, embeddings))
+            assert answers(reader) == EXPECTED
+            status = reader.check()
+            assert status.consistent and not status.damaged, status.problems
+        assert files(kb) == files(LEGACY)
+        with open_core(kb, embeddings) as writer:  # the lock is free: upgraded now
+            assert answers(writer) == EXPECTED
+        assert not read_state(kb / "index" / "whoosh" / "state.json").legacy
+        # The reader moves on to the sealed generation: same answers, every sum verified.
+        assert answers(reader) == EXPECTED
+        assert reader.check().consistent
     assert set(embedded_texts(embeddings)) <= {query for query, _ in QUERIES}
-    with open_core(kb, embeddings) as core:  # the lock is free: upgraded now
-        assert answers(core) == EXPECTED
-    assert not read_state(kb / "index" / "whoosh" / "state.json").legacy
 
 
 def test_a_damaged_legacy_index_read_while_another_process_writes_is_refused(
