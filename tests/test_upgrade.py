@@ -54,6 +54,7 @@ import json
 import logging
 import re
 import shutil
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -151,6 +152,12 @@ def another_writer(kb: Path) -> Iterator[None]:
         holder.release()
 
 
+def entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The segment entries of a manifest: TF-IDF lists them by kind, dense in one list."""
+    listed = manifest["segments"]
+    return [*listed["chunks"], *listed["items"]] if isinstance(listed, dict) else listed
+
+
 def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [record.getMessage() for record in caplog.records]
 
@@ -191,11 +198,13 @@ def test_a_legacy_base_is_upgraded_in_place_and_answers_as_before(
         assert manifest["format"] == tag
         for key in ("config", "applied_seq", "next_file"):
             assert manifest[key] == legacy[key]
-        entries = manifest["segments"]
-        for entry in (
-            entries.get("chunks", []) + entries.get("items", []) if index == "tfidf" else entries
-        ):
-            assert entry["files"] and all(value["size"] > 0 for value in entry["files"].values())
+        # Each entry as it was, with the size and CRC-32 of its files as they are.
+        for entry, was in zip(entries(manifest), entries(legacy), strict=True):
+            recorded = entry.pop("files")
+            assert entry == was and recorded
+            for name, value in recorded.items():
+                data = new[f"index/{index}/{name}"]
+                assert value == {"size": len(data), "crc32": zlib.crc32(data)}
 
     # The next open finds nothing to upgrade, and still embeds no document.
     caplog.clear()
@@ -214,18 +223,20 @@ def test_a_write_to_a_legacy_base_upgrades_it_first_and_embeds_only_itself(
     """Opened while another process wrote (nothing upgraded), then written once the lock is
     free: the write upgrades the indexes before it changes them."""
     caplog.set_level(logging.INFO, logger="knowledge_agent")
-    with another_writer(kb), open_core(kb, embeddings) as core:
-        assert answers(core) == EXPECTED
-    assert files(kb) == files(LEGACY)
-    with open_core(kb, embeddings) as core:
+    with ExitStack() as stack:
+        with another_writer(kb):
+            core = stack.enter_context(open_core(kb, embeddings))
+            assert answers(core) == EXPECTED
+        assert files(kb) == files(LEGACY)
+        assert not [m for m in messages(caplog) if m.startswith("upgraded the ")]
         embeddings.requests.clear()
         core.add_text("A ferry timetable for tokwritten.", title="timetable")
+        assert sum(m.startswith("upgraded the ") for m in messages(caplog)) == 3
         assert core.search("tokwritten", mode="dense", limit=1)[0].item.title == "timetable"
         assert core.check().consistent
     written = "timetable\nA ferry timetable for tokwritten."
     assert embedded_texts(embeddings) == [written, "tokwritten"]
     assert not [m for m in messages(caplog) if REBUILT.search(m)]
-    assert sum(m.startswith("upgraded the ") for m in messages(caplog)) == 3
 
 
 # -- the write lock held by another process ------------------------------------------------
