@@ -189,7 +189,9 @@ def test_check_names_the_damaged_index_and_repair_rebuilds_it(
 
 
 def test_a_generation_without_checksums_is_damage(kb: Path, expected: list) -> None:
-    """An index written before checksums were recorded is rebuilt, not trusted."""
+    """A generation whose sums are gone, beside a sealed state file, is rebuilt, not
+    trusted (one of the previous release, beside its plain state file, is upgraded:
+    test_upgrade.py)."""
     sums = next((kb / "index" / "whoosh" / "chunks").glob("_MAIN_*.sums"))
     sums.unlink()
     with open_core(kb, rebuild_unreadable=False) as core:

@@ -634,7 +634,8 @@ def test_reopening_keeps_data_and_applied_seq(tmp_path: Path) -> None:
     "content",
     [
         b"{not json",
-        b'{"applied_seq": 7}',  # plain JSON: no checksum of its own
+        # Plain JSON, but not the previous release's state file ({"applied_seq": N} alone).
+        b'{"applied_seq": 7, "generation": 3}',
         seal_json({"applied_seq": "7"}),
         seal_json([1, 2]),
         b'{"crc32":"00000000","body":{"applied_seq":7}}\n',

@@ -18,13 +18,16 @@ process may write — the sharing protocol of a data folder.
   the indexes are behind the journal and the write lock is free, it takes the lock, without
   waiting, and replays the journal. Only a process with writes of its own still unindexed
   waits for the lock (another writer holds it), as its search must see them.
-* **Opening checks and repairs when it can.** With the lock free: an unreadable index is
-  deleted and rebuilt from SQLite, a changed analyzer configuration rebuilds, the journal is
-  replayed, and each index's item and chunk counts are compared with SQLite's and any
-  difference replayed. With the lock busy or the database read-only, the indexes answer as
-  they are on disk (an unreadable one by an empty stand-in). Opening reads every index file
-  it relies on for its size and verifies the checksums of the small ones (manifests, TOCs,
-  state files, and each array of a TF-IDF segment as it is loaded).
+* **Opening checks and repairs when it can.** With the lock free: an index in the previous
+  release's format (no checksums) is upgraded in place, its files' sums recorded and
+  nothing rebuilt; an unreadable index is deleted and rebuilt from SQLite (a sound dense
+  index keeps its vectors meanwhile: nothing is embedded again for another index's sake),
+  a changed analyzer configuration rebuilds, the journal is replayed, and each index's item
+  and chunk counts are compared with SQLite's and any difference replayed. With the lock
+  busy or the database read-only, the indexes answer as they are on disk (an unreadable one
+  by an empty stand-in; one of the previous release as that release read it). Opening reads
+  every index file it relies on for its size and verifies the checksums of the small ones
+  (manifests, TOCs, state files, and each array of a TF-IDF segment as it is loaded).
 * **Damage is found, never answered around.** A query that needs an index answered by a
   stand-in, or that finds an index damaged as it reads it (:class:`DamagedIndexError`), has
   the index rebuilt from SQLite first, with a warning, when the write lock can be had
@@ -190,9 +193,12 @@ class SharedIndexes:
             logger.info("another process is writing to %s; reading its last commit", self.data_dir)
 
     def _needs_repair(self) -> bool:
-        """What opening checks, read-only: an unreadable index, a changed analyzer
-        configuration, pending journal entries, item or chunk counts unlike SQLite's."""
+        """What opening checks, read-only: an unreadable index, an index in the previous
+        release's format, a changed analyzer configuration, pending journal entries, item
+        or chunk counts unlike SQLite's."""
         if self._behind() or self.storage.get_meta(_FINGERPRINT_KEY) != self.fingerprint():
+            return True
+        if any(index.legacy for _, index in self._indexes()):
             return True
         counts = (self.storage.count_items(), self.storage.count_chunks())
         return any(
@@ -269,6 +275,18 @@ class SharedIndexes:
             self._readable_again(name)
             self.storage.set_meta(_FINGERPRINT_KEY, "")
 
+    def _upgrade_legacy(self) -> None:
+        """Under the write lock: give each index read in the previous release's format the
+        checksums of its files, in place; nothing is rebuilt or embedded again."""
+        for name, index in self._indexes():
+            if name not in self._unreadable and index.upgrade():
+                logger.info(
+                    "upgraded the %s index in %s to this version's format "
+                    "(checksums recorded; nothing rebuilt)",
+                    INDEX_LABELS[name],
+                    self._index_dir(name),
+                )
+
     def _readable_again(self, name: str) -> None:
         self._unreadable.pop(name, None)
         self._stand_ins.discard(name)
@@ -312,6 +330,7 @@ class SharedIndexes:
 
     def _catch_up_steps(self, *, opening: bool, replay: bool) -> None:
         self._refresh()
+        self._upgrade_legacy()
         recreated = bool(self._unreadable)
         self._replace_unreadable_indexes()
         if opening or recreated:
@@ -322,7 +341,9 @@ class SharedIndexes:
                 indexed = self.keyword_index.item_count() or self.semantic_searcher.item_count()
                 if self.storage.count_items() or indexed:
                     logger.info("building the search indexes from the database")
-                    self.rebuild()
+                    # Dense vectors depend on neither the analyzer nor the other indexes: a
+                    # dense index still standing keeps them, and embeds only what it lacks.
+                    self.rebuild(reuse_vectors=True)
                 else:
                     self.storage.set_meta(_FINGERPRINT_KEY, fingerprint)
                 self._deferred = self._deferred_chars = 0
@@ -545,14 +566,16 @@ class SharedIndexes:
                 if self._folder_lock is not None:
                     self._folder_lock.release()
 
-    def rebuild(self) -> int:
-        """Rebuild both indexes from SQLite (inside :meth:`writing`); returns the chunks.
+    def rebuild(self, *, reuse_vectors: bool = False) -> int:
+        """Rebuild every index from SQLite (inside :meth:`writing`); returns the chunks.
+        ``reuse_vectors``: the dense index embeds only rows whose text it does not hold
+        (see :meth:`SearchEngineImpl.rebuild`).
 
         The indexes are marked stale first, so a rebuild cut short by a crash (which
         leaves an index partly rebuilt) is done again by the next open or write.
         """
         self.storage.set_meta(_FINGERPRINT_KEY, "")
-        count = self.engine.rebuild()
+        count = self.engine.rebuild(reuse_vectors=reuse_vectors)
         self.storage.set_meta(_FINGERPRINT_KEY, self.fingerprint())
         return count
 

@@ -19,6 +19,12 @@ A sealed JSON file is itself JSON — ``{"crc32":"0a1b2c3d","body":{…}}`` with
 bytes checksummed as written — so it stays readable with any JSON tool. Reading one is
 bounded in size, and anything that fails to load it (a bad checksum, invalid JSON, nesting
 deeper than the parser's recursion limit) raises :class:`ValueError`.
+
+**Files of the previous release.** It wrote the same files as plain JSON, and no sums:
+:func:`read_json_file` reads either form and says which it found, so that each index can
+accept its own previous format exactly (and nothing looser) and have a writer upgrade it
+in place: the sums of the files a legacy generation names are computed once, when the
+generation has been loaded as the previous release loaded it, and sealed.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ __all__ = [
     "FileSum",
     "VerifiedFiles",
     "file_sum",
+    "read_json_file",
     "read_sealed_json",
     "seal_json",
     "unseal_json",
@@ -203,8 +210,28 @@ def unseal_json(data: bytes) -> Any:
 def read_sealed_json(path: str | os.PathLike[str], limit: int = MAX_SEALED_BYTES) -> Any:
     """The value of the sealed JSON file at ``path``, read only up to ``limit`` bytes;
     ``ValueError`` for a larger file or one that fails to load, ``OSError`` from reading."""
+    return unseal_json(_read_bounded(path, limit))
+
+
+def read_json_file(path: str | os.PathLike[str], limit: int = MAX_SEALED_BYTES) -> tuple[Any, bool]:
+    """The value of the JSON file at ``path``, sealed or plain (as the previous release
+    wrote it), and whether it was plain; read and refused as :func:`read_sealed_json`
+    does. A file that begins as a sealed one is read as one: damage to it never makes it
+    pass for a plain file."""
+    data = _read_bounded(path, limit)
+    if _SEAL.match(data) is not None:
+        return unseal_json(data), False
+    try:
+        return json.loads(data.decode("utf-8")), True
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8: {exc}") from None
+
+
+def _read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
     with open(path, "rb") as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"larger than {limit:,} bytes")
-    return unseal_json(data)
+    return data

@@ -21,7 +21,9 @@ products over the segments, in place: no copy of the vectors is made for a query
 row changes (an embedder failure changes nothing). A row whose text is unchanged since the
 item's previous version (the same 64-bit text hash) keeps its vector, as do identical texts
 within a batch, so replaying an update or re-adding an edited document embeds only what
-changed. A rebuild (:meth:`DenseIndex.refit`) embeds everything again.
+changed. A rebuild (:meth:`DenseIndex.refit`) embeds everything again, unless it is asked
+to reuse the vectors the index holds (when the rebuild is for another index's sake: a sound
+dense index is then rewritten without a single text embedded again, where nothing changed).
 
 **Storage** is log structured, like the TF-IDF index (:mod:`~knowledge_agent.search.
 dense_store` has the layout): each :meth:`DenseIndex.update` appends one segment and marks
@@ -104,16 +106,23 @@ class DenseRefit:
     so a rebuild holds one batch of vectors in memory, not all of them.
     """
 
-    def __init__(self, index: DenseIndex) -> None:
+    def __init__(self, index: DenseIndex, *, reuse: bool = False) -> None:
+        # Vectors are taken over only from files verified whole: damage is never copied
+        # into a new generation.
+        damage = index.verify(full=True) if reuse else []
+        if damage:
+            logger.warning("embedding every row again: dense index %s", damage[0])
         index._acquire_open()
         self._index: DenseIndex | None = index
         self._started = time.perf_counter()
         self._fresh = DenseCollection(index.dimensions)
+        # The rows held until finish() swaps in the new ones.
+        self._reuse = index._collection if reuse and not damage else None
 
     def add(self, upserts: Sequence[_Pair] | AnalysedBatch) -> None:
         index = self._index
         assert index is not None, "the rebuild is over"
-        segment = index._embed_segment(_pairs(upserts), reuse=None)
+        segment = index._embed_segment(_pairs(upserts), reuse=self._reuse)
         if segment is None:
             return
         if index._store is not None:
@@ -159,6 +168,7 @@ class DenseRefit:
                     index._store.discard(name)
             index._refit_names.clear()
         finally:
+            self._reuse = None
             index._lock.release()
 
 
@@ -269,9 +279,12 @@ class DenseIndex(SegmentIndex):
     def _fit_batch(self) -> int:
         return _FIT_BATCH  # read at call time, so a test can shrink it
 
-    def refit(self) -> DenseRefit:
-        """A rebuild fed batch by batch (see :class:`DenseRefit`); :meth:`fit_chunks` in parts."""
-        return DenseRefit(self)
+    def refit(self, *, reuse: bool = False) -> DenseRefit:
+        """A rebuild fed batch by batch (see :class:`DenseRefit`); :meth:`fit_chunks` in parts.
+        With ``reuse``, a row whose item holds the same text as a live row of the index now
+        keeps that row's vector, if every file of the index verifies: only what changed is
+        embedded."""
+        return DenseRefit(self, reuse=reuse)
 
     def _embed_segment(
         self,

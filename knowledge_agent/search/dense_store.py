@@ -37,7 +37,7 @@ import numpy as np
 
 from knowledge_agent.errors import DamagedIndexError, SearchIndexError
 from knowledge_agent.search.atomic_files import write_atomically
-from knowledge_agent.search.checksums import Damage, read_sealed_json
+from knowledge_agent.search.checksums import Damage, read_json_file
 from knowledge_agent.search.dense_segments import DenseSegment, write_vectors
 from knowledge_agent.search.segment_store import (
     MANIFEST,
@@ -65,8 +65,10 @@ _NAME_RE = re.compile(r"^seg-\d{8}$")
 _LAYOUT = Layout(
     label="dense index",
     format=FORMAT,
+    legacy_format="knowledge_agent.dense/1",
     file_re=re.compile(r"^(seg-\d{8})\.(?:vectors\.npy|meta\.npz)$"),  # two files a segment
     key="name",
+    suffixes=(".vectors.npy", ".meta.npz"),
 )
 
 
@@ -78,10 +80,12 @@ def stored_config(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The configuration (``embedder``, ``dimensions``, …) a dense index directory was
     written with, or None when it has no readable manifest. Reads one small JSON file."""
     try:
-        manifest = read_sealed_json(Path(directory) / MANIFEST)
+        manifest, plain = read_json_file(Path(directory) / MANIFEST)
     except (OSError, ValueError):
         return None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict):
+        return None
+    if manifest.get("format") != (_LAYOUT.legacy_format if plain else FORMAT):
         return None
     config = manifest.get("config")
     return dict(config) if isinstance(config, dict) else None
@@ -162,10 +166,11 @@ class DenseStore(ManifestDirectory):
         entries = []
         for seg in segments:
             assert seg.name is not None, "write every segment before the manifest"
-            files = {name: value.to_json() for name, value in self.sums[seg.name].items()}
+            files = {name: value.to_json() for name, value in self.recorded(seg.name).items()}
             dead = dead_bitmap(seg.dead)
             entries.append({"name": seg.name, "rows": seg.n_rows, "dead": dead, "files": files})
         write_manifest(self.directory, _LAYOUT, self.config, applied_seq, next_file, entries)
+        self.legacy = None
         referenced = {entry["name"] for entry in entries} | set(keep)
         self.sweep(referenced)
         self.sums = {name: sums for name, sums in self.sums.items() if name in referenced}
@@ -198,10 +203,10 @@ class DenseStore(ManifestDirectory):
         manifest = read_manifest(self.directory, _LAYOUT, self.config, listing=list)
         if manifest is None:
             return None
-        segments = [self._read_segment(entry, held) for entry in manifest.segments]
+        segments = [self._read_segment(entry, held, manifest.legacy) for entry in manifest.segments]
         names = [seg.name for seg in segments]
         self.sums = {name: sums for name, sums in self.sums.items() if name in names}
-        files = [pair for name in names for pair in self.sums[name].items()]
+        files = [pair for name in names if name in self.sums for pair in self.sums[name].items()]
         damage = self.verified.check(self.directory, files)
         if any(d.problem == "missing" for d in damage):
             raise SegmentGone(damage[0].path)  # swept by a writer since: read the newer one
@@ -211,22 +216,28 @@ class DenseStore(ManifestDirectory):
             raise SearchIndexError(
                 f"corrupt dense index {self.manifest}: a segment is listed twice"
             )
+        self.legacy = manifest.version if manifest.legacy else None
         return Generation(segments, manifest.applied_seq, manifest.next_file, manifest.version)
 
-    def _read_segment(self, entry: Any, held: Mapping[str, DenseSegment]) -> DenseSegment:
-        """One manifest entry as a segment: a held one shares its arrays, else the files."""
+    def _read_segment(
+        self, entry: Any, held: Mapping[str, DenseSegment], legacy: bool
+    ) -> DenseSegment:
+        """One manifest entry as a segment: a held one shares its arrays, else the files
+        (checked for their sizes unless ``legacy``: the previous release recorded none)."""
         with read_errors(_LAYOUT.label, self.manifest) as at:
             name = entry["name"]
             # A name from the manifest never leaves the directory (no "../", no absolute path).
             check(isinstance(name, str) and _NAME_RE.match(name) is not None, "segment name")
             vectors_path, meta_path = self._paths(name)
-            sums = segment_sums(entry, _LAYOUT)
-            check(set(sums) == {vectors_path.name, meta_path.name}, "segment files")
+            sums = None if legacy else segment_sums(entry, _LAYOUT)
+            expected = {vectors_path.name, meta_path.name}
+            check(sums is None or set(sums) == expected, "segment files")
             old = held.get(name)
             if old is not None:
                 segment = old.reopened()
             else:
-                check_sizes(self.directory, sums)
+                if sums is not None:
+                    check_sizes(self.directory, sums)
                 try:
                     at.path = meta_path
                     with np.load(meta_path, allow_pickle=False) as npz:
@@ -237,7 +248,8 @@ class DenseStore(ManifestDirectory):
                     raise SegmentGone(name) from None
                 segment = DenseSegment.from_arrays(arrays, vectors, self.dimensions)
             read_dead(segment, entry)
-        self.sums[name] = sums
+        if sums is not None:
+            self.sums[name] = sums
         segment.name = name
         return segment
 

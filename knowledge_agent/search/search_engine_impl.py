@@ -189,7 +189,7 @@ class SearchEngineImpl:
         applied, newest = min(seqs), max(seqs)
         if applied < trimmed or newest > self.storage.last_journal_seq():
             logger.info("search indexes are out of reach of the journal; rebuilding")
-            self.rebuild()
+            self.rebuild(reuse_vectors=True)
             return self.storage.count_items()
         entries = self.storage.journal_since(applied)
         if not entries:
@@ -226,16 +226,22 @@ class SearchEngineImpl:
         self._mark_applied(entries[-1][0])
         return len(item_ids)
 
-    def rebuild(self) -> int:
+    def rebuild(self, *, reuse_vectors: bool = False) -> int:
         """Rebuild every index from SQLite (R4.5); returns the number of chunks indexed.
 
         One pass: each batch of stored items is analysed once and fed to every engine (the
         keyword index commits as it goes, the TF-IDF and dense indexes swap their rows in at
-        the end).
+        the end). With ``reuse_vectors``, the dense index keeps the vector of every row whose
+        text it holds already, and embeds only the others (a rebuild for the other indexes'
+        sake); otherwise it embeds every row again.
         """
         seq = self.storage.last_journal_seq()
         analyzer = self.keyword_index.analyzer
-        refits = [index.refit() for name, index in self._derived() if name != "keyword"]
+        refits = [
+            index.refit(reuse=reuse_vectors) if name == "dense" else index.refit()
+            for name, index in self._derived()
+            if name != "keyword"
+        ]
 
         def batches() -> Iterator[AnalysedBatch]:
             size = self.keyword_index.rebuild_commit_every

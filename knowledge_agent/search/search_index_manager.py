@@ -55,6 +55,9 @@ Decisions (see also the module's tests):
   (:mod:`~knowledge_agent.search.whoosh_safe`), or whose schema or analyzer differs from this
   code's, raises :class:`SearchIndexError`: a writer deletes the directory and rebuilds it
   from SQLite. So does a ``state.json`` that fails to load.
+* **The previous release's index** (a plain ``state.json``, generations without sums:
+  :mod:`~knowledge_agent.search.keyword_state`) is read as that release read it, and
+  :meth:`SearchIndexManager.upgrade` records its sums in place.
 * **Damage is found**: every generation records its files' checksums
   (:mod:`~knowledge_agent.search.whoosh_sums`). Opening checks the TOC's checksum and every
   file's size; :meth:`SearchIndexManager.verify` (``check``) every checksum; and a read that
@@ -88,19 +91,25 @@ from knowledge_agent.errors import ConfigError, DamagedIndexError, QueryError, S
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped, latest_pairs
-from knowledge_agent.search.atomic_files import file_version, write_sealed
+from knowledge_agent.search.atomic_files import file_version
 from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
-from knowledge_agent.search.checksums import Damage, read_sealed_json
+from knowledge_agent.search.checksums import Damage
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.keyword_blocks import chunk_block, item_block
 from knowledge_agent.search.keyword_filters import filter_mask
+from knowledge_agent.search.keyword_state import STATE_FILE, read_state, write_state
 from knowledge_agent.search.whoosh_batch import BatchWriter, cancel, delete_terms
 from knowledge_agent.search.whoosh_bulk import BulkSegmentWriter
 from knowledge_agent.search.whoosh_internals import bulk_writing, compact_posting_pool
 from knowledge_agent.search.whoosh_merge import merge_policy
 from knowledge_agent.search.whoosh_parts import Codec, PostingTable
-from knowledge_agent.search.whoosh_safe import SafeFileStorage, open_file_index, stored_schema
+from knowledge_agent.search.whoosh_safe import (
+    SafeFileStorage,
+    open_file_index,
+    seal_legacy_generation,
+    stored_schema,
+)
 from knowledge_agent.search.whoosh_schema import (
     DEFAULT_FIELD_BOOSTS,
     LuceneBM25F,
@@ -117,8 +126,6 @@ __all__ = ["DEFAULT_FIELD_BOOSTS", "LuceneBM25F", "SearchIndexManager", "verify_
 
 logger = logging.getLogger(__name__)
 
-_STATE_FILE = "state.json"
-_STATE_LIMIT = 1 << 16  # bytes: a state file holds one number
 _LOCK_RETRY_DELAY = 0.05  # seconds between attempts to take a held write lock
 _FILTER_CACHE_SIZE = 16  # distinct SearchFilters remembered per searcher generation
 
@@ -242,6 +249,7 @@ class SearchIndexManager:
         self._weighting = LuceneBM25F(B=0.75, K1=1.2)
         self._applied_seq = 0
         self._state_seen: tuple[int, int, int] | None = None  # state.json last read
+        self._legacy = False  # state.json is the previous release's: sums may be missing
 
         self._chunks = self._new_index("chunks", chunk_schema(self.analyzer))
         self._items = self._new_index("items", item_schema(self.analyzer))
@@ -288,7 +296,7 @@ class SearchIndexManager:
                     self._stand_in(idx)
                     return
                 idx.path.mkdir(parents=True, exist_ok=True)
-                idx.storage = SafeFileStorage(str(idx.path))
+                idx.storage = SafeFileStorage(str(idx.path), legacy=self._legacy)
             storage = idx.storage
             # Whoosh's index_exists() would unpickle the TOC; a file listing is enough here
             # and leaves a corrupt TOC to the guarded open below.
@@ -348,7 +356,7 @@ class SearchIndexManager:
                 if idx.absent and idx.path is not None and has_toc(idx.path):
                     self._open(idx)
                     changed = True
-            if file_version(self.index_dir / _STATE_FILE) != self._state_seen:
+            if file_version(self.index_dir / STATE_FILE) != self._state_seen:
                 self._applied_seq = self._read_state()
                 changed = True
             return changed
@@ -531,7 +539,7 @@ class SearchIndexManager:
             if self._closed:
                 raise SearchIndexError("the search index manager is closed")
             if self.index_dir is not None:
-                self._write_state({"applied_seq": seq})
+                self._write_state(seq)
             self._applied_seq = seq
 
     def _read_state(self) -> int:
@@ -539,24 +547,69 @@ class SearchIndexManager:
         fails to load, for whatever reason, makes the index unreadable
         (:class:`DamagedIndexError`): it is rebuilt."""
         assert self.index_dir is not None
-        path = self.index_dir / _STATE_FILE
+        path = self.index_dir / STATE_FILE
         self._state_seen = file_version(path)
         try:
-            return _parse_state(path)
+            state = read_state(path)
         except FileNotFoundError:
+            self._set_legacy(False)
             return 0
         except Exception as exc:  # OSError, a bad checksum or JSON, nesting, wrong types
             raise DamagedIndexError(f"the keyword index state {path} is damaged: {exc}") from exc
+        self._set_legacy(state.legacy)
+        return state.applied_seq
 
-    def _write_state(self, state: dict[str, Any]) -> None:
+    def _write_state(self, seq: int) -> None:
+        """Write ``state.json``; an index of the previous release has its generations'
+        sums recorded first, as a sealed state file says every generation has them."""
         assert self.index_dir is not None
-        path = self.index_dir / _STATE_FILE
+        if self._legacy:
+            self._seal_legacy_generations()
+        path = self.index_dir / STATE_FILE
         try:
             self.index_dir.mkdir(parents=True, exist_ok=True)
-            write_sealed(path, state)
+            write_state(path, seq)
             self._state_seen = file_version(path)
         except OSError as exc:
             raise SearchIndexError(f"cannot write {path}: {exc}") from exc
+        self._set_legacy(False)
+
+    def _set_legacy(self, legacy: bool) -> None:
+        self._legacy = legacy
+        for idx in (self._chunks, self._items):
+            if isinstance(idx.storage, SafeFileStorage):
+                idx.storage.legacy = legacy
+
+    # -- upgrading ---------------------------------------------------------------------------
+
+    @property
+    def legacy(self) -> bool:
+        """Whether the index on disk is the previous release's (its state file is plain
+        JSON, and its generations may have no sums), as opened."""
+        with self._lock:
+            return self._legacy
+
+    def upgrade(self) -> bool:
+        """Record the sums of each generation of the previous release opened here, then
+        seal the state file: the index files themselves are not touched. False when the
+        index is not the previous release's. Only the writer (holding the data folder's
+        lock) calls this."""
+        with self._lock:
+            if self._closed:
+                raise SearchIndexError("the search index manager is closed")
+            if not self._legacy:
+                return False
+            self._write_state(self._applied_seq)
+            return True
+
+    def _seal_legacy_generations(self) -> None:
+        for idx in (self._chunks, self._items):
+            if idx.absent or not isinstance(idx.storage, SafeFileStorage):
+                continue  # no index on disk (or none opened from it: not vouched for)
+            try:
+                seal_legacy_generation(idx.storage)
+            except Exception as exc:  # OSError; a TOC that fails to parse now: damage
+                raise self._failure(idx, exc, "cannot upgrade") from exc
 
     # -- damage ------------------------------------------------------------------------------
 
@@ -572,7 +625,11 @@ class SearchIndexManager:
         where = f"the {idx.name} index in {idx.location}"
         if isinstance(exc, DamagedIndexError):
             return DamagedIndexError(f"{where} is damaged: {exc}")
-        damage = [] if idx.path is None else verify_index(idx.path, WHOOSH_INDEX_NAME)
+        damage = (
+            []
+            if idx.path is None
+            else verify_index(idx.path, WHOOSH_INDEX_NAME, legacy=self._legacy)
+        )
         if damage:
             return DamagedIndexError(
                 f"{where} is damaged: {damage[0]} ({type(exc).__name__}: {exc})"
@@ -777,23 +834,14 @@ def verify_keyword_folder(index_dir: Path, *, full: bool = True) -> list[Damage]
     """:meth:`SearchIndexManager.verify` of the indexes in ``index_dir``, without opening
     them (for one that cannot be opened)."""
     found = []
-    path = index_dir / _STATE_FILE
+    path = index_dir / STATE_FILE
+    legacy = False
     try:
-        _parse_state(path)
+        legacy = read_state(path).legacy
     except FileNotFoundError:
         pass
     except Exception as exc:
         found.append(Damage(str(path), str(exc)))
     for name in ("chunks", "items"):
-        found.extend(verify_index(index_dir / name, WHOOSH_INDEX_NAME, full=full))
+        found.extend(verify_index(index_dir / name, WHOOSH_INDEX_NAME, full=full, legacy=legacy))
     return found
-
-
-def _parse_state(path: Path) -> int:
-    """The journal position a state file records (read bounded in size); raises whatever
-    stops it from loading."""
-    data = read_sealed_json(path, _STATE_LIMIT)
-    seq = data["applied_seq"] if isinstance(data, dict) else None
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-        raise ValueError(f"bad applied_seq {seq!r}")
-    return seq

@@ -143,6 +143,27 @@ class SegmentIndex(ABC):
         every file's size, and with ``full`` every file's checksum."""
         return [] if self._store is None else self._store.verify(full=full)
 
+    @property
+    def legacy(self) -> bool:
+        """Whether the generation held was read from the previous release's format (a
+        manifest without sums, upgraded by :meth:`upgrade`)."""
+        with self._lock:
+            return self._store is not None and self._store.legacy is not None
+
+    def upgrade(self) -> bool:
+        """Seal the generation held if it is in the previous release's format: its files'
+        sums are recorded in a new manifest, the segment files untouched (see
+        :meth:`~knowledge_agent.search.segment_store.ManifestDirectory.upgrade`). False
+        when there is nothing to upgrade. Only the writer calls this."""
+        if self._store is None:
+            return False
+        with self._lock:
+            self._check_open()
+            if not self._store.upgrade():
+                return False
+            self._on_disk = self._store.version()  # the same state, sealed
+            return True
+
     def refresh(self) -> bool:
         """Load the generation on disk if another process wrote one since; True if so.
 

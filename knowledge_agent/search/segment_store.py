@@ -13,6 +13,12 @@ own CRC-32, is read bounded in size, and fails to load as a whole) and records, 
 segment's ``files``, the size and CRC-32 of the segment's files as they were written. A
 segment's files are checked for size whenever they are read; :meth:`ManifestDirectory.verify`
 (``check``) checks their checksums too.
+
+**The previous release's manifest** (``Layout.legacy_format``) was plain JSON, its entries
+without ``files``. Exactly that form is still read, and its segments loaded as that release
+loaded them (no sizes or sums to check them against); :meth:`ManifestDirectory.upgrade`
+then gives the generation its sums and seals its manifest, the segment files untouched.
+Any other plain manifest is damage.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ from knowledge_agent.search.checksums import (
     Damage,
     FileSum,
     VerifiedFiles,
-    read_sealed_json,
+    file_sum,
+    read_json_file,
     verify_files,
 )
 
@@ -61,6 +68,7 @@ __all__ = [
     "read_dead",
     "read_errors",
     "read_manifest",
+    "segment_files",
     "segment_sums",
     "sweep",
     "write_manifest",
@@ -81,13 +89,19 @@ class Layout:
 
     label: str  # "TF-IDF index", "dense index": how messages name it
     format: str  # the manifest's format tag
+    legacy_format: str  # the previous release's format tag
     file_re: re.Pattern[str]  # a segment file's name; group 1 is the segment it belongs to
     key: str  # the field of a manifest entry naming its segment
+    suffixes: tuple[str, ...]  # a segment's files: its name followed by each of these
 
     def segment_of(self, file_name: str) -> str | None:
         """The segment a file belongs to (None: not a segment file)."""
         match = self.file_re.match(file_name)
         return None if match is None else match.group(1)
+
+    def files_of(self, segment: str) -> list[str]:
+        """The names of a segment's files."""
+        return [segment + suffix for suffix in self.suffixes]
 
 
 @dataclass
@@ -98,6 +112,7 @@ class Manifest:
     applied_seq: int
     next_file: int
     version: FileVersion | None  # of the manifest file
+    legacy: bool = False  # in the previous release's format: entries without ``files``
 
 
 class ManifestDirectory:
@@ -105,7 +120,9 @@ class ManifestDirectory:
 
     ``sums`` holds the recorded sums of the files of every segment this object wrote or
     read, by segment name: what the next manifest records for them. ``verified`` is what
-    this process has checksummed whole (or written).
+    this process has checksummed whole (or written). ``legacy`` is the version of the
+    manifest in the previous release's format that the last load read whole (None: the
+    generation loaded is in this version's format).
     """
 
     layout: Layout
@@ -115,6 +132,7 @@ class ManifestDirectory:
         self.config = dict(config)
         self.sums: dict[str, dict[str, FileSum]] = {}
         self.verified = VerifiedFiles()
+        self.legacy: FileVersion | None = None
 
     @property
     def manifest(self) -> Path:
@@ -137,8 +155,15 @@ class ManifestDirectory:
     def _verify_once(self, full: bool) -> list[Damage]:
         path = self.manifest
         try:
-            manifest = _load_manifest(path, self.layout)
+            manifest, legacy = _load_manifest(path, self.layout)
             entries = _entries(manifest["segments"])
+            if legacy:  # no sums to check: every file it names is there
+                names = [name for entry in entries for name in segment_files(entry, self.layout)]
+                return [
+                    Damage(str(self.directory / name), "missing")
+                    for name in names
+                    if not (self.directory / name).is_file()
+                ]
             sums = [
                 (name, value)
                 for entry in entries
@@ -151,6 +176,48 @@ class ManifestDirectory:
         except Exception as exc:
             return [Damage(str(path), str(exc))]
         return verify_files(self.directory, sums, full=full)
+
+    def recorded(self, segment: str) -> dict[str, FileSum]:
+        """The recorded sums of ``segment``'s files, for the next manifest: those of a
+        segment loaded from the previous release's format are computed now, once."""
+        sums = self.sums.get(segment)
+        if sums is None:
+            sums = {name: file_sum(self.directory / name) for name in self.layout.files_of(segment)}
+            for name in sums:
+                self.verified.add(self.directory / name)
+            self.sums[segment] = sums
+        return sums
+
+    def upgrade(self) -> bool:
+        """Give the generation in the previous release's format that the last load read
+        whole (and so checked, as that release did) its sums, and seal its manifest in this
+        version's format; its segment files are not touched. False when there is none, or
+        the manifest on disk is no longer that one. Only the writer calls this."""
+        if self.legacy is None or self.version() != self.legacy:
+            return False
+        path, label = self.manifest, self.layout.label
+        try:
+            manifest, legacy = _load_manifest(path, self.layout)
+            if not legacy:
+                return False
+            for entry in _entries(manifest["segments"]):
+                segment_files(entry, self.layout)  # names that stay in the directory
+                sums = self.recorded(entry[self.layout.key])
+                entry["files"] = {name: value.to_json() for name, value in sums.items()}
+            config, seq, next_file = (
+                manifest["config"],
+                manifest["applied_seq"],
+                manifest["next_file"],
+            )
+        except FileNotFoundError as exc:
+            raise DamagedIndexError(f"{label} {exc.filename}: missing") from exc
+        except OSError as exc:
+            raise SearchIndexError(f"cannot upgrade {label} {path}: {exc}") from exc
+        except (ValueError, KeyError, TypeError) as exc:  # loaded whole before: only a race
+            raise DamagedIndexError(f"corrupt {label} {path}: {exc}") from exc
+        write_manifest(self.directory, self.layout, config, seq, next_file, manifest["segments"])
+        self.legacy = None
+        return True
 
 
 class SegmentGone(Exception):
@@ -184,6 +251,18 @@ def _segment_files(directory: Path, layout: Layout) -> list[str]:
         return [name for name in os.listdir(directory) if layout.segment_of(name) is not None]
     except FileNotFoundError:
         return []
+
+
+def segment_files(entry: Any, layout: Layout) -> list[str]:
+    """The names of the files of a manifest entry's segment; ``ValueError`` for a segment
+    name that would lead out of the directory."""
+    check(isinstance(entry, dict), "segment entry")
+    segment = entry[layout.key]
+    check(isinstance(segment, str), "segment name")
+    names = layout.files_of(segment)
+    # A name from the manifest never leaves the directory (no "../", no absolute path).
+    check(all(layout.segment_of(name) == segment for name in names), "segment name")
+    return names
 
 
 def segment_sums(entry: Any, layout: Layout) -> dict[str, FileSum]:
@@ -291,7 +370,7 @@ def read_manifest(
     label, path = layout.label, directory / MANIFEST
     try:
         version = file_version(path)
-        manifest = _load_manifest(path, layout)
+        manifest, legacy = _load_manifest(path, layout)
     except FileNotFoundError:
         try:
             names = os.listdir(directory)
@@ -325,14 +404,26 @@ def read_manifest(
         raise
     except Exception as exc:  # wrong types anywhere
         raise DamagedIndexError(f"corrupt {label} {path}: {exc}") from exc
-    return Manifest(listed, seq, next_file, version)
+    return Manifest(listed, seq, next_file, version, legacy)
 
 
-def _load_manifest(path: Path, layout: Layout) -> dict[str, Any]:
-    """The manifest at ``path`` as an object of ``layout``'s format (not checked further)."""
-    manifest = read_sealed_json(path)
-    check(isinstance(manifest, dict) and manifest.get("format") == layout.format, "format")
-    return manifest  # type: ignore[no-any-return]
+def _load_manifest(path: Path, layout: Layout) -> tuple[dict[str, Any], bool]:
+    """The manifest at ``path`` as an object of ``layout``'s format (not checked further),
+    and whether it is in the previous release's format: plain JSON with that format tag
+    and no ``files`` in any segment entry. Any other plain file is refused."""
+    manifest, plain = read_json_file(path)
+    check(isinstance(manifest, dict), "manifest")
+    if not plain:
+        check(manifest.get("format") == layout.format, "format")
+        return manifest, False
+    if manifest.get("format") != layout.legacy_format:
+        raise ValueError(
+            f"not a sealed JSON file, nor a manifest of format {layout.legacy_format} "
+            "(damaged, or written by another version)"
+        )
+    entries = _entries(manifest.get("segments"))
+    check(all(isinstance(e, dict) and "files" not in e for e in entries), "segment entry")
+    return manifest, True
 
 
 def read_dead(segment: _Segment, entry: Any) -> None:

@@ -50,8 +50,10 @@ KINDS = ("chunks", "items")
 _LAYOUT = Layout(
     label="TF-IDF index",
     format="knowledge_agent.tfidf/2",
+    legacy_format="knowledge_agent.tfidf/1",
     file_re=re.compile(r"^((?:chunks|items)-\d{8}\.npz)$"),  # one file per segment
     key="file",
+    suffixes=("",),  # the entry's "file" is the file
 )
 
 
@@ -111,7 +113,8 @@ class TfidfStore(ManifestDirectory):
                         )
                         self.sums[name] = {name: written}
                         seg.name = name  # only once complete: a failed write is retried
-                    files = {file: value.to_json() for file, value in self.sums[seg.name].items()}
+                    sums = self.recorded(seg.name)
+                    files = {file: value.to_json() for file, value in sums.items()}
                     entries[kind].append(
                         {
                             "file": seg.name,
@@ -123,6 +126,7 @@ class TfidfStore(ManifestDirectory):
         except (OSError, ValueError) as exc:
             raise SearchIndexError(f"cannot write TF-IDF index {path}: {exc}") from exc
         write_manifest(self.directory, _LAYOUT, self.config, applied_seq, next_file, entries)
+        self.legacy = None
         referenced = {entry["file"] for kind in entries.values() for entry in kind}
         sweep(self.directory, _LAYOUT, referenced)
         self.sums = {name: self.sums[name] for name in referenced}
@@ -148,19 +152,21 @@ class TfidfStore(ManifestDirectory):
             entries = manifest.segments.get(kind, [])
             if not isinstance(entries, list):
                 raise SearchIndexError(f"corrupt TF-IDF index {self.manifest}: segments.{kind}")
-            segments[kind] = [self._read_segment(entry, held) for entry in entries]
+            segments[kind] = [self._read_segment(entry, held, manifest.legacy) for entry in entries]
         named = {seg.name for kind in segments.values() for seg in kind}
         self.sums = {name: sums for name, sums in self.sums.items() if name in named}
+        self.legacy = manifest.version if manifest.legacy else None
         return Generation(segments, manifest.applied_seq, manifest.next_file, manifest.version)
 
-    def _read_segment(self, entry: Any, held: Mapping[str, Segment]) -> Segment:
-        """One manifest entry as a segment: a held one shares its arrays, else the file."""
+    def _read_segment(self, entry: Any, held: Mapping[str, Segment], legacy: bool) -> Segment:
+        """One manifest entry as a segment: a held one shares its arrays, else the file
+        (checked for its size unless ``legacy``: the previous release recorded none)."""
         with read_errors(_LAYOUT.label, self.manifest) as at:
             name = entry["file"]
             # A name from the manifest never leaves the directory (no "../", no absolute path).
             check(isinstance(name, str) and _LAYOUT.file_re.match(name) is not None, "file name")
-            sums = segment_sums(entry, _LAYOUT)
-            check(set(sums) == {name}, "segment files")
+            sums = None if legacy else segment_sums(entry, _LAYOUT)
+            check(sums is None or set(sums) == {name}, "segment files")
             at.path = self.directory / name
             old = held.get(name)
             if old is not None:
@@ -168,7 +174,8 @@ class TfidfStore(ManifestDirectory):
                 # norms and string codes belong to the new state.
                 segment = replace(old, dead=np.zeros(old.n_rows, bool), norms=None, codes={})
             else:
-                check_sizes(self.directory, sums)
+                if sums is not None:
+                    check_sizes(self.directory, sums)
                 try:
                     with np.load(at.path, allow_pickle=False) as npz:
                         arrays = {key: npz[key] for key in npz.files}
@@ -176,6 +183,7 @@ class TfidfStore(ManifestDirectory):
                     raise SegmentGone(name) from None
                 segment = Segment.from_arrays(arrays, self.n_features)
             read_dead(segment, entry)
-        self.sums[name] = sums
+        if sums is not None:
+            self.sums[name] = sums
         segment.name = name
         return segment

@@ -71,6 +71,7 @@ from knowledge_agent.search.whoosh_sums import (
     remove_older_sums,
     seal_generation,
     toc_generation,
+    unsealed_generation,
     verified_toc,
 )
 
@@ -89,6 +90,7 @@ __all__ = [
     "restricted_load",
     "restricted_loads",
     "safe_file",
+    "seal_legacy_generation",
     "stored_schema",
 ]
 
@@ -254,12 +256,16 @@ class SafeFileStorage(FileStorage):
     Every file it creates is fsynced when closed — segment files before the TOC that names
     them is renamed into place — except in its temporary storage, which a crash discards.
     Renaming a TOC into place records the checksums of its generation first, and reading a
-    TOC verifies them (:mod:`~knowledge_agent.search.whoosh_sums`).
+    TOC verifies them (:mod:`~knowledge_agent.search.whoosh_sums`); with ``legacy`` (an
+    index of the previous release) a latest generation without them is read unverified.
     """
 
-    def __init__(self, path: str, *args: Any, durable: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self, path: str, *args: Any, durable: bool = True, legacy: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(path, *args, **kwargs)
         self.durable = durable
+        self.legacy = legacy
         self.verified = VerifiedFiles()  # files of this index checksummed by this process
 
     def open_file(self, name: str, **kwargs: Any) -> SafeStructFile:
@@ -375,8 +381,11 @@ def read_toc(
 
 def _read_toc(storage: Storage, indexname: str, gen: int, schema: Schema | None) -> TOC:
     if isinstance(storage, SafeFileStorage):
-        # Checked against its recorded checksum before a byte of it is parsed.
-        data = verified_toc(Path(storage.folder), indexname, gen, storage.verified)
+        folder = Path(storage.folder)
+        if storage.legacy and unsealed_generation(folder, indexname) == gen:
+            data = (folder / TOC._filename(indexname, gen)).read_bytes()  # no sums to check
+        else:  # checked against its recorded checksum before a byte of it is parsed
+            data = verified_toc(folder, indexname, gen, storage.verified)
         stream: StructFile = SafeBufferFile(data, name=TOC._filename(indexname, gen))
     else:
         stream = storage.open_file(TOC._filename(indexname, gen))
@@ -417,6 +426,26 @@ def _parse_toc(
     stream.read_int()  # unused
     segments = restricted_load(stream.file, SEGMENT_GLOBALS)
     return TOC(schema, _check_segments(segments, indexname), gen, version=version, release=release)
+
+
+def seal_legacy_generation(storage: SafeFileStorage, indexname: str = _INDEX_NAME) -> bool:
+    """Record the sums of the latest generation when it has none (written by the previous
+    release): of its TOC and of the files of the segments it lists, as they are now. False
+    when there is nothing to record. Only the writer calls this, once the index has been
+    opened from that generation (which read its TOC and every segment's directory)."""
+    folder = Path(storage.folder)
+    gen = unsealed_generation(folder, indexname)
+    if gen is None:
+        return False
+    name = TOC._filename(indexname, gen)
+    stream = storage.open_file(name)
+    try:
+        toc = _parse_toc(stream, indexname, gen, schema=None, skip_schema=True)
+    finally:
+        stream.close()
+    segment_ids = [segment.segid for segment in toc.segments]
+    seal_generation(folder, indexname, gen, name, segment_ids, storage.verified)
+    return True
 
 
 def stored_schema(storage: Storage, indexname: str = _INDEX_NAME) -> Schema:

@@ -18,6 +18,13 @@ checks the TOC's checksum, every other file's size, and the checksums of the fil
 process has not verified yet when they are few enough
 (:class:`~knowledge_agent.search.checksums.VerifiedFiles`); :func:`verify_index` (``check``)
 checks every file's checksum.
+
+**The previous release** wrote no sums. In an index of that release (its state file is plain
+JSON: :mod:`~knowledge_agent.search.keyword_state`), a latest generation without sums is
+read as that release read it (``SafeFileStorage.legacy``) and :func:`verify_index` has
+nothing to verify in it (``legacy``), until a writer records its sums
+(:func:`~knowledge_agent.search.whoosh_safe.seal_legacy_generation`); anywhere else a
+missing sums file is damage.
 """
 
 from __future__ import annotations
@@ -41,7 +48,14 @@ from knowledge_agent.search.checksums import (
     verify_files,
 )
 
-__all__ = ["remove_older_sums", "seal_generation", "toc_generation", "verified_toc", "verify_index"]
+__all__ = [
+    "remove_older_sums",
+    "seal_generation",
+    "toc_generation",
+    "unsealed_generation",
+    "verified_toc",
+    "verify_index",
+]
 
 FORMAT = "knowledge_agent.whoosh-sums/1"
 _TOC = re.compile(r"^_(.+)_([0-9]+)\.toc$")
@@ -71,6 +85,17 @@ def _sums_generations(names: Iterable[str], indexname: str) -> list[int]:
 def _latest_generation(names: Iterable[str], indexname: str) -> int:
     found = [found[1] for found in map(toc_generation, names) if found and found[0] == indexname]
     return max(found, default=-1)
+
+
+def unsealed_generation(folder: Path, indexname: str) -> int | None:
+    """The latest generation in ``folder`` when it has no sums (None: it has, or there is
+    no index)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return None
+    gen = _latest_generation(names, indexname)
+    return gen if gen >= 0 and _sums_name(indexname, gen) not in names else None
 
 
 def _read_sums(path: Path, gen: int) -> dict[str, FileSum]:
@@ -175,9 +200,12 @@ def verified_toc(folder: Path, indexname: str, gen: int, verified: VerifiedFiles
     return data
 
 
-def verify_index(folder: Path, indexname: str, *, full: bool = True) -> list[Damage]:
+def verify_index(
+    folder: Path, indexname: str, *, full: bool = True, legacy: bool = False
+) -> list[Damage]:
     """The damaged files of the latest generation in ``folder`` (none when it holds no
-    index): every file's size, and with ``full`` its checksum."""
+    index): every file's size, and with ``full`` its checksum. With ``legacy``, a latest
+    generation without sums has nothing to verify (opening it reads its files)."""
     for _ in range(_ATTEMPTS):
         try:
             names = os.listdir(folder)
@@ -192,6 +220,8 @@ def verify_index(folder: Path, indexname: str, *, full: bool = True) -> list[Dam
         except FileNotFoundError:
             names = os.listdir(folder)
             if _toc_name(indexname, gen) in names and _latest_generation(names, indexname) == gen:
+                if legacy:
+                    return []
                 return [Damage(str(sums_path), f"missing (the checksums of generation {gen})")]
             continue
         except (OSError, ValueError) as exc:
