@@ -269,6 +269,21 @@ def test_opening_replays_an_item_an_index_lost(base: Path) -> None:
         assert top(core, "tok2", "semantic") == lost.title
 
 
+def test_opening_replays_only_the_index_that_lost_an_item(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with KnowledgeAgentCore(base) as core:
+        lost = core.list_items()[1]
+        core.keyword_index.update([], [lost.id])  # the first index checked loses one item
+    with caplog.at_level("WARNING"), KnowledgeAgentCore(base) as core:
+        assert core.status().consistent
+        assert top(core, "tok1", "keyword") == lost.title
+    disagreeing = [r.getMessage() for r in caplog.records if "disagrees" in r.getMessage()]
+    assert disagreeing == [
+        "the keyword index disagrees with the database: 1 items to index, 0 to remove"
+    ]
+
+
 def test_an_unreadable_index_is_left_alone_by_readers_and_rebuilt_by_a_writer(
     base: Path,
 ) -> None:

@@ -329,9 +329,9 @@ class SearchEngineImpl:
             )  # fmt: skip
             missing, extra = sorted(missing), sorted(extra)
             for start in range(0, len(missing), _SYNC_READ):
-                items = self.storage.get_items(missing[start : start + _SYNC_READ])
+                read = self.storage.get_items(missing[start : start + _SYNC_READ])
                 index.update(
-                    [(item, self.storage.get_chunks_for_item(item.id)) for item in items.values()]
+                    [(item, self.storage.get_chunks_for_item(item.id)) for item in read.values()]
                 )
             if extra:
                 index.update(deletes=extra)
