@@ -73,15 +73,13 @@ def cli(
     environ = {k: v for k, v in os.environ.items() if not k.startswith("KNOWLEDGE_AGENT_")}
     environ.update(PYTHONPATH=str(_PROJECT_ROOT), NO_COLOR="1", COLUMNS="200")
     environ.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "knowledge_agent", *args],
-        cwd=cwd,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    command = [sys.executable, "-m", "knowledge_agent", *args]
+    try:
+        return subprocess.run(
+            command, cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:  # a figure, not a harness failure
+        return subprocess.CompletedProcess(command, -9, "", f"killed after {timeout:g} s")
 
 
 def write(path: Path, text: str) -> Path:
@@ -442,6 +440,8 @@ def project_file_cases(work: Path) -> Iterator[Case]:
         )
 
 
+GITIGNORE_BOUND_S = 10.0  # the command's start-up and a tiny folder
+
 # -- folder walks ----------------------------------------------------------------------------
 
 
@@ -463,6 +463,21 @@ def walk_cases(work: Path) -> Iterator[Case]:
         "links to a file and a folder outside the collected folder",
         not found and counted == 2,
         f"{len(found)} lines of the outside file indexed; {counted} links reported",
+    )
+    slow = root / "slow-gitignore"
+    write(slow / ".gitignore", "*a" * 10 + "b\n")
+    write(slow / ("a" * 60 + "c.md"), "# Long name\n\nredteamslowname\n")
+    started = time.perf_counter()
+    done = cli(["--data-dir", str(root / "kb3"), "add", str(slow)], cwd=root, timeout=120)
+    seconds = time.perf_counter() - started
+    yield Case(
+        "walk",
+        "a .gitignore line that backtracks, beside a 60-character file name",
+        done.returncode == 0 and seconds <= GITIGNORE_BOUND_S,
+        f"add exit {done.returncode}; {one_line(done.stderr)[:120]}",
+        round(seconds, 2),
+        bound_s=GITIGNORE_BOUND_S,
+        bounded="backtracking .gitignore",
     )
     done = cli(["--data-dir", str(root / "kb2"), "add", str(docs)], cwd=root)
     shown = cli(["--data-dir", str(root / "kb2"), "grep", "redteamlinked"], cwd=root)

@@ -26,6 +26,7 @@ from knowledge_agent.patterns import (
     MAX_REGEX_SIZE,
     TextPattern,
     check_glob,
+    gitignore_problem,
     glob_regex,
     unfolded_size,
 )
@@ -340,3 +341,25 @@ def test_messages_never_carry_a_huge_value() -> None:
         check_glob(["x" * 100_000], "path_glob")
     assert len(str(raised.value)) < 200
     assert re.search(r"\bpath_glob\b", str(raised.value))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "refused"),
+    [
+        ("*.py[cod]", False),
+        ("**/node_modules/**", False),
+        ("*.min.*", False),
+        ("a/**/b/**/c/*.md", False),
+        ("***", False),  # a run of stars is one wildcard
+        ("[*]a*b*c", False),  # a star in a class is a character
+        (r"\*a*b*c", False),  # so is an escaped one
+        ("*a*b*c", True),
+        ("x/*-*-*.log", True),
+        ("/".join(["*"] * 9), True),  # nine segments of one star: nine in all
+        ("a" * 1001, True),
+    ],
+)
+def test_gitignore_patterns_that_cannot_match_in_bounded_time_are_named(
+    pattern: str, refused: bool
+) -> None:
+    assert (gitignore_problem(pattern) is not None) is refused

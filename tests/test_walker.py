@@ -326,6 +326,34 @@ def test_gitignore_directory_patterns(tmp_path: Path) -> None:
     assert rels(tmp_path) == ["cache.md", "docs/f.md", "files/cache", "src/out/d.md"]
 
 
+SLOW = "*a" * 10 + "b"  # [^/]*a[^/]*a… backtracks for minutes on a 40-character name
+
+
+def test_a_gitignore_line_too_slow_to_match_is_dropped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_tree(
+        tmp_path,
+        {
+            ".gitignore": f"{SLOW}\n*.log\n",
+            "a" * 40 + "c.md": "x",
+            "aab.md": "x",  # what the dropped line would have matched
+            "x.log": "x",
+        },
+    )
+    with caplog.at_level("WARNING"):
+        assert rels(tmp_path) == ["a" * 40 + "c.md", "aab.md"]
+    [warning] = [r.getMessage() for r in caplog.records if "ignoring pattern" in r.getMessage()]
+    assert ".gitignore" in warning and "wildcards in one path segment" in warning
+
+
+@pytest.mark.parametrize("name", ["include", "exclude"])
+def test_an_include_or_exclude_too_slow_to_match_is_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match=f"{name} pattern .* is refused: it has 10 wildcards"):
+        WalkOptions(**{name: ("*.md", SLOW)})
+    assert WalkOptions(**{name: ("*.min.*", "**/build/**/*.js")})  # two a segment: bounded
+
+
 def test_negation_cannot_reinclude_inside_an_excluded_folder(tmp_path: Path) -> None:
     make_tree(tmp_path, {".gitignore": "logs/\n!logs/keep.md\n", "logs/keep.md": "x"})
     assert rels(tmp_path) == []

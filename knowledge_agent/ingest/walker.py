@@ -40,6 +40,7 @@ from pathlib import Path
 from pathspec import GitIgnoreSpec
 
 from knowledge_agent.errors import ConfigError, IngestError
+from knowledge_agent.patterns import gitignore_problem
 
 __all__ = [
     "DEFAULT_EXCLUDES",
@@ -266,6 +267,9 @@ def _pattern_tuple(name: str, value: object) -> tuple[str, ...]:
     for pattern in patterns:
         if not isinstance(pattern, str):
             raise ConfigError(f"{name} patterns must be strings, got {pattern!r}")
+        problem = gitignore_problem(pattern)
+        if problem is not None:
+            raise ConfigError(f"{name} pattern {pattern!r:.80} is refused: {problem}")
     return patterns
 
 
@@ -278,7 +282,13 @@ def _compile(name: str, patterns: Iterable[str]) -> GitIgnoreSpec:
 
 
 def _compile_file_lines(source: str, lines: list[str]) -> GitIgnoreSpec | None:
-    """Compile a .gitignore file; a bad line is logged and dropped, never fatal."""
+    """Compile a .gitignore file; a bad line, or one too slow to match, is logged and
+    dropped, never fatal (the file comes with the folder: it is data, not settings)."""
+    for line in lines:
+        problem = gitignore_problem(line)
+        if problem is not None:
+            logger.warning("%s: ignoring pattern %r: %s", source, line[:80], problem)
+    lines = [line for line in lines if gitignore_problem(line) is None]
     try:
         return GitIgnoreSpec.from_lines(lines)
     except (ValueError, TypeError):
