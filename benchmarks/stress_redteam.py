@@ -127,17 +127,21 @@ def mcp_child(work: str) -> list[dict[str, Any]]:
             return bool(core.text_search("redteamsecret"))
 
         def attempt(name: str, **arguments: Any) -> None:
-            before = core.storage.count_items()
+            before = {item.id for item in core.list_items(limit=1_000)}
             try:
                 answer = mcp_tools.add_knowledge(core, roots=roots, url_policy=policy, **arguments)
                 outcome = f"answered: processed {answer.get('processed')}"
+                held: bool | None = None
             except KnowledgeAgentError as exc:
                 outcome = f"{type(exc).__name__}: {exc}"
+                held = None
             except Exception as exc:  # not the project's error: the case did not hold
-                results.append({"name": name, "held": False, "detail": repr(exc)})
-                return
-            added = core.storage.count_items() - before
-            held = not leaked() and (added == 0 or "url" not in arguments)
+                outcome, held = repr(exc), False
+            added = [item.id for item in core.list_items(limit=1_000) if item.id not in before]
+            if held is None:
+                held = not leaked() and (not added or "url" not in arguments)
+            for item_id in added:  # each case starts from the same knowledge base
+                core.delete_knowledge_item(item_id)
             results.append({"name": name, "held": held, "detail": outcome[:200]})
 
         for value in (
