@@ -11,13 +11,13 @@ import shutil
 import subprocess
 import sys
 import zlib
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from files import another_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from whoosh.filedb.compound import CompoundStorage
@@ -25,7 +25,6 @@ from whoosh.filedb.filestore import FileStorage
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.cli import cli
-from knowledge_agent.core.folder_lock import FolderLock
 from knowledge_agent.errors import DamagedIndexError
 from knowledge_agent.search.checksums import (
     FileSum,
@@ -153,17 +152,6 @@ def index_file(kb: Path, what: str) -> tuple[str, Path]:
 
 def damage(path: Path, how: str) -> None:
     path.write_bytes(DAMAGES[how](path.read_bytes()))
-
-
-@contextmanager
-def another_writer(kb: Path) -> Iterator[None]:
-    """The data folder's write lock held, as by another process: nothing can be rebuilt."""
-    holder = FolderLock(kb)
-    holder.acquire()
-    try:
-        yield
-    finally:
-        holder.release()
 
 
 # -- check and check --repair --------------------------------------------------------------

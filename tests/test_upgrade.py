@@ -56,17 +56,17 @@ import re
 import shutil
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 from embedding_server import EmbeddingServer
+from files import another_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from knowledge_agent import KnowledgeAgentCore
-from knowledge_agent.core.folder_lock import FolderLock
 from knowledge_agent.embeddings import OpenAIEmbedder
 from knowledge_agent.errors import DamagedIndexError
 from knowledge_agent.search import segment_store
@@ -139,17 +139,6 @@ def files(folder: Path) -> dict[str, bytes]:
         for path in sorted((folder / "index").rglob("*"))
         if path.is_file()
     }
-
-
-@contextmanager
-def another_writer(kb: Path) -> Iterator[None]:
-    """The data folder's write lock held, as by another process."""
-    holder = FolderLock(kb)
-    holder.acquire()
-    try:
-        yield
-    finally:
-        holder.release()
 
 
 def entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
