@@ -3,13 +3,19 @@
 from knowledge_agent.models.item_summary import ItemSummary
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
-from knowledge_agent.models.search_result import MatchedChunk, ScoreExplanation, SearchResult
+from knowledge_agent.models.search_result import (
+    MatchedChunk,
+    Passage,
+    ScoreExplanation,
+    SearchResult,
+)
 
 __all__ = [
     "ItemSummary",
     "KnowledgeChunk",
     "KnowledgeItem",
     "MatchedChunk",
+    "Passage",
     "ScoreExplanation",
     "SearchResult",
 ]

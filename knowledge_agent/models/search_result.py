@@ -9,7 +9,7 @@ from knowledge_agent.models._serialize import copy_json
 from knowledge_agent.models.item_summary import ItemSummary
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 
-__all__ = ["MatchedChunk", "ScoreExplanation", "SearchResult"]
+__all__ = ["MatchedChunk", "Passage", "ScoreExplanation", "SearchResult"]
 
 
 @dataclass
@@ -80,6 +80,50 @@ _EXPLANATION_FIELDS = (
 
 
 @dataclass
+class Passage:
+    """The part of a matched chunk that answers best: the paragraph (or whole code block)
+    around the chunk's strongest line of evidence for the query, and where it is.
+
+    ``start_position``/``end_position`` are offsets into the item's content, so ``text`` is
+    ``content[start_position:end_position]``; ``start_line``/``end_line`` are lines of the
+    stored text (PDF: ``page``). ``heading_path`` is the section it sits in, outermost first
+    (text before the first heading: the document's title). ``link`` is what a reader opens:
+    for a crawled page its URL with the anchor of the nearest heading before the passage
+    that has an id, else "". ``evidence_ref`` cites it: its ``#L…`` part is always a line
+    range of the stored text, never a page anchor (that is ``link``).
+    """
+
+    text: str
+    start_position: int
+    end_position: int
+    start_line: int | None = None
+    end_line: int | None = None
+    page: int | None = None
+    heading_path: list[str] = field(default_factory=list)
+    link: str = ""
+    evidence_ref: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        data = {name: getattr(self, name) for name in _PASSAGE_FIELDS}
+        data["heading_path"] = list(self.heading_path)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Passage:
+        """Build a passage from ``to_dict`` output."""
+        values = {name: data[name] for name in _PASSAGE_FIELDS if name in data}
+        values["heading_path"] = list(values.get("heading_path") or [])
+        return cls(**values)
+
+
+_PASSAGE_FIELDS = (
+    "text", "start_position", "end_position", "start_line", "end_line", "page", "heading_path",
+    "link", "evidence_ref",
+)  # fmt: skip
+
+
+@dataclass
 class MatchedChunk:
     """A chunk as it appears in a result: a match, or a context neighbour of one."""
 
@@ -95,6 +139,8 @@ class MatchedChunk:
     """``kb:<chunk_id>:<path>#L<start>-L<end>@<hash>``: where the text is and what it said."""
     explanation: ScoreExplanation | None = None
     """Why a matched chunk ranked where it did (None for context chunks)."""
+    passage: Passage | None = None
+    """Where in a matched chunk the evidence is strongest (None for context chunks)."""
 
     @classmethod
     def from_chunk(cls, chunk: KnowledgeChunk, score: float = 0.0) -> MatchedChunk:
@@ -123,6 +169,7 @@ class MatchedChunk:
             "metadata": copy_json(self.metadata),
             "evidence_ref": self.evidence_ref,
             "explanation": None if self.explanation is None else self.explanation.to_dict(),
+            "passage": None if self.passage is None else self.passage.to_dict(),
         }
 
     @classmethod
@@ -134,8 +181,10 @@ class MatchedChunk:
             if name in data
         }
         explanation = data.get("explanation")
+        passage = data.get("passage")
         return cls(
             chunk_id=data["chunk_id"],
+            passage=None if passage is None else Passage.from_dict(passage),
             content=data["content"],
             metadata=copy_json(data.get("metadata") or {}),
             evidence_ref=data.get("evidence_ref") or "",
