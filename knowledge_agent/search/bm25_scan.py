@@ -25,7 +25,7 @@ from whoosh.searching import Searcher
 from knowledge_agent.search.topk import best_rows
 from knowledge_agent.search.whoosh_internals import field_b, field_lengths, postings
 
-__all__ = ["Clause", "ScanCache", "top_docs"]
+__all__ = ["Clause", "ScanCache", "scored_docs", "top_docs"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,18 @@ def top_docs(
     Equal scores are ordered by docnum, as Whoosh's collector orders them. ``allow`` is a
     boolean mask over the searcher's docnums (None: every document).
     """
+    rows, scores = scored_docs(searcher, cache, clauses, allow)
+    rows, best = best_rows(rows, scores, limit)
+    return list(zip(best.tolist(), rows.tolist(), strict=True))
+
+
+def scored_docs(
+    searcher: Searcher,
+    cache: ScanCache,
+    clauses: Sequence[Clause],
+    allow: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(docnums ascending, scores) of every live document the OR of ``clauses`` matches."""
     weighting = searcher.weighting
     if not isinstance(weighting, BM25F):
         raise TypeError(f"BM25F weighting required, got {type(weighting).__name__}")
@@ -112,5 +124,4 @@ def top_docs(
     if allow is not None:
         matched &= allow
     rows = np.flatnonzero(matched)
-    rows, best = best_rows(rows, scores[rows], limit)
-    return list(zip(best.tolist(), rows.tolist(), strict=True))
+    return rows, scores[rows]

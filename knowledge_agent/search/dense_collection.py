@@ -19,7 +19,7 @@ from knowledge_agent.search.dense_segments import DenseSegment
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.segment_filters import FIELDS, MetadataCodes
 from knowledge_agent.search.segment_merge import maintained
-from knowledge_agent.search.topk import best_rows
+from knowledge_agent.search.topk import best_rows, capped_best_rows
 
 __all__ = ["MIN_SCORE", "DenseCollection", "Merger"]
 
@@ -164,10 +164,12 @@ class DenseCollection:
         filters: SearchFilters | None,
         *,
         per_item: bool,
+        cap: int | None = None,
     ) -> list[tuple[DenseSegment, int, float]]:
         """The best rows for a unit ``query`` vector, as (segment, row, cosine), best first.
 
-        Chunk rows only, or (``per_item``) every row with one result per item, its best.
+        Chunk rows only (at most ``cap`` of one item when it is given), or (``per_item``)
+        every row with one result per item, its best.
         Filters restrict the rows before anything is ranked; rows scoring :data:`MIN_SCORE`
         or less, below ``min_similarity`` or not finite are left out; ties keep row order.
         """
@@ -185,6 +187,8 @@ class DenseCollection:
         rows, scores = rows[keep], np.minimum(scores[keep], 1.0)
         if per_item:
             rows, scores = _best_per_entry(rows, scores, view.entry, top_k)
+        elif cap is not None:
+            rows, scores = capped_best_rows(rows, scores, view.entry[rows], top_k, cap)
         else:
             rows, scores = best_rows(rows, scores, top_k)
         segment_of = np.searchsorted(view.offsets, rows, side="right") - 1

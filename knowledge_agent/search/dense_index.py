@@ -435,9 +435,12 @@ class DenseIndex(SegmentIndex):
         top_k: int,
         min_similarity: float = 0.0,
         filters: SearchFilters | None = None,
+        *,
+        per_item: int | None = None,
     ) -> list[ChunkHit]:
-        """The ``top_k`` chunks whose vectors are closest to the query text's, best first."""
-        found = self._search(query, top_k, min_similarity, filters, per_item=False)
+        """The ``top_k`` chunks whose vectors are closest to the query text's, best first;
+        at most ``per_item`` of one item when it is given."""
+        found = self._search(query, top_k, min_similarity, filters, per_item=False, cap=per_item)
         return [
             ChunkHit(
                 chunk_id=str(seg.keys[row]),
@@ -471,6 +474,7 @@ class DenseIndex(SegmentIndex):
         filters: SearchFilters | None,
         *,
         per_item: bool,
+        cap: int | None = None,
     ) -> list[tuple[DenseSegment, int, float]]:
         """The best (segment, row, score) for the query text. The query is embedded
         outside the lock (the embedder may be a slow HTTP call, and the index state is not
@@ -487,7 +491,7 @@ class DenseIndex(SegmentIndex):
         with self._lock:
             self._check_open()
             return self._collection.search(
-                vector, int(top_k), threshold, filters, per_item=per_item
+                vector, int(top_k), threshold, filters, per_item=per_item, cap=cap
             )
 
     # -- state ---------------------------------------------------------------------------

@@ -508,6 +508,9 @@ class SearchEngineImpl:
         min_confidence: float | None,
     ) -> list[SearchResult]:
         count = self._candidate_count(limit)
+        # One document, one slot: no document holds more than its share of the pool, so
+        # a changelog with thousands of matching sections leaves room for `limit` others.
+        cap = max(self.config.max_chunks_per_item, count // max(limit, 1))
         located: dict[str, tuple[str, int]] = {}
 
         def locate(hit: ChunkHit) -> str:
@@ -516,13 +519,15 @@ class SearchEngineImpl:
 
         # The semantic engine does not see a widened query: it runs once.
         semantic = functools.cache(
-            lambda: self.semantic_searcher.search_chunks(terms, count, 0.0, filters)
+            lambda: self.semantic_searcher.search_chunks(terms, count, 0.0, filters, per_item=cap)
         )
-        keyword = functools.cache(lambda: self.keyword_index.search_chunks(terms, count, filters))
+        keyword = functools.cache(
+            lambda: self.keyword_index.search_chunks(terms, count, filters, per_item=cap)
+        )
         dense = self._dense(
             query,
             mode,
-            lambda: self.dense_index.search_chunks(query, count, 0.0, filters),  # type: ignore[union-attr]
+            lambda: self.dense_index.search_chunks(query, count, 0.0, filters, per_item=cap),  # type: ignore[union-attr]
         )
         idf = self.keyword_index.idf(terms)
         best_possible = self.keyword_index.best_possible_score(terms, idf)
@@ -542,7 +547,7 @@ class SearchEngineImpl:
         if widened is not None:
             as_asked = fused
             rankings = self._rankings(
-                lambda: self.keyword_index.search_chunks(widened, count, filters),
+                lambda: self.keyword_index.search_chunks(widened, count, filters, per_item=cap),
                 semantic,
                 locate,
                 mode,

@@ -92,13 +92,15 @@ from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped, latest_pairs
 from knowledge_agent.search.atomic_files import file_version
-from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
+from knowledge_agent.search.bm25_scan import Clause, ScanCache, scored_docs
 from knowledge_agent.search.checksums import Damage
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.keyword_blocks import chunk_block, item_block
 from knowledge_agent.search.keyword_filters import filter_mask
+from knowledge_agent.search.keyword_groups import ItemGroups
 from knowledge_agent.search.keyword_state import STATE_FILE, read_state, write_state
+from knowledge_agent.search.topk import best_rows, capped_best_rows
 from knowledge_agent.search.whoosh_batch import BatchWriter, cancel, delete_terms
 from knowledge_agent.search.whoosh_bulk import BulkSegmentWriter
 from knowledge_agent.search.whoosh_internals import bulk_writing, compact_posting_pool
@@ -199,6 +201,7 @@ class _Index:
     searcher: Searcher | None = None
     filter_cache: OrderedDict[SearchFilters, np.ndarray] = field(default_factory=OrderedDict)
     scan_cache: ScanCache = field(default_factory=ScanCache)
+    item_groups: ItemGroups = field(default_factory=ItemGroups)  # kept across searchers
 
     def close_searcher(self) -> None:
         if self.searcher is not None:
@@ -643,9 +646,11 @@ class SearchIndexManager:
         terms: Sequence[str] | Mapping[str, float],
         limit: int,
         filters: SearchFilters | None = None,
+        *,
+        per_item: int | None = None,
     ) -> list[ChunkHit]:
         """The best ``limit`` chunks for analysed ``terms`` (or term → weight) among those
-        ``filters`` allow."""
+        ``filters`` allow; at most ``per_item`` of one item when it is given."""
         return [
             ChunkHit(
                 chunk_id=str(fields_["chunk_id"]),
@@ -653,7 +658,7 @@ class SearchIndexManager:
                 chunk_index=int(fields_["chunk_index"]),
                 score=float(score),
             )
-            for score, fields_ in self._search(self._chunks, terms, limit, filters)
+            for score, fields_ in self._search(self._chunks, terms, limit, filters, per_item)
         ]
 
     def idf(self, terms: Iterable[str], *, items: bool = False) -> dict[str, float]:
@@ -701,6 +706,7 @@ class SearchIndexManager:
         terms: Sequence[str] | Mapping[str, float],
         limit: int,
         filters: SearchFilters | None,
+        per_item: int | None = None,
     ) -> list[tuple[float, dict[str, Any]]]:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise QueryError(f"limit must be an integer, got {limit!r}")
@@ -723,8 +729,14 @@ class SearchIndexManager:
                     for name in idx.text_fields
                     if self.field_boosts[name] > 0
                 ]
-                top = top_docs(searcher, idx.scan_cache, clauses, limit, allow)
-                return [(score, searcher.stored_fields(docnum)) for score, docnum in top]
+                rows, scores = scored_docs(searcher, idx.scan_cache, clauses, allow)
+                top, top_scores = best_rows(rows, scores, limit)
+                found = [searcher.stored_fields(docnum) for docnum in top.tolist()]
+                if per_item is not None and _over_cap(found, per_item):
+                    groups = idx.item_groups.of(searcher)[rows]
+                    top, top_scores = capped_best_rows(rows, scores, groups, limit, per_item)
+                    found = [searcher.stored_fields(docnum) for docnum in top.tolist()]
+                return list(zip(top_scores.tolist(), found, strict=True))
             except SearchIndexError:
                 raise
             except Exception as exc:
@@ -828,6 +840,12 @@ class SearchIndexManager:
     def __repr__(self) -> str:
         where = "memory" if self.index_dir is None else str(self.index_dir)
         return f"{type(self).__name__}({where!r})"
+
+
+def _over_cap(found: list[dict[str, Any]], cap: int) -> bool:
+    """Whether more than ``cap`` of these stored documents belong to one item."""
+    counts = Counter(str(fields_["item_id"]) for fields_ in found)
+    return bool(counts) and max(counts.values()) > cap
 
 
 def verify_keyword_folder(index_dir: Path, *, full: bool = True) -> list[Damage]:

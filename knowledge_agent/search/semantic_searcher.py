@@ -305,11 +305,14 @@ class SemanticSearcher(SegmentIndex):
         top_k: int,
         min_similarity: float = 0.0,
         filters: SearchFilters | None = None,
+        *,
+        per_item: int | None = None,
     ) -> list[ChunkHit]:
-        """The ``top_k`` chunks most similar to the analysed query ``terms``, best first."""
+        """The ``top_k`` chunks most similar to the analysed query ``terms``, best first;
+        at most ``per_item`` of one item when it is given."""
         with self._lock:
             self._check_open()
-            found = self._search("chunks", terms, top_k, min_similarity, filters)
+            found = self._search("chunks", terms, top_k, min_similarity, filters, per_item)
             return [
                 ChunkHit(
                     chunk_id=str(seg.keys[row]),
@@ -340,6 +343,7 @@ class SemanticSearcher(SegmentIndex):
         top_k: int,
         min_similarity: float,
         filters: SearchFilters | None,
+        per_item: int | None = None,
     ) -> list[tuple[Segment, int, float]]:
         if top_k <= 0:
             return []
@@ -355,7 +359,9 @@ class SemanticSearcher(SegmentIndex):
         cols = np.array(sorted(frequency), dtype=np.int64)
         counts = np.array([frequency[col] for col in cols], dtype=np.float64)
         threshold = float(min_similarity) if min_similarity == min_similarity else 0.0  # NaN
-        return self._collections[kind].search(cols, counts, int(top_k), threshold, filters)
+        return self._collections[kind].search(
+            cols, counts, int(top_k), threshold, filters, per_item
+        )
 
     # -- state ---------------------------------------------------------------------------
 

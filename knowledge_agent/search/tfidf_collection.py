@@ -24,7 +24,7 @@ from knowledge_agent.search.tfidf_segments import (
     merge_segments,
     tf_weights,
 )
-from knowledge_agent.search.topk import best_rows
+from knowledge_agent.search.topk import best_rows, capped_best_rows
 
 __all__ = ["Collection", "bump"]
 
@@ -222,8 +222,10 @@ class Collection:
         top_k: int,
         min_similarity: float,
         filters: SearchFilters | None,
+        per_item: int | None = None,
     ) -> list[tuple[Segment, int, float]]:
-        """The best live rows for a hashed query, as (segment, row, cosine)."""
+        """The best live rows for a hashed query, as (segment, row, cosine); at most
+        ``per_item`` rows of one item when it is given."""
         if self.n_live == 0 or cols.size == 0:
             return []
         view = self._refresh()
@@ -259,7 +261,11 @@ class Collection:
             rows = rows[self._meta.entry_mask(filters, view.codes, view.updated)[view.entry[rows]]]
         scores = np.clip(dots[rows] / (view.norms[rows] * query_norm), 0.0, 1.0)
         keep = (scores > 0.0) & (scores >= min_similarity)
-        rows, scores = best_rows(rows[keep], scores[keep], top_k)
+        rows, scores = rows[keep], scores[keep]
+        if per_item is None:
+            rows, scores = best_rows(rows, scores, top_k)
+        else:
+            rows, scores = capped_best_rows(rows, scores, view.entry[rows], top_k, per_item)
         segment_of = np.searchsorted(view.offsets, rows, side="right") - 1
         return [
             (self.segments[s], int(row - view.offsets[s]), float(score))
