@@ -148,7 +148,13 @@ def test_small_neighbours_merge_and_join_their_headings() -> None:
     chunks = ContentChunker(config).chunk_sections(text, sections, code=True)
     assert [c.heading for c in chunks] == ["Parser > a, b, c", "Parser > d"]
     assert chunks[0].content == "\n\n".join(small)
-    assert chunks[0].metadata == {"k": 1, "start_line": 1, "end_line": 8}, "common entries only"
+    sections_inside = [[text.index(small[1]), "Parser > b"], [text.index(small[2]), "Parser > c"]]
+    assert chunks[0].metadata == {
+        "k": 1,
+        "start_line": 1,
+        "end_line": 8,
+        "sections": sections_inside,  # where each later section starts in the chunk
+    }, "common entries only"
     assert chunks[1].metadata["symbol"] == "d", "a section of normal size keeps its own chunk"
 
 

@@ -18,6 +18,7 @@ from knowledge_agent.models import (
     KnowledgeChunk,
     KnowledgeItem,
     MatchedChunk,
+    Passage,
     ScoreExplanation,
     SearchResult,
 )
@@ -65,6 +66,18 @@ chunks = st.builds(
     end_position=st.integers(min_value=0),
     metadata=metadata,
 )
+passages = st.builds(
+    Passage,
+    text=st.text(),
+    start_position=st.integers(min_value=0),
+    end_position=st.integers(min_value=0),
+    start_line=st.none() | st.integers(1, 10**6),
+    end_line=st.none() | st.integers(1, 10**6),
+    page=st.none() | st.integers(1, 1000),
+    heading_path=st.lists(st.text(), max_size=4),
+    link=st.text(),
+    evidence_ref=st.text(),
+)
 matched = st.builds(
     MatchedChunk,
     chunk_id=st.text(),
@@ -76,6 +89,7 @@ matched = st.builds(
     score=st.floats(allow_nan=False),
     metadata=metadata,
     evidence_ref=st.text(),
+    passage=st.none() | passages,
 )
 finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6)
 explanations = st.builds(

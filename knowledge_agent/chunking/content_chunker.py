@@ -126,17 +126,28 @@ class ContentChunker:
         if start >= end:
             return []
         try:
-            spans = self._spans(content, start, end, title)
+            blocks, headings = _parse_blocks(content, title)
+            spans = self._spans(content, start, end, title, blocks, headings)
+            starts = [(b.start, headings[b.section]) for b in blocks if b.kind == "heading"]
         except Exception:
             logger.exception("chunking failed; keeping the document as one chunk")
-            spans = [(start, end, title)]
-        return _to_chunks(content, spans)
+            spans, starts = [(start, end, title)], []
+        chunks = _to_chunks(content, spans)
+        _mark_sections(chunks, starts)
+        return chunks
 
-    def _spans(self, content: str, start: int, end: int, title: str) -> list[tuple[int, int, str]]:
+    def _spans(
+        self,
+        content: str,
+        start: int,
+        end: int,
+        title: str,
+        blocks: list[_Block],
+        headings: list[str],
+    ) -> list[tuple[int, int, str]]:
         config = self.config
         if end - start < 2 * config.min_chunk_size and end - start <= config.max_chunk_size:
             return [(start, end, title)]
-        blocks, headings = _parse_blocks(content, title)
         spans: list[tuple[int, int, str]] = []
         for piece_start, piece_end, section, is_code in self._merge(blocks):
             heading = headings[section]
@@ -526,4 +537,23 @@ def _piece_chunks(content: str, pieces: list[_Piece]) -> list[KnowledgeChunk]:
         metadata = copy.deepcopy(_common_metadata(piece.sections))
         metadata.update(chunk.metadata)  # start_line / end_line are always derived
         chunk.metadata = metadata
+    _mark_sections(chunks, [(s.start, s.heading) for p in pieces for s in p.sections])
     return chunks
+
+
+def _mark_sections(chunks: list[KnowledgeChunk], starts: Sequence[tuple[int, str]]) -> None:
+    """Give a chunk holding the start of a later section ``metadata["sections"]``: a list of
+    ``[offset in the chunk, heading path]``, so a passage inside it can say which section it
+    sits in (the chunk's own heading names the section it starts in)."""
+    ordered = sorted(starts)
+    positions = [position for position, _ in ordered]
+    for chunk in chunks:
+        first = bisect.bisect_right(positions, chunk.start_position)
+        last = bisect.bisect_left(positions, chunk.end_position)
+        inside = [
+            [position - chunk.start_position, heading]
+            for position, heading in ordered[first:last]
+            if heading
+        ]
+        if inside:
+            chunk.metadata["sections"] = inside
