@@ -226,6 +226,7 @@ def test_matched_chunk_from_chunk_copies_position_fields_r6_1() -> None:
         "metadata": {"start_line": 2},
         "evidence_ref": "",
         "explanation": None,
+        "passage": None,
     }
 
 
