@@ -60,6 +60,10 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10" + bytes(range(256))
         ("NOTES.MARKDOWN", b"# Notes", MarkdownProcessor),
         ("guide.rst", b"Guide\n=====", RstProcessor),
         ("a.txt", b"hello", TextProcessor),
+        # A Sphinx source kept as .txt (Django's docs): a title and reST markup.
+        ("cache.txt", b"=====\nCache\n=====\n\n.. code-block:: text\n\n    x", RstProcessor),
+        ("notes.txt", b"Notes\n=====\n\nNo markup here.", TextProcessor),
+        ("list.txt", b".. note:: no title in sight", TextProcessor),
         ("page.html", b"<p>x</p>", HtmlProcessor),
         ("page.HTM", b"<p>x</p>", HtmlProcessor),
         ("paper.pdf", b"%PDF-1.7", PdfProcessor),
@@ -574,3 +578,14 @@ def test_opening_and_searching_never_import_the_pdf_and_html_parsers(tmp_path: P
         check=True,
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_sphinx_txt_file_keeps_its_sections_past_a_tilde_underline() -> None:
+    sections = "\n\n".join(
+        f"Part {n}\n~~~~~~\n\n" + f"Text of part {n}, long enough to be its own chunk. " * 4
+        for n in range(1, 4)
+    )
+    data = f"=====\nGuide\n=====\n\n.. _guide:\n\nIntro with :ref:`a link <x>`.\n\n{sections}\n"
+    document = process_bytes(data.encode(), "guide.txt")
+    by_text = {c.heading for c in document.chunks if "Text of part 3" in c.content}
+    assert by_text == {"Guide > Part 3"}, "a ~~~ underline is a title, not a code fence"

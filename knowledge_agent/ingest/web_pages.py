@@ -121,16 +121,24 @@ def _words(text: str) -> str:
 def _point_chunks(
     document: ProcessedDocument, url: str, anchors: Sequence[tuple[str, str]]
 ) -> None:
-    """Give every chunk the URL of the nearest heading with an anchor before it."""
+    """Give every chunk the URL of the nearest heading with an anchor before it, and the
+    anchored headings inside it (``anchors``: ``[offset in the chunk, anchor]``), so a
+    passage deeper in the chunk links to its own section."""
     located = _anchored_headings(document.content, anchors)
     for chunk in document.chunks:
         anchor = None
+        inside = []
         for position, name in located:
-            if position > chunk.start_position:
+            if position >= chunk.end_position:
                 break
-            anchor = name
+            if position > chunk.start_position:
+                inside.append([position - chunk.start_position, name])
+            else:
+                anchor = name
         chunk.metadata["url"] = anchor_url(url, anchor)
         chunk.metadata["anchor"] = anchor or ""
+        if inside:
+            chunk.metadata["anchors"] = inside
 
 
 def _anchored_headings(content: str, anchors: Sequence[tuple[str, str]]) -> list[tuple[int, str]]:

@@ -136,7 +136,8 @@ class BaseDataSourceProcessor(ABC):
 
 
 def annotate(chunks: list[KnowledgeChunk], extraction: Extraction) -> None:
-    """Add the metadata derived from positions: ``page`` / ``page_end``, ``symbols``."""
+    """Add the metadata derived from positions: ``page`` / ``page_end`` (and
+    ``page_starts``, offsets in the chunk, when it spans pages), ``symbols``."""
     pages = extraction.page_starts
     symbols = sorted(extraction.symbols or (), key=lambda symbol: symbol.start)
     symbol_ends = [symbol.end for symbol in symbols]  # increasing: the spans are disjoint
@@ -144,8 +145,10 @@ def annotate(chunks: list[KnowledgeChunk], extraction: Extraction) -> None:
         start, end = chunk.start_position, chunk.end_position
         if pages:
             # bisect_right - 1 is the 0-based page holding an offset; +1 makes it 1-based.
-            chunk.metadata["page"] = bisect.bisect_right(pages, start)
-            chunk.metadata["page_end"] = bisect.bisect_right(pages, end - 1)
+            first = chunk.metadata["page"] = bisect.bisect_right(pages, start)
+            last = chunk.metadata["page_end"] = bisect.bisect_right(pages, end - 1)
+            if last > first:  # where each later page starts in the chunk
+                chunk.metadata["page_starts"] = [p - start for p in pages[first:last]]
         if extraction.symbols is not None:
             names: dict[str, None] = {}
             index = bisect.bisect_right(symbol_ends, start)  # first span ending after start

@@ -14,6 +14,7 @@ than failed): one bad file must never stop a folder ingest.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import PurePath
 from types import MappingProxyType
 
@@ -29,7 +30,7 @@ from knowledge_agent.processors.encoding import (
 )
 from knowledge_agent.processors.html import HtmlProcessor
 from knowledge_agent.processors.pdf import PdfProcessor
-from knowledge_agent.processors.rst import RstProcessor
+from knowledge_agent.processors.rst import RstProcessor, find_rst_headings
 from knowledge_agent.processors.text import (
     DataProcessor,
     LogProcessor,
@@ -82,6 +83,8 @@ def processor_for(path: str, head: bytes) -> type[BaseDataSourceProcessor] | Non
         return None
     if processor in (None, TextProcessor) and detect_code_language(path) is not None:
         return CodeProcessor  # Makefile, Dockerfile, CMakeLists.txt
+    if processor is TextProcessor and extension == ".txt" and _looks_like_rst(head):
+        return RstProcessor  # Sphinx projects (Django's docs) keep their sources as .txt
     if processor is not None:
         return processor
     start = _text_start(head)
@@ -90,6 +93,20 @@ def processor_for(path: str, head: bytes) -> type[BaseDataSourceProcessor] | Non
     if detect_code_language(path, start) is not None:
         return CodeProcessor
     return TextProcessor
+
+
+_RST_MARKUP = re.compile(
+    rb"^\.\. [\w:-]+::|^\.\. _[^:\n]+:|:(?:ref|doc|class|func|meth|setting):`", re.M
+)
+
+
+def _looks_like_rst(head: bytes) -> bool:
+    """Whether a text file's start reads as reStructuredText: a section title under (or
+    between) adornment lines and some reST markup (a directive, a target, a role)."""
+    if not _RST_MARKUP.search(head):
+        return False
+    text = head.decode("utf-8", "replace").replace("\r\n", "\n")
+    return bool(find_rst_headings(text))
 
 
 def process_bytes(data: bytes, path: str, config: ChunkConfig | None = None) -> ProcessedDocument:

@@ -29,6 +29,9 @@ class SearchConfig:
     max_query_terms: int = 512
     passage_depth: int = 20
     """How many of the best fused chunks are re-scored by their best line or sentence."""
+    passage_candidates: int = 6
+    """How many of a shown document's best chunks are re-scored that way too, so the
+    passage shown first is the one with the strongest evidence in the document."""
     coverage_weight: float = 0.1
     """Added × the share of the query's terms (idf-weighted) the chunk's best unit holds."""
     proximity_weight: float = 0.2
@@ -92,6 +95,7 @@ class SearchConfig:
             "max_chunks_per_item",
             "max_query_terms",
             "passage_depth",
+            "passage_candidates",
             "feedback_chunks",
             "expansion_min_terms",
             "rerank_depth",

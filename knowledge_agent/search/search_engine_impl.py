@@ -48,6 +48,7 @@ from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.fusion import fuse
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.locate import locate
 from knowledge_agent.search.passages import PassageEvidence, confidence, passage_evidence
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
@@ -570,11 +571,14 @@ class SearchEngineImpl:
             if factor != 1.0:
                 candidate.chunks[:] = [(score * factor, chunk) for score, chunk in candidate.chunks]
         document_score = {item_id: max(c.chunks)[0] for item_id, c in candidates.items()}
+
+        def order(entry: tuple[float, str]) -> tuple[float, float, int]:
+            return (-as_asked.get(entry[1], 0.0), -entry[0], located[entry[1]][1])
+
+        weighed = max(self.config.max_chunks_per_item, self.config.passage_candidates)
         for candidate in candidates.values():
-            candidate.chunks.sort(
-                key=lambda entry: (-as_asked.get(entry[1], 0.0), -entry[0], located[entry[1]][1])
-            )
-            del candidate.chunks[self.config.max_chunks_per_item :]
+            candidate.chunks.sort(key=order)
+            del candidate.chunks[weighed:]
         # A stable sort on the score alone: ties keep the engines' order, which follows the
         # index order, so the same corpus and query give the same results every run.
         ranked = sorted(candidates.values(), key=lambda c: -document_score[c.item_id])
@@ -594,11 +598,21 @@ class SearchEngineImpl:
             )
             for candidate in page:
                 item = items.get(candidate.item_id)
-                matched = [
-                    (score, chunks[chunk_id])
-                    for score, chunk_id in candidate.chunks
-                    if chunk_id in chunks
-                ]
+                factor = boosts[candidate.item_id].factor if candidate.item_id in boosts else 1.0
+                matched = self._weighed(
+                    [
+                        (score, chunk_id)
+                        for score, chunk_id in candidate.chunks
+                        if chunk_id in chunks
+                    ],
+                    order,
+                    factor,
+                    terms,
+                    idf,
+                    evidence,
+                    fused,
+                    chunks,
+                )
                 if item is None or not matched:
                     continue
                 best_score, best = matched[0]
@@ -635,9 +649,20 @@ class SearchEngineImpl:
                             **self._evidence_details(
                                 evidence.get(chunk.id),
                                 documents.get(item.id, 0.0),
-                                sure if chunk is best else None,
+                                sure
+                                if chunk is best
+                                else self._confidence(
+                                    first_keyword,
+                                    chunk.id,
+                                    chunk.content,
+                                    terms,
+                                    idf,
+                                    best_possible,
+                                    evidence,
+                                ),
                             ),
                         ),
+                        evidence.get(chunk.id),
                     )
                     for score, chunk in matched
                 ]
@@ -657,8 +682,42 @@ class SearchEngineImpl:
                     )
                 )
                 if len(results) == limit:
-                    return results
+                    break
+            if len(results) == limit:
+                break
+        if self.config.mmr_lambda == 0:
+            # The documents' scores may have grown with the evidence of more of their chunks.
+            results.sort(key=lambda result: -result.relevance_score)
         return results
+
+    def _weighed(
+        self,
+        entries: list[tuple[float, str]],
+        order: Callable[[tuple[float, str]], tuple[float, float, int]],
+        factor: float,
+        terms: list[str],
+        idf: dict[str, float],
+        evidence: dict[str, PassageEvidence],
+        fused: dict[str, float],
+        chunks: dict[str, KnowledgeChunk],
+    ) -> list[tuple[float, KnowledgeChunk]]:
+        """A shown document's best chunks, each with its passage evidence (the best
+        ``passage_depth`` of the whole query have theirs already; ``evidence`` and
+        ``fused`` gain the others'), best first, the best ``max_chunks_per_item`` kept."""
+        config = self.config
+        rescored = []
+        for score, chunk_id in entries:
+            if (config.coverage_weight or config.proximity_weight) and chunk_id not in evidence:
+                found = passage_evidence(terms, chunks[chunk_id].content, idf, self.analyzer)
+                evidence[chunk_id] = found
+                bonus = found.score(config.coverage_weight, config.proximity_weight)
+                fused[chunk_id] += bonus
+                score += bonus * factor
+            rescored.append((score, chunk_id))
+        rescored.sort(key=order)
+        return [
+            (score, chunks[chunk_id]) for score, chunk_id in rescored[: config.max_chunks_per_item]
+        ]
 
     def item_boosts(self, item_ids: Iterable[str]) -> dict[str, Boost]:
         """The document and time boosts of the items that have any (read without text)."""
@@ -754,12 +813,20 @@ class SearchEngineImpl:
         return texts
 
     def _matched_view(
-        self, chunk: KnowledgeChunk, score: float, item: ItemSummary, explained: ScoreExplanation
+        self,
+        chunk: KnowledgeChunk,
+        score: float,
+        item: ItemSummary,
+        explained: ScoreExplanation,
+        evidence: PassageEvidence | None,
     ) -> MatchedChunk:
-        """A matched chunk with its evidence reference and its explanation."""
+        """A matched chunk with its passage, its evidence reference and its explanation."""
         view = MatchedChunk.from_chunk(chunk, score)
         path = _path(item)
         view.evidence_ref = evidence_ref(chunk.id, path, chunk.metadata, chunk.content)
+        found = evidence is not None and evidence.coverage > 0
+        unit = (evidence.start, evidence.end) if found and evidence else None
+        view.passage = locate(chunk, unit, path, title=item.title)
         explained.path = path
         explained.lines = lines_label(chunk.metadata)
         page = chunk.metadata.get("page")
