@@ -153,12 +153,16 @@ def check_answers(docset: DocSet, docs: Path) -> list[str]:
         for answer in question.answers:
             if answer.file not in lengths:
                 path = docs / answer.file
-                lengths[answer.file] = (
-                    len(path.read_text(encoding="utf-8").splitlines()) if path.is_file() else -1
-                )
+                lengths[answer.file] = _line_count(path) if path.is_file() else -1
             length = lengths[answer.file]
             if length < 0:
                 problems.append(f"{question.id}: {answer.file} not found")
             elif not 1 <= answer.start <= answer.end <= length:
                 problems.append(f"{question.id}: {answer.label()} outside 1-{length}")
     return problems
+
+
+def _line_count(path: Path) -> int:
+    """Lines as ``sed`` numbers them: a last line without its newline still counts."""
+    text = path.read_text(encoding="utf-8")
+    return text.count("\n") + int(bool(text) and not text.endswith("\n"))
