@@ -196,3 +196,34 @@ def test_an_indented_literal_block_belongs_to_the_paragraph_before_it() -> None:
     text = "Intro.\n\nSet the cache like this::\n\n    CACHES = {}\n\n    more = 1\n\nAfter."
     start, end = passage_span(text, span_of(text, "Set the cache"))
     assert text[start:end] == "Set the cache like this::\n\n    CACHES = {}\n\n    more = 1"
+
+
+def test_a_rest_title_or_label_takes_the_block_under_it() -> None:
+    text = ".. _unique:\n\n``unique_together``\n-------------------\n\nSets of field names that"
+    text += " must be unique together."
+    start, end = passage_span(text, span_of(text, "unique_together"))
+    assert text[start:end] == "``unique_together``\n-------------------\n\nSets of field names " + (
+        "that must be unique together."
+    )
+    start, end = passage_span(text, span_of(text, ".. _unique:"))
+    assert text[start:end].startswith(".. _unique:\n\n``unique")
+
+
+def test_a_label_whose_section_went_to_the_next_chunk_shows_that_section(tmp_path) -> None:
+    # reST chunks per section: the label of the next section ends the previous chunk.
+    intro = "Text about templates and their layout in an application. " * 4
+    body = "Call csrf_exempt on the view that receives the callbacks. " * 3
+    doc = f"Layout\n======\n\n{intro}\n\n.. _webhook-exemption:\n\nTurning off\n"
+    doc += f"===========\n\n{body}\n"
+    (tmp_path / "guide.rst").write_text(doc)
+    with KnowledgeAgentCore(None) as core:
+        core.collect_knowledge(tmp_path / "guide.rst")
+        item = core.list_items()[0]
+        chunks = core.storage.get_chunks_for_item(item.id)
+        label = next(c for c in chunks if c.content.endswith(".. _webhook-exemption:"))
+        first = core.search("webhook exemption", limit=1)[0].matched_chunks[0]
+    assert first.chunk_id == label.id, "only the label's chunk has the words"
+    assert first.passage is not None
+    assert first.passage.text.startswith("Turning off\n===")
+    assert body.strip() in first.passage.text
+    assert first.passage.evidence_ref.startswith(f"kb:{chunks[label.chunk_index + 1].id}:")

@@ -22,11 +22,13 @@ from knowledge_agent.models.evidence import evidence_ref
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.search_result import Passage
 
-__all__ = ["blocks", "locate", "passage_span"]
+__all__ = ["blocks", "heading_only", "locate", "passage_span"]
 
 _FENCE = re.compile(r"[ ]{0,3}(`{3,}|~{3,})")
 _HEADING = re.compile(r"[ ]{0,3}#{1,6}(?:[ \t]|$)")
 _HEADING_PATH = " > "
+_ADORNMENT = re.compile(r"([!-/:-@\[-`{-~])\1{2,}")
+_RST_LABEL = re.compile(r"\.\. _[^:]+:\s*$")
 
 
 def blocks(text: str) -> list[tuple[int, int, str]]:
@@ -66,7 +68,29 @@ def blocks(text: str) -> list[tuple[int, int, str]]:
         found.append((fence_start, len(text.rstrip()), "code"))
     elif start is not None:
         found.append((start, end, "text"))
-    return found
+    return [_rst_title(text, block) for block in found]
+
+
+def _rst_title(text: str, block: tuple[int, int, str]) -> tuple[int, int, str]:
+    """A text block that is a reST section title (a line under, or between, adornment
+    lines) or only labels (``.. _name:``) is a heading: it introduces what follows."""
+    start, end, kind = block
+    if kind != "text":
+        return block
+    lines = text[start:end].split("\n")
+    if all(_RST_LABEL.match(line) for line in lines):
+        return start, end, "heading"
+    if 2 <= len(lines) <= 3 and _ADORNMENT.fullmatch(lines[-1].rstrip()):
+        title = lines[-2].strip()
+        if title and len(lines[-1].rstrip()) >= len(title):
+            return start, end, "heading"
+    return block
+
+
+def heading_only(text: str) -> bool:
+    """Whether ``text`` holds headings (or reST labels) and nothing they introduce."""
+    found = blocks(text)
+    return bool(found) and all(kind == "heading" for _, _, kind in found)
 
 
 def passage_span(text: str, unit: tuple[int, int] | None) -> tuple[int, int]:
@@ -83,11 +107,17 @@ def passage_span(text: str, unit: tuple[int, int] | None) -> tuple[int, int]:
     if index is None:
         return whole
     start, end, kind = found[index]
-    following = found[index + 1] if index + 1 < len(found) else None
-    introduces = kind == "heading" or (kind == "text" and text[start:end].rstrip().endswith(":"))
-    if following is not None and following[2] != "heading" and introduces:
-        end = following[1]
-        index += 1
+    if kind == "heading":  # a heading (or a label and a title) introduces the next block
+        last = next((i for i in range(index, len(found)) if found[i][2] != "heading"), None)
+        if last is not None:
+            end, index = found[last][1], last
+    elif (
+        kind == "text"
+        and text[start:end].rstrip().endswith(":")
+        and index + 1 < len(found)
+        and found[index + 1][2] != "heading"
+    ):
+        end, index = found[index + 1][1], index + 1
     # Indented blocks after it belong to it: a reST literal block or directive body, a list
     # item's continuation, an indented code block.
     for next_start, next_end, next_kind in found[index + 1 :]:

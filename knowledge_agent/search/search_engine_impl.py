@@ -48,7 +48,7 @@ from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.fusion import fuse
 from knowledge_agent.search.hits import ChunkHit, ItemHit
-from knowledge_agent.search.locate import locate
+from knowledge_agent.search.locate import heading_only, locate
 from knowledge_agent.search.passages import PassageEvidence, confidence, passage_evidence
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
@@ -826,7 +826,14 @@ class SearchEngineImpl:
         view.evidence_ref = evidence_ref(chunk.id, path, chunk.metadata, chunk.content)
         found = evidence is not None and evidence.coverage > 0
         unit = (evidence.start, evidence.end) if found and evidence else None
-        view.passage = locate(chunk, unit, path, title=item.title)
+        passage = locate(chunk, unit, path, title=item.title)
+        if passage.end_position >= chunk.end_position and heading_only(passage.text):
+            # A heading whose body went to the next chunk: the body is the passage.
+            after = self.storage.get_adjacent_chunks(item.id, chunk.chunk_index, 1)
+            body = [c for c in after if c.chunk_index == chunk.chunk_index + 1]
+            if body:
+                passage = locate(body[0], (0, 1), path, title=item.title)
+        view.passage = passage
         explained.path = path
         explained.lines = lines_label(chunk.metadata)
         page = chunk.metadata.get("page")
