@@ -22,7 +22,14 @@ from dataclasses import dataclass
 
 from knowledge_agent.analysis import CJK_CHARACTERS, TextAnalyzer
 
-__all__ = ["PAIR_WINDOW", "PassageEvidence", "confidence", "passage_evidence", "units"]
+__all__ = [
+    "PAIR_WINDOW",
+    "PassageEvidence",
+    "confidence",
+    "passage_evidence",
+    "units",
+    "unseen_share",
+]
 
 PAIR_WINDOW = 2
 # A unit ends at a line break, or after a sentence end followed by a space.
@@ -47,20 +54,34 @@ class PassageEvidence:
         return coverage_weight * self.coverage + proximity_weight * self.proximity
 
 
-def confidence(keyword_share: float | None, evidence: PassageEvidence | None) -> float:
+def confidence(
+    keyword_share: float | None, evidence: PassageEvidence | None, unseen_share: float = 0.0
+) -> float:
     """How surely a result answers its query, in [0, 1], comparable across queries.
 
     ``keyword_share`` is the BM25 of the chunk (or item) over the best BM25 the query could
     reach, None when the keyword engine did not run; ``evidence`` is its best unit's, None
-    when there is none (an item-level result).
+    when there is none (an item-level result). ``unseen_share`` is the idf-weighted share
+    of the query's terms the whole base has never seen: a question about something the base
+    does not know is not answered by a passage that shares its other words, so the
+    confidence shrinks by it (measured on real documentation, benchmarks/realdocs.py).
     """
+    known = 1.0 - min(max(unseen_share, 0.0), 1.0)
     keyword = None if keyword_share is None else min(max(keyword_share, 0.0), 1.0)
     if evidence is None:
-        return keyword or 0.0
+        return (keyword or 0.0) * known
     passage = (evidence.coverage + evidence.proximity) / 2
     if keyword is None:
-        return passage
-    return _KEYWORD_SHARE * keyword + (1 - _KEYWORD_SHARE) * passage
+        return passage * known
+    return (_KEYWORD_SHARE * keyword + (1 - _KEYWORD_SHARE) * passage) * known
+
+
+def unseen_share(terms: Sequence[str], idf: Mapping[str, float], unseen: set[str]) -> float:
+    """The idf-weighted share of ``terms`` that are ``unseen`` (each occurrence counted)."""
+    total = sum(max(idf.get(term, 0.0), 0.0) for term in terms)
+    if total <= 0 or not unseen:
+        return 0.0
+    return sum(max(idf.get(term, 0.0), 0.0) for term in terms if term in unseen) / total
 
 
 def units(text: str) -> list[tuple[int, int]]:

@@ -49,7 +49,12 @@ from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.fusion import fuse
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.locate import heading_only, locate
-from knowledge_agent.search.passages import PassageEvidence, confidence, passage_evidence
+from knowledge_agent.search.passages import (
+    PassageEvidence,
+    confidence,
+    passage_evidence,
+    unseen_share,
+)
 from knowledge_agent.search.search_index_manager import SearchIndexManager
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import SQLiteStorageManager
@@ -532,6 +537,7 @@ class SearchEngineImpl:
         )
         idf = self.keyword_index.idf(terms)
         best_possible = self.keyword_index.best_possible_score(terms, idf)
+        unknown = unseen_share(terms, idf, self.keyword_index.unseen(terms))
         known_item = mode == "hybrid" and self._known_item(keyword(), best_possible)
         rankings = self._rankings(
             keyword, semantic, locate, "keyword" if known_item else mode, dense
@@ -544,7 +550,9 @@ class SearchEngineImpl:
         # is which of a document's chunks answer.
         first_keyword = rankings.keyword
         as_asked: dict[str, float] = {}
-        widened = self._widened(terms, rankings, fused, evidence, idf, best_possible, loaded)
+        widened = self._widened(
+            terms, rankings, fused, evidence, idf, best_possible, unknown, loaded
+        )
         if widened is not None:
             as_asked = fused
             rankings = self._rankings(
@@ -617,7 +625,14 @@ class SearchEngineImpl:
                     continue
                 best_score, best = matched[0]
                 sure = self._confidence(
-                    first_keyword, best.id, best.content, terms, idf, best_possible, evidence
+                    first_keyword,
+                    best.id,
+                    best.content,
+                    terms,
+                    idf,
+                    best_possible,
+                    evidence,
+                    unknown,
                 )
                 if min_confidence is not None and sure < min_confidence:
                     continue
@@ -659,6 +674,7 @@ class SearchEngineImpl:
                                     idf,
                                     best_possible,
                                     evidence,
+                                    unknown,
                                 ),
                             ),
                         ),
@@ -857,10 +873,11 @@ class SearchEngineImpl:
         idf: dict[str, float],
         best_possible: float,
         evidence: dict[str, PassageEvidence],
+        unknown: float,
     ) -> float:
         share = keyword.get(chunk_id, 0.0) / best_possible if keyword and best_possible else None
         found = evidence.get(chunk_id) or passage_evidence(terms, content, idf, self.analyzer)
-        return confidence(share, found)
+        return confidence(share, found, unknown)
 
     def _widened(
         self,
@@ -870,6 +887,7 @@ class SearchEngineImpl:
         evidence: dict[str, PassageEvidence],
         idf: dict[str, float],
         best_possible: float,
+        unknown: float,
         loaded: dict[str, KnowledgeChunk],
     ) -> dict[str, float] | None:
         """The query widened by its first hits' words (RM3), when it is on, the keyword
@@ -886,7 +904,7 @@ class SearchEngineImpl:
         if top is None:
             return None
         sure = self._confidence(
-            rankings.keyword, top.id, top.content, terms, idf, best_possible, evidence
+            rankings.keyword, top.id, top.content, terms, idf, best_possible, evidence, unknown
         )
         if sure >= config.expansion_gate:
             return None
@@ -1033,9 +1051,9 @@ class SearchEngineImpl:
         ranked = sorted(fused.items(), key=lambda entry: -entry[1])
         if min_score is not None:
             ranked = [(item_id, score) for item_id, score in ranked if score >= min_score]
-        best_possible = self.keyword_index.best_possible_score(
-            terms, self.keyword_index.idf(terms, items=True)
-        )
+        item_idf = self.keyword_index.idf(terms, items=True)
+        best_possible = self.keyword_index.best_possible_score(terms, item_idf)
+        unknown = unseen_share(terms, item_idf, self.keyword_index.unseen(terms, items=True))
         results: list[SearchResult] = []
         for start in range(0, len(ranked), limit):
             page = ranked[start : start + limit]
@@ -1049,6 +1067,7 @@ class SearchEngineImpl:
                     if rankings.keyword and best_possible > 0
                     else None,
                     None,
+                    unknown,
                 )
                 if min_confidence is not None and sure < min_confidence:
                     continue

@@ -682,6 +682,27 @@ class SearchIndexManager:
                         raise self._failure(idx, exc, "cannot read") from exc
             return found
 
+    def unseen(self, terms: Iterable[str], *, items: bool = False) -> set[str]:
+        """The terms no chunk (or item) holds in any of its text fields: words the base has
+        never seen, which say a query is about something else."""
+        with self._lock:
+            idx = self._items if items else self._chunks
+            searcher = self._searcher(idx)
+            found: set[str] = set()
+            for term in set(terms):
+                try:
+                    seen = any(
+                        searcher.doc_frequency(name, searcher.schema[name].to_bytes(term))
+                        for name in idx.text_fields
+                    )
+                except ValueError:  # a lone surrogate: no text has it
+                    seen = False
+                except Exception as exc:
+                    raise self._failure(idx, exc, "cannot read") from exc
+                if not seen:
+                    found.add(term)
+            return found
+
     def best_possible_score(self, terms: Sequence[str], idf: Mapping[str, float]) -> float:
         """The BM25 a text would score if it held every term as often as counts can help:
         the yardstick that makes a score comparable across queries."""
