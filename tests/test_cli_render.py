@@ -351,10 +351,10 @@ PAGE = "https://docs.example.org/guide"
 BOLD_YELLOW = "\x1b[1;33m"
 
 
-def shown(results: list[SearchResult], query: str = "restart", **options: object) -> list[str]:
+def shown(results: list[SearchResult], query: str = "restart", *, full: bool = False) -> list[str]:
     """The search output's lines off a terminal, as `search` prints them to a pipe."""
     stream = io.StringIO()
-    render.print_results(render.make_console(stream), results, query=query, **options)  # type: ignore[arg-type]
+    render.print_results(render.make_console(stream), results, query=query, full=full)
     return stream.getvalue().split("\n")[:-1]
 
 

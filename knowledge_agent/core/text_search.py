@@ -125,7 +125,11 @@ def _line_link(chunks: Sequence[KnowledgeChunk], line_number: int) -> str:
     before = [
         (pair[0], pair[1])
         for pair in covering.metadata.get("anchors") or ()
-        if isinstance(pair, (list, tuple)) and len(pair) == 2 and pair[1] and pair[0] <= offset
+        if isinstance(pair, (list, tuple))
+        and len(pair) == 2
+        and isinstance(pair[0], int)
+        and pair[1]
+        and pair[0] <= offset
     ]
     if before:
         return f"{url.split('#', 1)[0]}#{max(before)[1]}"

@@ -23,7 +23,6 @@ from knowledge_agent.models.search_result import MatchedChunk, Passage, SearchRe
 
 __all__ = [
     "chunk_heading",
-    "chunk_link",
     "chunk_location",
     "chunk_view",
     "item_path",
@@ -96,12 +95,6 @@ def chunk_heading(chunk: MatchedChunk) -> str:
     return _heading(chunk.heading, chunk.passage)
 
 
-def chunk_link(chunk: MatchedChunk) -> str:
-    """What a browser opens for a crawled page's chunk: its passage's link, else the
-    chunk's ``url`` (the page with the anchor of the section before it); "" for files."""
-    return _link(chunk.metadata, chunk.passage)
-
-
 def _heading(heading: str, passage: Passage | None) -> str:
     if passage is not None and passage.heading_path:
         return " > ".join(passage.heading_path)
@@ -109,6 +102,8 @@ def _heading(heading: str, passage: Passage | None) -> str:
 
 
 def _link(metadata: Mapping[str, Any], passage: Passage | None) -> str:
+    """What a browser opens: the passage's link, else a crawled chunk's ``url``; "" for
+    files."""
     if passage is not None and passage.link:
         return passage.link
     url = metadata.get("url")
