@@ -69,6 +69,7 @@ __all__ = [
     "detect_language",
     "highlight",
     "highlight_terms",
+    "matched_spans",
     "porter_stem",
 ]
 
@@ -756,22 +757,7 @@ def highlight(
     text = _coerce(text)
     if not text:
         return ""
-    wanted = (
-        query_terms
-        if isinstance(query_terms, frozenset)
-        else highlight_terms(query_terms, analyzer)
-    )
-    regions: list[tuple[int, int, set[str]]] = []  # merged matched spans
-    for term, start, end in analyzer._spans(text):
-        if term not in wanted:
-            continue
-        if regions and start <= regions[-1][1]:
-            last = regions[-1]
-            last[2].add(term)
-            regions[-1] = (last[0], max(last[1], end), last[2])
-        else:
-            regions.append((start, end, {term}))
-
+    regions = _regions(text, query_terms, analyzer)
     n = len(text)
     if not regions:
         start, end = 0, min(n, max_chars)
@@ -796,6 +782,36 @@ def highlight(
     if end < n:
         pieces.append("…")
     return "".join(pieces)
+
+
+def matched_spans(
+    text: str, query_terms: Iterable[str], analyzer: TextAnalyzer
+) -> list[tuple[int, int]]:
+    """The ``(start, end)`` offsets in ``text`` of what :func:`highlight` marks for
+    ``query_terms`` (the same terms, the same merging), in order."""
+    return [(start, end) for start, end, _ in _regions(_coerce(text), query_terms, analyzer)]
+
+
+def _regions(
+    text: str, query_terms: Iterable[str], analyzer: TextAnalyzer
+) -> list[tuple[int, int, set[str]]]:
+    """The matched spans of ``text``, overlapping or touching ones merged, with their terms."""
+    wanted = (
+        query_terms
+        if isinstance(query_terms, frozenset)
+        else highlight_terms(query_terms, analyzer)
+    )
+    regions: list[tuple[int, int, set[str]]] = []
+    for term, start, end in analyzer._spans(text):
+        if term not in wanted:
+            continue
+        if regions and start <= regions[-1][1]:
+            last = regions[-1]
+            last[2].add(term)
+            regions[-1] = (last[0], max(last[1], end), last[2])
+        else:
+            regions.append((start, end, {term}))
+    return regions
 
 
 def _densest(regions: list[tuple[int, int, set[str]]], max_chars: int) -> tuple[int, int]:

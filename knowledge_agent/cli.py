@@ -68,7 +68,7 @@ from knowledge_agent.cli_checks import check_filters, check_values
 from knowledge_agent.cli_crawl import crawl_options, crawl_options_from, given, is_url
 from knowledge_agent.cli_formats import FORMATS, write_results
 from knowledge_agent.core.status import ChunkContext
-from knowledge_agent.core.text_search import compile_pattern
+from knowledge_agent.core.text_search import compile_pattern, linked
 from knowledge_agent.errors import (
     CollectInterrupted,
     ConfigError,
@@ -1016,9 +1016,13 @@ includes that whole day.
 "item_id", "title", "path", "kb", "source_type", "doc_type", "language",
 "content_chars", then "score", "confidence", "search_mode", "matched_fields",
 "matched_chunks" (best first) and "context_chunks". A chunk has "chunk_id",
-"location" (path:12-30, path p.3 or url#section), "heading", "start_line", "end_line",
-"page" for PDFs, "content"; a matched one its "evidence_ref" and "score" too, and its
-"explanation" with --explain. The document's whole text ("content") only with --full."""
+"location" (path:12-30, path p.3, or a web page's link: url#section, the bare url before
+its first section), "heading", "heading_path", "link" (web pages), "start_line",
+"end_line", "page" for PDFs, "content"; a matched one its "evidence_ref", "score" and
+"passage" (the part that answers: "text", positions, lines or page, "heading_path",
+"link", "evidence_ref"; the location fields then describe it), and its "explanation"
+with --explain. An evidence ref's #L12-L30 is a line range of the stored text; the link
+is what a browser opens. The document's whole text ("content") only with --full."""
 )
 @click.argument("query")
 @kb_option("Search only this knowledge base (repeatable; default: all).", multiple=True)
@@ -1082,7 +1086,11 @@ includes that whole day.
     help="Show the score breakdown and matched terms (with --json: each matched chunk's "
     "explanation).",
 )
-@click.option("--full", is_flag=True, help="With --json: each result's whole document text too.")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="With --json: each result's whole document text too; as text: passages uncut.",
+)
 @click.option(
     "--format",
     "fmt",
@@ -1126,8 +1134,10 @@ def search(
 ) -> None:
     """Find the passages that answer QUERY: best documents first, each with its best chunk.
 
-    Shows the document, the line range (or PDF page) and heading of the matching chunk,
-    the snippet with the matched terms marked, and the neighbouring chunks as context.
+    Shows the document, where its best passage is (line range, PDF page or page link) and
+    the section it sits in, the passage's lines with the matched terms marked (a matching
+    code block whole, up to 30 lines), the other matched passages a line each, and the
+    neighbouring chunks as context.
     """
     updated_after = _parse_date(since, "--since", end_of_day=False)
     updated_before = _parse_date(until, "--until", end_of_day=True)
@@ -1158,11 +1168,19 @@ def search(
             mode=mode,
             rerank=rerank,
         )
-        texts = _texts(core, results) if full else None
+        texts = _texts(core, results) if full and fmt != "text" else None
     if fmt != "text":
         write_results(fmt, query, mode, results, texts=texts, explain=explain)
     else:
-        render.print_results(render.make_console(), results, explain=explain, base=os.getcwd())
+        render.print_results(
+            render.make_console(),
+            results,
+            explain=explain,
+            base=os.getcwd(),
+            query=query,
+            analyzer=core.analyzer,
+            full=full,
+        )
 
 
 def _texts(core: KnowledgeAgentCore, results: list[SearchResult]) -> dict[str, str]:
@@ -1178,8 +1196,12 @@ Examples:
   knowledge-agent grep "def \\w+_backoff" --regex --source retry
 
 \b
+A line of a crawled web page is shown at its link (the page with the anchor of
+the section it is in), not at a line number of the page's stored text.
+
+\b
 --json prints {"pattern", "regex", "case_sensitive", "matches": [{"item_id", "kb",
-"title", "source_uri", "line_number", "line"}]}."""
+"title", "source_uri", "line_number", "line", "link"}]}; "link" is "" for files."""
 )
 @click.argument("pattern")
 @click.option("--regex", is_flag=True, help="PATTERN is a Python regular expression.")
@@ -1207,7 +1229,8 @@ def grep(
     max_matches: int,
     as_json: bool,
 ) -> None:
-    """Print every stored line containing PATTERN, as path:line: text (exact, unlike search)."""
+    """Print every stored line containing PATTERN, as path:line: text (exact, unlike search);
+    a web page's line as link: text."""
     expression = compile_pattern(pattern, regex=regex, case_sensitive=case_sensitive)
     with app.open_core() as core:
         _check_kbs(core, kb)
@@ -1219,6 +1242,7 @@ def grep(
             source_keyword=source,
             max_matches=max_matches,
         )
+        matches = linked(matches, core.storage.get_chunks_for_item)
     if as_json:
         render.print_json(
             {
@@ -1777,7 +1801,13 @@ def demo() -> None:
             for query in DEMO_QUERIES:
                 console.print()
                 console.print(f"── Query: {query}", style="bold")
-                render.print_results(console, core.search(query, limit=2), base=folder)
+                render.print_results(
+                    console,
+                    core.search(query, limit=2),
+                    base=folder,
+                    query=query,
+                    analyzer=core.analyzer,
+                )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from knowledge_agent.cli_render import print_json, print_json_line
-from knowledge_agent.models.result_view import item_path, location, result_view
+from knowledge_agent.models.result_view import (
+    chunk_heading,
+    chunk_location,
+    item_path,
+    result_view,
+)
 
 if TYPE_CHECKING:
     from knowledge_agent.models import SearchResult
@@ -80,7 +85,7 @@ def write_results(
 def _where(result: SearchResult) -> str:
     """The best passage's location (``path:12-30``, ``path p.3``, ``url#section``)."""
     path = item_path(result.item)
-    return location(path, result.matched_chunks[0].metadata) if result.matched_chunks else path
+    return chunk_location(result.matched_chunks[0], path) if result.matched_chunks else path
 
 
 def _row(rank: int, result: SearchResult) -> list[Any]:
@@ -93,7 +98,7 @@ def _row(rank: int, result: SearchResult) -> list[Any]:
         result.item.title,
         result.item.kb,
         _where(result),
-        best.heading if best else "",
+        chunk_heading(best) if best else "",
         best.evidence_ref if best else "",
     ]
 

@@ -12,11 +12,13 @@ import codecs
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -44,10 +46,11 @@ from knowledge_agent.models import (
     ScoreExplanation,
     SearchResult,
 )
-from knowledge_agent.models.result_view import location
+from knowledge_agent.models.result_view import chunk_heading, chunk_location, location
 from knowledge_agent.storage.doc_sources import DocSource
 
 if TYPE_CHECKING:
+    from knowledge_agent.analysis import TextAnalyzer
     from knowledge_agent.core.citations import CitationCheck
     from knowledge_agent.patterns import TextPattern
 from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot, path_to_db
@@ -78,11 +81,17 @@ __all__ = [
 MATCH_STYLE = "bold yellow"
 DIM = "dim"
 SNIPPET_LINES = 8  # lines of a matched snippet shown per result
+PASSAGE_LINES = 8  # lines of a passage of prose shown per result
+CODE_LINES = 30  # lines of a passage holding a fenced code block
+LINE_CHARS = 400  # characters of one passage line, around its matches
+OTHER_CHARS = 100  # characters of another matched passage's text, off a terminal
+MIN_OTHER_CHARS = 20  # less room than this on a terminal line: the location alone
 CONTEXT_LINES = 2  # lines of each context chunk shown per result
 INLINE_PATHS = 3  # a group of skipped files this small is named, not described by extensions
 LISTED_EXTENSIONS = 4  # extensions shown per group of skipped files
 PLAIN_PROGRESS_INTERVAL = 5.0  # seconds between progress lines off a terminal
 _UNWRAPPED_WIDTH = 10_000  # "no wrapping" for output that is not a terminal
+_FENCE = re.compile(r"[ \t]*(```|~~~)")
 
 
 def make_console(stream: TextIO | None = None, *, stderr: bool = False) -> Console:
@@ -185,19 +194,65 @@ def print_results(
     *,
     explain: bool = False,
     base: str | None = None,
+    query: str = "",
+    analyzer: TextAnalyzer | None = None,
+    full: bool = False,
 ) -> None:
-    """Search results: rank, title, location and heading, the marked snippet, the context."""
+    """Search results: rank, title, where the best passage is (location and heading path),
+    its lines with the terms of ``query`` marked (as ``analyzer`` reads them), the other
+    matched passages a line each, the context.
+
+    A passage of prose shows up to ``PASSAGE_LINES`` lines, one holding a fenced code block
+    up to ``CODE_LINES`` (the lines with the most matches when it is longer, "…" where cut),
+    each line up to ``LINE_CHARS`` characters around its matches; ``full`` shows passages
+    whole. A result without a passage shows its highlight.
+    """
     if not results:
         console.print("No results.")
         return
+    # Imported here: the command starts without the search engines' modules.
+    from knowledge_agent.analysis import TextAnalyzer, highlight, highlight_terms, matched_spans
+
+    reader = analyzer or TextAnalyzer()
+    terms = highlight_terms([query], reader) if query else frozenset()
+    marks = _Marks(
+        spans=lambda text: matched_spans(text, terms, reader) if terms else [],
+        cut=lambda text, size: highlight(text, terms, reader, marker=("", ""), max_chars=size),
+    )
     for rank, result in enumerate(results, start=1):
         if rank > 1:
             console.print()
-        _print_result(console, rank, result, explain=explain, base=base)
+        _print_result(console, rank, result, explain=explain, base=base, marks=marks, full=full)
+
+
+@dataclass(frozen=True)
+class _Marks:
+    """Marks the query's terms in a result's text, the way the engines analyse them:
+    ``spans(text)`` where they are, ``cut(text, size)`` the text cut around the densest of
+    them ("…" where cut)."""
+
+    spans: Callable[[str], list[tuple[int, int]]]
+    cut: Callable[[str, int], str]
+
+    def text(self, line: str, max_chars: int | None = None) -> Text:
+        """``line`` with the terms marked, cut to ``max_chars`` around them."""
+        if max_chars is not None and len(line) > max_chars:
+            line = self.cut(line, max_chars)
+        text = Text(line)
+        for start, end in self.spans(line):
+            text.stylize(MATCH_STYLE, start, end)
+        return text
 
 
 def _print_result(
-    console: Console, rank: int, result: SearchResult, *, explain: bool, base: str | None
+    console: Console,
+    rank: int,
+    result: SearchResult,
+    *,
+    explain: bool,
+    base: str | None,
+    marks: _Marks,
+    full: bool,
 ) -> None:
     item = result.item
     path = display_path(item.source_uri, base)
@@ -209,20 +264,70 @@ def _print_result(
     console.print(title)
     best = result.matched_chunks[0] if result.matched_chunks else None
     where = Text("   ")
-    where.append(location(path, best.metadata) if best else path, style="green")
-    if best is not None and best.heading:
-        where.append("  § " + best.heading, style="magenta")
+    where.append(chunk_location(best, path) if best else path, style="green")
+    heading = chunk_heading(best) if best else ""
+    if heading:
+        where.append("  § " + heading, style="magenta")
     console.print(where)
-    if result.highlights:
+    if best is not None and best.passage is not None and best.passage.text.strip():
+        console.print(_indented(_passage_text(best.passage.text, marks, full=full), "   "))
+    elif result.highlights:
         snippet = "\n".join(_lines(result.highlights[0], SNIPPET_LINES))
         console.print(_indented(marked_text(snippet), "   "))
-    others = [location("", chunk.metadata).lstrip(":") for chunk in result.matched_chunks[1:]]
-    if others:
-        console.print(Text("   also matches " + ", ".join(others), style=DIM))
+    for chunk in result.matched_chunks[1:]:
+        console.print(_other_passage(console, chunk, path, marks, full=full))
     for chunk in result.context_chunks:
         console.print(_context_text(chunk))
     if explain:
         console.print(_explanation(result))
+
+
+def _passage_text(text: str, marks: _Marks, *, full: bool = False) -> Text:
+    """A passage's lines as stored, the terms marked: up to ``CODE_LINES`` when it holds a
+    fenced code block, else ``PASSAGE_LINES`` — where longer, its first lines, or when
+    they match nothing the run with the most matching lines, "…" where cut — and each
+    line up to ``LINE_CHARS`` around its matches; ``full``: all of it."""
+    lines = [line.rstrip() for line in text.split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    first = next((index for index, line in enumerate(lines) if line.strip()), len(lines))
+    lines = lines[first:]
+    limit = CODE_LINES if any(_FENCE.match(line) for line in lines) else PASSAGE_LINES
+    start, end = 0, len(lines)
+    if not full and len(lines) > limit:
+        matched = [1 if marks.spans(line) else 0 for line in lines]
+        window = best = sum(matched[:limit])
+        for index in range(limit, len(lines) if not best else limit):
+            window += matched[index] - matched[index - limit]
+            if window > best:
+                best, start = window, index - limit + 1
+        end = start + limit
+    out = Text("…\n" if start else "")
+    for number, line in enumerate(lines[start:end]):
+        if number:
+            out.append("\n")
+        out.append_text(marks.text(line, None if full else LINE_CHARS))
+    if end < len(lines):
+        out.append("\n…")
+    return out
+
+
+def _other_passage(
+    console: Console, chunk: MatchedChunk, path: str, marks: _Marks, *, full: bool
+) -> Text:
+    """Another matched passage of the document on one line: where it is, its section and
+    as much of its text (around the matches) as fits the terminal's width."""
+    text = Text("   also ", style=DIM)
+    text.append(chunk_location(chunk, path), style="green")
+    heading = chunk_heading(chunk)
+    if heading:
+        text.append("  § " + heading, style="magenta")
+    words = " ".join((chunk.passage.text if chunk.passage else chunk.content).split())
+    room = console.width - text.cell_len - 2 if console.is_terminal else OTHER_CHARS
+    if words and (full or room >= MIN_OTHER_CHARS):
+        text.append("  ")
+        text.append_text(marks.text(words, None if full else room))
+    return text
 
 
 def _context_text(chunk: MatchedChunk | KnowledgeChunk) -> Text:
@@ -303,10 +408,14 @@ def print_matches(
     *,
     base: str | None = None,
 ) -> None:
-    """``path:line: text`` per matching line, the matches marked."""
+    """``path:line: text`` per matching line, the matches marked; a line of a crawled page
+    at its link instead (``https://…/page#section: text``)."""
     for match in matches:
-        label = display_path(match.source_uri, base) or match.title or match.item_id
-        text = Text.assemble((label, "green"), ":", (str(match.line_number), "cyan"), ": ")
+        if match.link:
+            text = Text.assemble((match.link, "green"), ": ")
+        else:
+            label = display_path(match.source_uri, base) or match.title or match.item_id
+            text = Text.assemble((label, "green"), ":", (str(match.line_number), "cyan"), ": ")
         line = Text(match.line)
         for found in expression.finditer(match.line):
             if found.end() > found.start():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import pickle
 import sys
 
@@ -21,6 +22,7 @@ from knowledge_agent.analysis import (
     WhooshTextAnalyzer,
     detect_language,
     highlight,
+    matched_spans,
 )
 from knowledge_agent.errors import ConfigError
 
@@ -514,6 +516,25 @@ def test_highlight_custom_marker(analyzer: TextAnalyzer) -> None:
     assert highlight("a getUserName call", {"user"}, analyzer, marker=("<b>", "</b>")) == (
         "a get<b>User</b>Name call"
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.text(st.sampled_from(list("ab cd重置密码 getUserName.")), max_size=80).map(
+        lambda inner: f"({inner})"  # highlight trims what it cuts at the ends
+    ),
+    query=st.sampled_from(["ab", "cd ab", "重置", "user", "name ab"]),
+)
+def test_matched_spans_are_what_highlight_marks(text: str, query: str) -> None:
+    analyzer = TextAnalyzer()
+    spans = matched_spans(text, [query], analyzer)
+    marked, cursor = [], 0
+    for start, end in spans:
+        marked += [text[cursor:start], "<", text[start:end], ">"]
+        cursor = end
+    whole = highlight(text, [query], analyzer, marker=("<", ">"), max_chars=len(text) + 1)
+    assert whole == "".join([*marked, text[cursor:]])
+    assert all(a < b <= c for (a, b), (c, _) in itertools.pairwise(spans))
 
 
 # --------------------------------------------------------------------------- robustness

@@ -14,11 +14,13 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 from files import write
+from web_site import SECTIONED_PAGE, SiteServer
 
-from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent import KnowledgeAgentCore, KnowledgeChunk
 from knowledge_agent import cli_render as render
 from knowledge_agent.cli import _watch_printer, cli, watch
 from knowledge_agent.core.folder_lock import FolderLock
+from knowledge_agent.core.text_search import TextMatch, linked
 from knowledge_agent.ingest.report import CollectReport, FileIssue
 
 DEPLOY = """# Deploying the service
@@ -548,8 +550,60 @@ def test_grep_prints_path_line_text(corpus: tuple[Path, Path]) -> None:
     found = as_json(invoke(data, "grep", r"def \w+_delay", "--regex", "--json"))
     assert set(found) == {"pattern", "regex", "case_sensitive", "matches"}
     match = found["matches"][0]
-    assert set(match) == {"item_id", "kb", "title", "source_uri", "line_number", "line"}
+    assert set(match) == {"item_id", "kb", "title", "source_uri", "line_number", "line", "link"}
     assert match["line_number"] == line_of(BACKOFF, "def compute_backoff_delay")
+    assert match["link"] == ""  # a file has none: path:line says where
+
+
+def test_grep_on_a_crawled_page_prints_the_link_of_the_line_section(
+    server: SiteServer, data_dir: Path
+) -> None:
+    server.set_page("/guide.html", SECTIONED_PAGE)
+    page = server.url("/guide.html")
+    assert invoke(data_dir, "add", page, "--depth", "0").exit_code == 0
+
+    def grep(word: str) -> str:
+        result = invoke(data_dir, "grep", word)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    assert grep("zebra") == f"{page}#install: Run the zebra installer now.\n"
+    assert grep("walrus") == f"{page}#usage: Then the walrus command.\n"
+    assert grep("yak").startswith(f"{page}#install: …")  # a section without an id
+    assert grep("tapir") == f"{page}: Intro text about the guide, the tapir line.\n"
+    [match] = as_json(invoke(data_dir, "grep", "zebra", "--json"))["matches"]
+    assert match["link"] == f"{page}#install" and match["source_uri"] == page
+    assert match["line"] == "Run the zebra installer now." and match["line_number"] > 1
+
+
+def test_a_line_is_linked_to_the_nearest_anchored_heading_inside_its_chunk() -> None:
+    content = "Intro\n# One\nfirst body\n# Two\nsecond body\n# Three\nthird body"
+    page = "https://d.org/p"
+    whole = KnowledgeChunk(
+        item_id="i",
+        content=content,
+        start_position=0,
+        end_position=len(content),
+        metadata={
+            "start_line": 1,
+            "end_line": 7,
+            "url": page,
+            "anchors": [[content.index("# One"), "one"], [content.index("# Two"), "two"]],
+        },
+    )
+    matches = [
+        TextMatch("i", "kb", "P", page, number, line, "")
+        for number, line in enumerate(content.split("\n"), start=1)
+    ]
+
+    found = linked(matches, lambda item_id: [whole])
+
+    assert [match.link for match in found] == [
+        page, f"{page}#one", f"{page}#one", f"{page}#two", f"{page}#two", f"{page}#two",
+        f"{page}#two",
+    ]  # fmt: skip
+    files = [TextMatch("f", "kb", "F", "/docs/a.md", 1, "x")]
+    assert linked(files, lambda item_id: pytest.fail("a file's chunks are never read")) == files
 
 
 def test_grep_options(corpus: tuple[Path, Path]) -> None:

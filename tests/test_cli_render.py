@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import io
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from made_results import chunk, passage, result
 from rich.console import Console
 
 from knowledge_agent import cli_render as render
@@ -13,6 +17,7 @@ from knowledge_agent.cli import _parse_date, _progress_console, _stderr_console_
 from knowledge_agent.errors import QueryError
 from knowledge_agent.ingest import report as report_module
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
+from knowledge_agent.models import SearchResult
 
 
 def test_location_lines_pages_and_nothing() -> None:
@@ -24,7 +29,7 @@ def test_location_lines_pages_and_nothing() -> None:
     page = {"url": "https://d.org/a#setup", "start_line": 3, "end_line": 9}
     assert render.location("https://d.org/a", page) == "https://d.org/a#setup"
     top = {"url": "https://d.org/a", "start_line": 1, "end_line": 2}  # before any heading
-    assert render.location("https://d.org/a", top) == "https://d.org/a:1-2"
+    assert render.location("https://d.org/a", top) == "https://d.org/a"  # never url:1-2
 
 
 def test_display_path_is_relative_below_the_base_only() -> None:
@@ -317,3 +322,248 @@ def test_dates() -> None:
     assert offset is not None and offset.utcoffset() == timedelta(hours=2)
     with pytest.raises(QueryError, match="--since: not a date: '05/01/2024'"):
         _parse_date("05/01/2024", "--since", end_of_day=False)
+
+
+# -- search results ------------------------------------------------------------------------
+
+GUIDE = """# Guide
+
+Read this first: the installer needs Python.
+
+## Installing
+
+Run the installer.
+Then restart the service:
+
+```bash
+systemctl daemon-reload
+systemctl restart app
+journalctl -u app
+systemctl status app
+systemctl enable app
+```
+
+## Usage
+
+Call the tool with --help to restart nothing.
+"""
+PAGE = "https://docs.example.org/guide"
+BOLD_YELLOW = "\x1b[1;33m"
+
+
+def shown(results: list[SearchResult], query: str = "restart", *, full: bool = False) -> list[str]:
+    """The search output's lines off a terminal, as `search` prints them to a pipe."""
+    stream = io.StringIO()
+    render.print_results(render.make_console(stream), results, query=query, full=full)
+    return stream.getvalue().split("\n")[:-1]
+
+
+def coloured(results: list[SearchResult], query: str, width: int = 100) -> str:
+    stream = io.StringIO()
+    console = Console(
+        file=stream, force_terminal=True, color_system="standard", width=width, markup=False
+    )
+    render.print_results(console, results, query=query)
+    return stream.getvalue()
+
+
+def guide_lines(first: int, last: int) -> list[str]:
+    return GUIDE.split("\n")[first - 1 : last]
+
+
+def test_the_best_passage_shows_its_lines_located_with_its_section() -> None:
+    found = passage(GUIDE, 7, 8, heading_path=("Guide", "Installing"))
+    lines = shown([result("docs/guide.md", [chunk(GUIDE, 5, 16, found=found)])])
+
+    assert lines[0] == "1. Guide  0.8000 · confidence 0.60"
+    assert lines[1] == "   docs/guide.md:7-8  § Guide > Installing"
+    assert lines[2:] == ["   " + line for line in guide_lines(7, 8)]
+
+
+def test_the_terms_are_marked_in_the_passage_lines() -> None:
+    found = passage(GUIDE, 7, 8, heading_path=("Guide", "Installing"))
+    output = coloured([result("docs/guide.md", [chunk(GUIDE, 5, 16, found=found)])], "restart")
+
+    assert f"Then {BOLD_YELLOW}restart\x1b[0m the service:" in output
+    assert f"{BOLD_YELLOW}installer" not in output  # not asked for
+
+
+def test_without_a_passage_the_highlight_is_shown_as_before() -> None:
+    best = chunk(GUIDE, 5, 8, heading="Guide > Installing")
+    snippet = "Run the installer.\nThen **restart** the service:"
+    lines = shown([result("docs/guide.md", [best], highlights=[snippet])])
+
+    assert lines[1] == "   docs/guide.md:5-8  § Guide > Installing"
+    assert lines[2:] == ["   Run the installer.", "   Then restart the service:"]
+
+
+def test_a_crawled_page_passage_is_shown_at_its_link() -> None:
+    found = passage(GUIDE, 7, 8, heading_path=("Guide", "Installing"), link=PAGE + "#installing")
+    best = chunk(GUIDE, 5, 16, found=found, url=PAGE + "#installing")
+    lines = shown([result(PAGE, [best])])
+
+    assert lines[1] == f"   {PAGE}#installing  § Guide > Installing"
+
+
+def test_text_before_a_page_first_heading_is_at_the_bare_page_url_under_its_title() -> None:
+    found = passage(GUIDE, 3, 3, heading_path=("Guide",))
+    best = chunk(GUIDE, 1, 3, found=found, url=PAGE, anchor="")
+    lines = shown([result(PAGE, [best])], query="installer")
+
+    assert lines[1] == f"   {PAGE}  § Guide"
+    assert lines[2] == "   " + guide_lines(3, 3)[0]
+
+
+def test_a_pdf_passage_is_shown_at_its_page() -> None:
+    found = passage(GUIDE, 7, 8, path="r.pdf", heading_path=("Installing",), page=3)
+    best = chunk(GUIDE, 5, 16, found=found, page=2, page_end=4)
+    lines = shown([result("r.pdf", [best])])
+
+    assert lines[1] == "   r.pdf p.3  § Installing"
+
+
+def test_a_matching_code_block_is_shown_whole() -> None:
+    found = passage(GUIDE, 10, 16, heading_path=("Guide", "Installing"))  # 5 lines + fences
+    lines = shown([result("docs/guide.md", [chunk(GUIDE, 5, 16, found=found)])])
+
+    assert lines[2:] == ["   " + line for line in guide_lines(10, 16)]
+
+
+def long_code_block(count: int) -> str:
+    body = [f"step_{n}()  # restart part {n}" for n in range(count)]
+    return "\n".join(["# Script", "", "```python", *body, "```", ""])
+
+
+def test_a_long_code_block_is_cut_after_thirty_lines_and_full_shows_it_all() -> None:
+    script = long_code_block(200)
+    found = passage(script, 3, 204, heading_path=("Script",))
+    results = [result("run.md", [chunk(script, 1, 204, found=found)])]
+    stored = script.split("\n")
+
+    cut = shown(results)
+    whole = shown(results, full=True)
+
+    assert cut[2:] == ["   " + line for line in stored[2 : 2 + render.CODE_LINES]] + ["   …"]
+    assert whole[2:] == ["   " + line for line in stored[2:204]]
+
+
+def test_a_long_block_shows_the_lines_that_match() -> None:
+    body = [f"value_{n} = {n}" for n in range(100)]
+    body[70] = "restart_service()"
+    script = "\n".join(["```python", *body, "```"])
+    found = passage(script, 1, 102)
+    lines = shown([result("run.md", [chunk(script, 1, 102, found=found)])])
+
+    shown_code = [line.removeprefix("   ") for line in lines[2:]]
+    assert shown_code[0] == shown_code[-1] == "…"
+    assert "restart_service()" in shown_code
+    assert len(shown_code) == render.CODE_LINES + 2
+
+
+def test_a_long_prose_passage_is_cut_to_its_lines_with_the_most_matches() -> None:
+    prose = [f"Sentence {n} of the introduction." for n in range(20)]
+    prose[15] = "Restart the service after every upgrade."
+    text = "\n".join(prose)
+    found = passage(text, 1, 20)
+    lines = shown([result("a.md", [chunk(text, 1, 20, found=found)])])
+
+    body = [line.removeprefix("   ") for line in lines[2:]]
+    assert body[0] == "…" and prose[15] in body
+    assert len([line for line in body if line != "…"]) == render.PASSAGE_LINES
+
+
+def test_a_very_long_line_is_cut_around_its_match() -> None:
+    line = " ".join(["filler"] * 300 + ["restart"] + ["filler"] * 300)
+    found = passage(line, 1, 1)
+    lines = shown([result("a.md", [chunk(line, 1, 1, found=found)])])
+
+    [body] = lines[2:]
+    assert body.startswith("   …") and body.endswith("…") and "restart" in body
+    assert len(body) <= render.LINE_CHARS + 5
+
+
+def test_the_other_matched_passages_are_one_line_each_with_their_location() -> None:
+    best = chunk(GUIDE, 5, 16, found=passage(GUIDE, 7, 8, heading_path=("Guide", "Installing")))
+    usage = passage(GUIDE, 20, 20, heading_path=("Guide", "Usage"))
+    others = [
+        chunk(GUIDE, 18, 20, index=1, found=usage),
+        chunk(GUIDE, 1, 3, index=2, heading="Guide"),  # no passage: the chunk's text
+    ]
+    lines = shown([result("docs/guide.md", [best, *others])])
+
+    assert lines[4:] == [
+        "   also docs/guide.md:20  § Guide > Usage  Call the tool with --help to restart nothing.",
+        "   also docs/guide.md:1-3  § Guide  # Guide Read this first: the installer needs Python.",
+    ]
+
+
+def test_another_passage_line_fits_the_terminal_width() -> None:
+    best = chunk(GUIDE, 5, 16, found=passage(GUIDE, 7, 8))
+    words = " ".join(f"word{n}" for n in range(200)) + " restart " + "tail " * 50
+    other = chunk(words, 1, 1, index=1, found=passage(words, 1, 1))
+
+    output = coloured([result("a.md", [best, other])], "restart", width=80)
+
+    [also] = [line for line in output.split("\n") if "also" in line]
+    plain = re.sub("\x1b\\[[0-9;]*m", "", also)
+    assert len(plain) <= 80 and "restart" in plain and "…" in plain
+
+
+stored_lines = st.lists(
+    st.one_of(
+        st.text(
+            st.characters(
+                codec="utf-8",
+                exclude_categories=("Cc", "Cs", "Zl", "Zp", "Co", "Cn"),
+                exclude_characters="…\t",
+            ),
+            max_size=500,
+        ),
+        st.sampled_from(["```", "```python", "~~~", "", "restart the app"]),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(lines=stored_lines, data=st.data(), full=st.booleans())
+def test_the_passage_shown_is_lines_of_the_stored_text_in_order(
+    lines: list[str], data: st.DataObject, full: bool
+) -> None:
+    text = "\n".join(lines)
+    first = data.draw(st.integers(1, len(lines)), label="first")
+    last = data.draw(st.integers(first, len(lines)), label="last")
+    query = data.draw(st.sampled_from(["restart", "app", " ".join(lines)[:40] or "x"]))
+    found = passage(text, first, last)
+
+    output = shown([result("a.md", [chunk(text, 1, len(lines), found=found)])], query, full=full)
+
+    body = [line[3:] for line in output[2:]]
+    passage_lines = _trimmed([line.rstrip() for line in lines[first - 1 : last]])
+    if full:
+        assert body == passage_lines
+    else:
+        code = any(line.lstrip(" ").startswith(("```", "~~~")) for line in passage_lines)
+        limit = render.CODE_LINES if code else render.PASSAGE_LINES
+        assert len([line for line in body if line != "…"]) == min(limit, len(passage_lines))
+    position = 0  # each line shown is a later line of the passage, or part of one
+    for line in body:
+        if line == "…":
+            continue
+        piece = line.removeprefix("…").removesuffix("…")
+        while position < len(passage_lines) and piece not in passage_lines[position]:
+            position += 1
+        assert position < len(passage_lines), (line, passage_lines)
+        if piece == line:
+            assert line == passage_lines[position]
+        position += 1
+
+
+def _trimmed(lines: list[str]) -> list[str]:
+    """The lines without blank ones at either end."""
+    while lines and not lines[-1]:
+        lines = lines[:-1]
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    return lines

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from files import write
+from web_site import SECTIONED_PAGE, SiteServer
 
 pytest.importorskip("mcp.server.mcpserver")
 
@@ -306,6 +307,30 @@ async def test_text_search_source_keyword_and_leaving_fields_out(
     assert {item["source"] for item in caching["items"]} == {str(docs / "caching.md")}
     assert all(set(item) == {"text"} for item in bare["items"])
     assert all(set(item) == {"source", "text"} for item in no_line["items"])
+
+
+async def test_text_search_on_a_crawled_page_links_each_line_to_its_section(
+    server: SiteServer,
+) -> None:
+    server.set_page("/guide.html", SECTIONED_PAGE)
+    page = server.url("/guide.html")
+    with KnowledgeAgentCore(workers=1) as web:
+        web.collect_knowledge(page, kb="site", crawl={"max_depth": 0})
+        async with Client(create_server(web)) as site:
+            found = await call(
+                site, "knowledge_text_search", knowledge_base="site", keyword=r"zebra|tapir",
+                regex=True,
+            )  # fmt: skip
+            bare = await call(
+                site, "knowledge_text_search", knowledge_base="site", keyword="zebra",
+                include_source=False,
+            )  # fmt: skip
+
+    tapir, zebra = found["items"]
+    assert (tapir["source"], tapir["link"]) == (page, page)
+    assert (zebra["source"], zebra["link"]) == (page, f"{page}#install")
+    assert zebra["text"] == "Run the zebra installer now." and zebra["line"] > tapir["line"]
+    assert set(bare["items"][0]) == {"line", "text"}
 
 
 async def test_text_search_regex_and_errors(client: Client) -> None:

@@ -260,8 +260,10 @@ async def test_search_returns_the_answering_chunk_first_with_evidence_and_contex
     assert ref["chunk"] == best["chunk_id"] and ref["path"] == top["path"]
     assert (int(ref["start"]), int(ref["end"])) == (best["start_line"], best["end_line"])
     assert best["location"] == f"{top['path']}:{best['start_line']}-{best['end_line']}"
+    # The lines are the passage's (the chunk's without one).
     lines = file_lines(top["path"])[best["start_line"] - 1 : best["end_line"]]
-    assert "\n".join(lines).strip() == best["content"].strip()
+    located = best["passage"]["text"] if best["passage"] else best["content"]
+    assert "\n".join(lines).strip() == located.strip()
     # Context: the neighbouring chunks of the same document, not the matched ones.
     context = {chunk["chunk_index"] for chunk in top["context_chunks"]}
     matched = {chunk["chunk_index"] for chunk in top["matched_chunks"]}

@@ -5,7 +5,8 @@ daemon thread, counts requests per path and the most requests it had in flight a
 answers conditional requests with 304 (automatic ETag and Last-Modified), and has
 helpers for the awkward cases: an error status, a slow answer, a big streamed body, raw
 bytes that are no HTTP, binary files, robots.txt and sitemaps. :func:`make_doc_site`
-builds a generated, nested documentation site on it.
+builds a generated, nested documentation site on it; :data:`SECTIONED_PAGE` is one page
+whose sections are chunks of their own.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
-__all__ = ["DocPage", "DocSite", "RequestRecord", "SiteServer", "make_doc_site"]
+__all__ = ["SECTIONED_PAGE", "DocPage", "DocSite", "RequestRecord", "SiteServer", "make_doc_site"]
 
 SAMPLE_PDF = (
     Path(__file__).resolve().parent.parent
@@ -34,6 +35,28 @@ PNG_BYTES = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
     "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
 )
+
+
+def _filler(word: str) -> str:
+    return " ".join([word] * 120)  # long enough to make its section a chunk of its own
+
+
+SECTIONED_PAGE = f"""<html><head><title>Guide</title></head><body>
+<p>Intro text about the guide, the tapir line.</p>
+<h1 id="top">The Guide</h1>
+<p>{_filler("alpha")}</p>
+<h2 id="install">Installing</h2>
+<p>{_filler("bravo")}</p>
+<p>Run the zebra installer now.</p>
+<h2>A section without an id</h2>
+<p>{_filler("charlie")} and the yak line.</p>
+<h2 id="usage">Usage</h2>
+<p>{_filler("delta")}</p>
+<p>Then the walrus command.</p>
+</body></html>"""
+"""A page with text before its first heading (tapir), sections with ids (zebra under
+``#install``, walrus under ``#usage``) and one without (yak, so under ``#install``)."""
+
 _CHUNK = 64 * 1024
 _STEP = 0.02  # how often a sleeping handler looks whether the server is closing
 

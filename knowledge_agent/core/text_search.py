@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from knowledge_agent.models import KnowledgeItem
+from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.patterns import Match, TextPattern
 
-__all__ = ["TextMatch", "compile_pattern", "matching_lines"]
+__all__ = ["TextMatch", "compile_pattern", "linked", "matching_lines"]
 
 
 @dataclass(frozen=True)
 class TextMatch:
-    """One matching line: where it is (item, path, 1-based line number) and its text."""
+    """One matching line: where it is (item, path, 1-based line number of the stored text)
+    and its text; ``link``, for a line of a crawled page, is what a reader opens: the
+    page's URL with the anchor of the section the line is in (see :func:`linked`)."""
 
     item_id: str
     kb: str
@@ -22,6 +24,7 @@ class TextMatch:
     source_uri: str | None
     line_number: int
     line: str
+    link: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,3 +78,71 @@ def matching_lines(
                     line_number=index + 1,
                     line=_clip(lines[index].rstrip("\r"), found, max_chars_per_line),
                 )
+
+
+def linked(
+    matches: Iterable[TextMatch], chunks_of: Callable[[str], Sequence[KnowledgeChunk]]
+) -> list[TextMatch]:
+    """The matches, each line of a crawled page given its ``link``.
+
+    A line of a page's stored text is located by the chunk that covers it (the latest
+    starting one): the chunk's ``url`` is the page with the anchor of the nearest heading
+    before the chunk, and its ``anchors`` (``[offset in the chunk, anchor]`` of the
+    anchored headings inside it), when it has them, move that to the nearest heading before
+    the line. ``chunks_of(item_id)`` gives an item's chunks; it is asked only for items
+    whose source is a web address, once each.
+    """
+    chunks: dict[str, Sequence[KnowledgeChunk]] = {}
+    out: list[TextMatch] = []
+    for match in matches:
+        uri = match.source_uri or ""
+        if not match.link and uri.startswith(("http://", "https://")):
+            if match.item_id not in chunks:
+                chunks[match.item_id] = chunks_of(match.item_id)
+            link = _line_link(chunks[match.item_id], match.line_number)
+            if link:
+                match = replace(match, link=link)
+        out.append(match)
+    return out
+
+
+def _line_link(chunks: Sequence[KnowledgeChunk], line_number: int) -> str:
+    """The link of a line of a crawled page's text ("" when its chunks carry no url)."""
+    covering: KnowledgeChunk | None = None
+    for chunk in chunks:
+        start, url = chunk.metadata.get("start_line"), chunk.metadata.get("url")
+        if not isinstance(start, int) or not isinstance(url, str) or not url:
+            continue
+        if start <= line_number and (
+            covering is None or chunk.start_position > covering.start_position
+        ):
+            covering = chunk
+    if covering is None:
+        urls = [c.metadata.get("url") for c in chunks if isinstance(c.metadata.get("url"), str)]
+        return urls[0].split("#", 1)[0] if urls else ""  # before every chunk: the page
+    url = covering.metadata["url"]
+    offset = _line_offset(covering, line_number)
+    before = [
+        (pair[0], pair[1])
+        for pair in covering.metadata.get("anchors") or ()
+        if isinstance(pair, (list, tuple))
+        and len(pair) == 2
+        and isinstance(pair[0], int)
+        and pair[1]
+        and pair[0] <= offset
+    ]
+    if before:
+        return f"{url.split('#', 1)[0]}#{max(before)[1]}"
+    return url
+
+
+def _line_offset(chunk: KnowledgeChunk, line_number: int) -> int:
+    """Where line ``line_number`` of the item starts within ``chunk`` (0 for its first
+    line, which may start before the chunk; past the end for a line after it)."""
+    offset = 0
+    for _ in range(line_number - chunk.metadata["start_line"]):
+        found = chunk.content.find("\n", offset)
+        if found < 0:
+            return len(chunk.content)
+        offset = found + 1
+    return offset

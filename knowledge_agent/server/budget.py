@@ -74,14 +74,18 @@ class _Budget:
                     self.used = self.measure()
         self.used = self.measure()
 
-    def shorten(self, chunk: dict[str, Any]) -> None:
-        """Cut a chunk's content from the end until the answer fits (or nothing is left)."""
-        while self.used > self.max_tokens and chunk["content"]:
-            content = chunk["content"]
-            chars_per_token = len(content) / max(1, estimate_tokens(content))
+    def shorten(self, chunk: dict[str, Any], part: str = "content") -> None:
+        """Cut a chunk's ``content`` (or its passage's text, ``part="passage"``) from the
+        end until the answer fits or nothing is left of it."""
+        holder, key = (chunk.get("passage"), "text") if part == "passage" else (chunk, part)
+        if not isinstance(holder, dict):
+            return
+        while self.used > self.max_tokens and holder.get(key):
+            text = holder[key]
+            chars_per_token = len(text) / max(1, estimate_tokens(text))
             cut = int((self.used - self.max_tokens) * chars_per_token) + 8
-            kept = content[: max(0, len(content) - cut)].rstrip()
-            chunk["content"] = kept + "…" if kept else ""
+            kept = text[: max(0, len(text) - cut)].rstrip()
+            holder[key] = kept + "…" if kept else ""
             if not chunk.get("content_truncated"):
                 chunk["content_truncated"] = True
                 self.cuts[_SHORTENED] += 1
@@ -104,15 +108,18 @@ def fit_to_budget(results: list[dict[str, Any]], max_tokens: int) -> dict[str, A
 
     Losses in order of least value: context chunks, then matched chunks after each result's
     best one (lowest results first), then the lowest results, then the tail of the remaining
-    chunks' text. A trimmed answer has ``truncated: true`` and a ``note`` saying what went.
+    chunks' text, their passages' text last. A trimmed answer has ``truncated: true`` and a
+    ``note`` saying what went.
     """
     budget = _Budget(results, max_tokens)
     budget.drop((r["context_chunks"] for r in reversed(results)), "context chunk(s)")
     budget.drop((r["matched_chunks"] for r in reversed(results)), "extra matched chunk(s)", keep=1)
     budget.drop((r.get("snippets", []) for r in reversed(results)), "snippet(s)", keep=1)
     budget.drop([results], "lower-ranked result(s)", keep=1)
-    for result in results:
-        for chunk in result["matched_chunks"]:
-            budget.shorten(chunk)
+    # The passage is what answers; the rest of a chunk's text goes first.
+    for part in ("content", "passage"):
+        for result in results:
+            for chunk in result["matched_chunks"]:
+                budget.shorten(chunk, part)
     budget.drop([results], "lower-ranked result(s)")  # only if a bare result cannot fit
     return budget.payload()

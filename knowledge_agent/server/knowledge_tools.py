@@ -21,7 +21,7 @@ from pydantic import Field
 
 from knowledge_agent.analysis import highlight
 from knowledge_agent.core import KnowledgeAgentCore
-from knowledge_agent.core.text_search import compile_pattern, matching_lines
+from knowledge_agent.core.text_search import compile_pattern, linked, matching_lines
 from knowledge_agent.models import SearchResult
 from knowledge_agent.models.result_view import item_path
 from knowledge_agent.patterns import MAX_GLOB_CHARS, MAX_PATTERN_CHARS, REGEX_SECONDS
@@ -261,7 +261,8 @@ def knowledge_text_search(
     Unlike knowledge_semantic_search this is literal: every line containing keyword, in
     document order. Use it for names, identifiers, error messages, numbers. Returns {ok,
     knowledge_base, keyword, count, truncated, items}: per line its source (file path or
-    URL), line (1-based) and text, cut to max_chars_per_item around the match.
+    URL), for a web page its link (the URL with the anchor of the line's section), line
+    (1-based, of the stored text) and text, cut to max_chars_per_item around the match.
     truncated: more lines match than max_lines or the max_chars budget let through.
     """
     check.integer("max_lines", max_lines, 1, 500)
@@ -293,13 +294,15 @@ def knowledge_text_search(
     matches = list(itertools.islice(lines, max_lines + 1))  # one extra tells if more follow
     items: list[dict[str, Any]] = []
     used = 0
-    for match in matches:
-        if len(items) == max_lines or used + len(match.line) > max_chars:
+    for match in linked(matches[:max_lines], core.storage.get_chunks_for_item):
+        if used + len(match.line) > max_chars:
             break
         used += len(match.line)
         item: dict[str, Any] = {}
         if include_source:
             item["source"] = match.source_uri or match.title or match.item_id
+            if match.link:
+                item["link"] = match.link
         if include_line:
             item["line"] = match.line_number
         item["text"] = match.line

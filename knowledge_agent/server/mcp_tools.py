@@ -479,6 +479,7 @@ def read_chunk(
     def view(chunk: KnowledgeChunk, *, matched: bool = False) -> dict[str, Any]:
         shown = chunk_view(MatchedChunk.from_chunk(chunk), path, matched=matched)
         shown.pop("score", None)
+        shown.pop("passage", None)  # a chunk read, not a match: no passage was chosen
         return shown
 
     answer: dict[str, Any] = {

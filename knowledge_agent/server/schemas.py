@@ -16,12 +16,26 @@ from typing_extensions import Required, TypedDict
 __all__ = ["OUTPUT_TYPES", "output_schema"]
 
 
+class PassageView(TypedDict):
+    text: str
+    start_position: int
+    end_position: int
+    start_line: int | None
+    end_line: int | None
+    page: int | None
+    heading_path: list[str]
+    link: str
+    evidence_ref: str
+
+
 class ChunkView(TypedDict, total=False):
     chunk_id: Required[str]
     evidence_ref: str
     score: float
     location: str
     heading: str
+    heading_path: list[str]
+    link: str
     chunk_index: int
     start_position: int
     end_position: int
@@ -33,6 +47,7 @@ class ChunkView(TypedDict, total=False):
     symbol: str
     symbol_type: str
     signature: str
+    passage: PassageView | None
     content: str
     content_truncated: bool
     explanation: dict[str, Any]
@@ -89,6 +104,7 @@ class KnowledgeListAnswer(TypedDict, total=False):
 
 class TextLine(TypedDict, total=False):
     source: str
+    link: str
     line: int
     text: Required[str]
 
