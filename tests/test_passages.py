@@ -12,7 +12,13 @@ from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import QueryError
 from knowledge_agent.search.expansion import expanded_query
-from knowledge_agent.search.passages import PassageEvidence, confidence, passage_evidence, units
+from knowledge_agent.search.passages import (
+    PassageEvidence,
+    confidence,
+    passage_evidence,
+    units,
+    unseen_share,
+)
 
 ANALYZER = TextAnalyzer()
 
@@ -184,6 +190,27 @@ def test_confidence_at_item_level_is_the_share_of_the_best_bm25(
     results = pages.search("extract archive directory", level="item")
     assert results and all(0 < result.confidence <= 1 for result in results)
     assert results == sorted(results, key=lambda result: -result.relevance_score)
+
+
+def test_words_the_base_never_saw_shrink_the_confidence_by_their_share() -> None:
+    found = PassageEvidence(0.5, 0.25, 0, 10)
+    assert confidence(0.6, found, 0.25) == pytest.approx(confidence(0.6, found) * 0.75)
+    assert confidence(0.6, None, 0.5) == pytest.approx(0.3)
+    assert confidence(None, found, 1.0) == 0.0
+    idf = {"known": 1.0, "novel": 3.0}
+    assert unseen_share(["known", "novel", "novel"], idf, {"novel"}) == pytest.approx(6 / 7)
+    assert unseen_share(["known"], idf, set()) == 0.0
+
+
+@pytest.mark.parametrize("level", ["chunk", "item"])
+def test_a_question_about_something_the_base_never_saw_is_less_sure(
+    pages: KnowledgeAgentCore, level: str
+) -> None:
+    asked = pages.search("extract an archive into the target directory", level=level)[0]
+    # Nearly the same words, but the question is about a kubernetes thing.
+    other = pages.search("extract an archive into the kubernetes directory", level=level)[0]
+    assert pages.keyword_index.unseen(["kubernet", "archiv"]) == {"kubernet"}
+    assert other.confidence < asked.confidence * 0.8
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5])
