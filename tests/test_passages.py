@@ -211,6 +211,16 @@ def test_a_question_about_something_the_base_never_saw_is_less_sure(
     other = pages.search("extract an archive into the kubernetes directory", level=level)[0]
     assert pages.keyword_index.unseen(["kubernet", "archiv"]) == {"kubernet"}
     assert other.confidence < asked.confidence * 0.8
+    # Take the unseen word's share away and the confidence is what the match alone says.
+    terms = pages.analyzer.terms("extract an archive into the kubernetes directory")
+    idf = pages.keyword_index.idf(terms, items=level == "item")
+    share = unseen_share(terms, idf, {"kubernet"})
+    pages.keyword_index.unseen = lambda terms, items=False: set()  # type: ignore[method-assign]
+    try:
+        blind = pages.search("extract an archive into the kubernetes directory", level=level)[0]
+    finally:
+        del pages.keyword_index.unseen
+    assert other.confidence == pytest.approx(blind.confidence * (1 - share))
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5])
