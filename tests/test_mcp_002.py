@@ -452,17 +452,18 @@ async def test_semantic_search_argument_errors(client: Client) -> None:
 
 
 class FakeReranker:
-    """Scores a text by how many times it says "kiwi"; remembers its calls."""
+    """Scores a text by how many times it says ``word``; remembers its calls."""
 
-    def __init__(self, *, broken: bool = False) -> None:
+    def __init__(self, *, broken: bool = False, word: str = "kiwi") -> None:
         self.calls: list[tuple[str, list[str]]] = []
         self.broken = broken
+        self.word = word
 
     def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
         self.calls.append((query, list(texts)))
         if self.broken:
             raise ConnectionError("rerank service unreachable")
-        return [text.count("kiwi") / 10 for text in texts]
+        return [text.count(self.word) / 10 for text in texts]
 
 
 FRUIT = [
@@ -660,9 +661,11 @@ RUNBOOK = "\n\n".join(
 )
 
 
-def ops_core(*documents: tuple[str, str]) -> KnowledgeAgentCore:
+def ops_core(
+    *documents: tuple[str, str], reranker: FakeReranker | None = None
+) -> KnowledgeAgentCore:
     """An in-memory core whose knowledge base "ops" holds these (source, text) documents."""
-    core = KnowledgeAgentCore()
+    core = KnowledgeAgentCore(reranker=reranker)
     for source, text in documents:
         core.add_text(text, title=Path(source).stem, source_uri=source, kb="ops")
     return core
@@ -737,6 +740,26 @@ async def test_top_k_counts_passages_across_documents(via: str) -> None:
     assert sources.index("/kb/vault.md") == place
     for top_k in range(1, 5):
         assert answers[top_k]["count"] == top_k and answers[top_k]["items"] == every[:top_k]
+
+
+async def test_a_rerank_reorders_the_passages_and_keeps_rerank_top_k(via: str) -> None:
+    reranker = FakeReranker(word="backup")
+    with ops_core(("/kb/handbook.md", HANDBOOK), reranker=reranker) as core:
+        search = {"query": KEYS, "top_k": 3, "max_chars_per_item": 4000}
+        recalled = await ask(core, via, **search, enable_rerank=False)
+        reranked = await ask(core, via, **search, rerank_top_k=2)
+        backups = next(
+            item["chunk_id"]
+            for item in recalled["items"]
+            if core.read_chunk(item["chunk_id"]).chunk.heading.endswith("Backups")
+        )
+
+    ((_, texts),) = reranker.calls  # the three passages recalled, in recall order
+    assert texts == [item["text"] for item in recalled["items"]]
+    assert reranked["reranked"] is True and reranked["count"] == 2
+    assert reranked["items"][0]["chunk_id"] == backups  # the one that says "backup"
+    assert reranked["items"][0]["rerank_score"] > reranked["items"][1]["rerank_score"]
+    assert {item["source"] for item in reranked["items"]} == {"/kb/handbook.md"}
 
 
 async def test_deduplicate_drops_repeated_and_near_identical_passages_of_a_source(
