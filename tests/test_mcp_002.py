@@ -19,10 +19,21 @@ from web_site import SECTIONED_PAGE, SiteServer
 
 pytest.importorskip("mcp.server.mcpserver")
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp import Client
 
 from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.models import ItemSummary, MatchedChunk, ScoreExplanation, SearchResult
 from knowledge_agent.server import create_server
+from knowledge_agent.server.knowledge_tools import knowledge_semantic_search
+from knowledge_agent.server.passages import (
+    FoundPassage,
+    deduplicated,
+    near_identical,
+    passage_relevance,
+    ranked_passages,
+)
 from knowledge_agent.server.rerank import plan_rerank
 
 pytestmark = pytest.mark.anyio
@@ -393,12 +404,17 @@ async def test_semantic_search_top_k_and_min_relevance(client: Client) -> None:
     search = {"knowledge_base": "handbook", "query": "release certificate cache"}
     one = await call(client, "knowledge_semantic_search", **search, top_k=1)
     every = await call(client, "knowledge_semantic_search", **search, top_k=50)
-    relevances = sorted(item["relevance"] for item in every["items"])
+    relevances = sorted({item["relevance"] for item in every["items"]})
     threshold = (relevances[-2] + relevances[-1]) / 2  # between the best two
     sure = await call(client, "knowledge_semantic_search", **search, min_relevance=threshold)
 
-    assert one["count"] == 1 and every["count"] == 3
-    assert sure["count"] == 1 and sure["items"][0]["relevance"] == relevances[-1]
+    assert one["count"] == 1 and one["items"] == every["items"][:1]
+    # Every passage that matches: both sections of deploy.md and of caching.md.
+    assert sorted(Path(item["source"]).name for item in every["items"]) == [
+        "caching.md", "caching.md", "deploy.md", "deploy.md", "incidents.txt",
+    ]  # fmt: skip
+    assert sure["items"] == [item for item in every["items"] if item["relevance"] >= threshold]
+    assert 0 < sure["count"] < every["count"]
 
 
 async def test_semantic_search_source_keyword_filters_before_ranking(
@@ -461,17 +477,18 @@ async def test_semantic_search_argument_errors(client: Client) -> None:
 
 
 class FakeReranker:
-    """Scores a text by how many times it says "kiwi"; remembers its calls."""
+    """Scores a text by how many times it says ``word``; remembers its calls."""
 
-    def __init__(self, *, broken: bool = False) -> None:
+    def __init__(self, *, broken: bool = False, word: str = "kiwi") -> None:
         self.calls: list[tuple[str, list[str]]] = []
         self.broken = broken
+        self.word = word
 
     def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
         self.calls.append((query, list(texts)))
         if self.broken:
             raise ConnectionError("rerank service unreachable")
-        return [text.count("kiwi") / 10 for text in texts]
+        return [text.count(self.word) / 10 for text in texts]
 
 
 FRUIT = [
@@ -600,3 +617,319 @@ def test_plan_rerank(
 ) -> None:
     plan = plan_rerank(top_k=top_k, enable_rerank=enable, rerank_top_k=keep, available=available)
     assert (plan.enabled, plan.keep, bool(plan.notes)) == expected
+
+
+# -- passages, not documents -----------------------------------------------------------------
+
+KEYS = "how do I rotate the encryption keys"
+KEY_SECTIONS = [
+    (
+        "Rotating the encryption keys",
+        "Rotate the encryption keys every quarter. To rotate the encryption keys, create a new "
+        "key version in the vault, re-encrypt the data keys with it, and retire the old "
+        "encryption key version after a week. " * 3,
+    ),
+    (
+        "After a security incident",
+        "After a security incident, rotate every encryption key the attacker could have read, "
+        "even when the quarter is not over. Rotation of the keys comes before the postmortem. " * 3,
+    ),
+    (
+        "Backups",
+        "Backups are encrypted with their own encryption key; when you rotate the keys, keep "
+        "the old key until the last backup made with it expires, or it cannot be restored. " * 3,
+    ),
+]
+
+
+def filler(topic: str, words: Sequence[str]) -> str:
+    """A paragraph about ``topic`` that shares no word with the tests' queries."""
+    return " ".join(f"The {topic} {word} is described in the {topic} binder." for word in words)
+
+
+OTHER_SECTIONS = [
+    ("Office hours", filler("office", ["schedule", "calendar", "reception", "visitor", "lunch"])),
+    ("Expense reports", filler("expense", ["receipt", "mileage", "invoice", "hotel", "taxi"])),
+    ("Coffee machine", filler("coffee", ["grinder", "filter", "milk", "descaling", "cups"])),
+    ("Holidays", filler("holiday", ["request", "carryover", "summer", "winter", "parental"])),
+]
+# The sections about the question, each between two about something else.
+HANDBOOK = "# Operations handbook\n\n" + "".join(
+    f"## {heading}\n\n{text.strip()}\n\n"
+    for pair in zip(OTHER_SECTIONS, [*KEY_SECTIONS, ("", "")], strict=True)
+    for heading, text in pair
+    if heading
+)
+VAULT = (
+    "# Vault\n\nRotate the encryption keys of an application with vault write -f "
+    "transit/keys/app/rotate; the old key versions still decrypt what they encrypted.\n"
+)
+RESTORE = "restore a database backup"
+PARAGRAPH = (
+    "To restore a database backup, stop the application servers first, download the newest "
+    "snapshot archive from the object store, verify its checksum against the manifest, load it "
+    "with the restore script into a fresh replica, replay the write-ahead log up to the moment "
+    "before the failure, compare row counts with yesterday's report, then promote the replica "
+    "and start the application servers again. "
+) * 2
+# One word changed: near-identical to PARAGRAPH.
+ALMOST = PARAGRAPH.replace("yesterday's", "last week's")
+# The same paragraph twice and once almost, apart: each is a chunk of its own.
+RUNBOOK = "\n\n".join(
+    [
+        PARAGRAPH.strip(),
+        filler("office", ["schedule", "calendar", "reception", "visitor", "lunch", "parking"] * 3),
+        PARAGRAPH.strip(),
+        filler("coffee", ["grinder", "filter", "milk", "descaling", "cups", "beans"] * 3),
+        ALMOST.strip(),
+    ]
+)
+
+
+def ops_core(
+    *documents: tuple[str, str], reranker: FakeReranker | None = None
+) -> KnowledgeAgentCore:
+    """An in-memory core whose knowledge base "ops" holds these (source, text) documents."""
+    core = KnowledgeAgentCore(reranker=reranker)
+    for source, text in documents:
+        core.add_text(text, title=Path(source).stem, source_uri=source, kb="ops")
+    return core
+
+
+@pytest.fixture(params=["mcp", "direct"])
+def via(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+async def ask(core: KnowledgeAgentCore, via: str, **arguments: Any) -> dict[str, Any]:
+    """knowledge_semantic_search on "ops", through an in-memory MCP client or called directly."""
+    arguments = {"knowledge_base": "ops", **arguments}
+    if via == "direct":
+        return knowledge_semantic_search(core, **arguments)
+    async with Client(create_server(core)) as client:
+        return await call(client, "knowledge_semantic_search", **arguments)
+
+
+def matched_chunks(core: KnowledgeAgentCore, query: str) -> dict[str, list[tuple[str, float]]]:
+    """Per source, the engine's matched chunks for ``query`` in "ops": id and score, in the
+    engine's order."""
+    results = core.search(
+        query, kb="ops", limit=50, context_window=0, options={"max_chunks_per_item": 50}
+    )
+    return {
+        result.item.source_uri or "": [(c.chunk_id, c.score) for c in result.matched_chunks]
+        for result in results
+    }
+
+
+async def test_top_k_counts_the_passages_of_one_long_document(via: str) -> None:
+    with ops_core(("/kb/handbook.md", HANDBOOK)) as core:
+        three = await ask(core, via, query=KEYS, top_k=3)
+        one = await ask(core, via, query=KEYS, top_k=1)
+        five = await ask(core, via, query=KEYS, top_k=5)
+        engine = matched_chunks(core, KEYS)
+        headings = {
+            item["chunk_id"]: core.read_chunk(item["chunk_id"]).chunk.heading
+            for item in three["items"]
+        }
+
+    assert three["count"] == 3
+    assert {item["source"] for item in three["items"]} == {"/kb/handbook.md"}
+    ids = [item["chunk_id"] for item in three["items"]]
+    # The three sections about the question, not those between them; the best first.
+    assert {headings[chunk_id].split(" > ")[-1] for chunk_id in ids} == {
+        heading for heading, _ in KEY_SECTIONS
+    }
+    assert headings[ids[0]].endswith("Rotating the encryption keys")
+    assert ids == [chunk_id for chunk_id, _ in engine["/kb/handbook.md"]]
+    assert one["items"] == three["items"][:1]
+    assert five["items"] == three["items"]  # no other section matches
+
+
+async def test_top_k_counts_passages_across_documents(via: str) -> None:
+    with ops_core(("/kb/handbook.md", HANDBOOK), ("/kb/vault.md", VAULT)) as core:
+        answers = {top_k: await ask(core, via, query=KEYS, top_k=top_k) for top_k in range(1, 6)}
+        engine = matched_chunks(core, KEYS)
+
+    every = answers[5]["items"]
+    sources = [item["source"] for item in every]
+    assert sorted(sources) == ["/kb/handbook.md"] * 3 + ["/kb/vault.md"]
+    # The handbook's passages in the engine's order; the vault page's among them by score.
+    handbook = engine["/kb/handbook.md"]
+    assert [item["chunk_id"] for item in every if item["source"] == "/kb/handbook.md"] == [
+        chunk_id for chunk_id, _ in handbook
+    ]
+    ((_, vault),) = engine["/kb/vault.md"]
+    place = sum(score > vault for _, score in handbook)
+    assert 0 < place < 3  # the documents interleave
+    assert sources.index("/kb/vault.md") == place
+    for top_k in range(1, 5):
+        assert answers[top_k]["count"] == top_k and answers[top_k]["items"] == every[:top_k]
+
+
+async def test_a_rerank_reorders_the_passages_and_keeps_rerank_top_k(via: str) -> None:
+    reranker = FakeReranker(word="backup")
+    with ops_core(("/kb/handbook.md", HANDBOOK), reranker=reranker) as core:
+        search = {"query": KEYS, "top_k": 3, "max_chars_per_item": 4000}
+        recalled = await ask(core, via, **search, enable_rerank=False)
+        reranked = await ask(core, via, **search, rerank_top_k=2)
+        backups = next(
+            item["chunk_id"]
+            for item in recalled["items"]
+            if core.read_chunk(item["chunk_id"]).chunk.heading.endswith("Backups")
+        )
+
+    ((_, texts),) = reranker.calls  # the three passages recalled, in recall order
+    assert texts == [item["text"] for item in recalled["items"]]
+    assert reranked["reranked"] is True and reranked["count"] == 2
+    assert reranked["items"][0]["chunk_id"] == backups  # the one that says "backup"
+    assert reranked["items"][0]["rerank_score"] > reranked["items"][1]["rerank_score"]
+    assert {item["source"] for item in reranked["items"]} == {"/kb/handbook.md"}
+
+
+async def test_deduplicate_drops_repeated_and_near_identical_passages_of_a_source(
+    via: str,
+) -> None:
+    documents = [("/kb/runbook.txt", RUNBOOK), ("/kb/copy.txt", ALMOST)]
+    search = {"query": RESTORE, "top_k": 10, "max_chars_per_item": 4000}
+    with ops_core(*documents) as core:
+        once = await ask(core, via, **search)
+        every = await ask(core, via, **search, deduplicate=False)
+
+    shown = [(item["source"], item["text"]) for item in every["items"]]
+    assert sorted(shown) == sorted(
+        [("/kb/runbook.txt", PARAGRAPH.strip())] * 2
+        + [("/kb/runbook.txt", ALMOST.strip()), ("/kb/copy.txt", ALMOST.strip())]
+    )
+    # One passage of each source: the repeat and the near-identical paragraph of the
+    # runbook go; the copy's paragraph is another source's and stays.
+    kept = [(item["source"], item["text"]) for item in once["items"]]
+    first = next(entry for entry in shown if entry[0] == "/kb/runbook.txt")
+    assert kept == sorted([first, ("/kb/copy.txt", ALMOST.strip())], key=shown.index)
+
+
+async def test_min_relevance_leaves_out_the_passages_below_it(via: str) -> None:
+    documents = [("/kb/handbook.md", HANDBOOK), ("/kb/vault.md", VAULT)]
+    search = {"query": "rotate the encryption key of a database backup", "top_k": 50}
+    with ops_core(*documents, ("/kb/runbook.txt", RUNBOOK)) as core:
+        every = await ask(core, via, **search)
+        relevances = sorted({item["relevance"] for item in every["items"]})
+        threshold = (relevances[0] + relevances[1]) / 2  # above the least relevant
+        sure = await ask(core, via, **search, min_relevance=threshold)
+
+    assert sure["items"] == [item for item in every["items"] if item["relevance"] >= threshold]
+    assert 0 < sure["count"] < every["count"]
+
+
+async def test_each_passage_reports_and_is_filtered_by_its_own_relevance(
+    via: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    own = {"Rotating the encryption keys": 0.6, "After a security incident": 0.4, "Backups": 0.2}
+    with ops_core(("/kb/handbook.md", HANDBOOK)) as core:
+        search = core.search
+
+        def confident_per_chunk(
+            *args: Any, min_confidence: float | None = None, **kwargs: Any
+        ) -> list[SearchResult]:
+            """The search, with each matched chunk's own confidence in its explanation and
+            each document judged by its first chunk's."""
+            results = search(*args, **kwargs)
+            for result in results:
+                for chunk in result.matched_chunks:
+                    assert chunk.explanation is not None
+                    chunk.explanation.details["confidence"] = own[chunk.heading.split(" > ")[-1]]
+                result.confidence = passage_relevance(result.matched_chunks[0], result)
+            return [r for r in results if r.confidence >= (min_confidence or 0)]
+
+        monkeypatch.setattr(core, "search", confident_per_chunk)
+        every = await ask(core, via, query=KEYS, top_k=3)
+        sure = await ask(core, via, query=KEYS, top_k=3, min_relevance=0.3)
+
+    assert sorted(item["relevance"] for item in every["items"]) == [0.2, 0.4, 0.6]
+    assert sure["items"] == [item for item in every["items"] if item["relevance"] >= 0.3]
+    assert sure["count"] == 2
+
+
+# -- the passages, directly ------------------------------------------------------------------
+
+
+def matched(chunk_id: str, score: float, confidence: object = None) -> MatchedChunk:
+    details = {} if confidence is None else {"confidence": confidence}
+    return MatchedChunk(
+        chunk_id, f"text of {chunk_id}", score=score, explanation=ScoreExplanation(details=details)
+    )
+
+
+def result(
+    item_id: str, confidence: float, *chunks: MatchedChunk, score: float = 0.0
+) -> SearchResult:
+    item = ItemSummary(id=item_id, title=item_id.title(), source_uri=f"/kb/{item_id}.md")
+    best = max((chunk.score for chunk in chunks), default=score)
+    return SearchResult(item, best, confidence=confidence, matched_chunks=list(chunks))
+
+
+def test_a_passage_has_its_chunks_confidence_else_its_documents() -> None:
+    found = result("a", 0.3, matched("own", 2.0, 0.7), matched("none", 1.0))
+    for broken in (True, float("nan"), "0.9"):
+        found.matched_chunks.append(matched(f"broken {broken}", 0.5, broken))
+
+    assert [passage_relevance(chunk, found) for chunk in found.matched_chunks] == [
+        0.7, 0.3, 0.3, 0.3, 0.3,
+    ]  # fmt: skip
+
+
+def test_passages_are_merged_by_score_each_documents_in_the_engines_order() -> None:
+    # The engine put the first document's weaker chunk first: it keeps that place, with the
+    # document's best score.
+    first = result("first", 0.5, matched("a1", 0.5, 0.8), matched("a2", 0.9))
+    second = result("second", 0.4, matched("b1", 0.7), matched("b2", 0.5))
+    whole = result("whole", 0.2, score=0.6)  # the item-level search: no matched chunks
+
+    passages = ranked_passages([first, second, whole], {"whole": " all of it\n"}.__getitem__)
+
+    assert [(p.chunk_id, p.rank_score) for p in passages] == [
+        ("a1", 0.9), ("b1", 0.7), (None, 0.6), ("a2", 0.5), ("b2", 0.5),
+    ]  # fmt: skip
+    assert passages[0] == FoundPassage("/kb/first.md", "text of a1", 0.8, 0.9, "a1")
+    assert passages[2] == FoundPassage("/kb/whole.md", "all of it", 0.2, 0.6)
+    assert [p.relevance for p in passages[1:]] == [0.4, 0.2, 0.5, 0.4]
+
+
+def test_near_identical_is_a_jaccard_of_at_least_nine_tenths() -> None:
+    words = frozenset(f"w{n}" for n in range(19))
+    assert near_identical(words | {"x"}, words | {"y"})  # 19 of 21 shared: 0.905
+    assert near_identical(words - {"w0"} | {"x"}, words - {"w0"} | {"y"})  # 18 of 20: 0.9
+    assert not near_identical(words - {"w0", "w1"} | {"x"}, words - {"w0", "w1"} | {"y"})
+    assert not near_identical(frozenset(), frozenset())
+
+
+passage_lists = st.lists(
+    st.builds(
+        FoundPassage,
+        source=st.sampled_from(["/kb/a.md", "/kb/b.md"]),
+        text=st.lists(st.sampled_from("abcdefghijkl"), max_size=12).map(" ".join),
+        relevance=st.just(0.5),
+        rank_score=st.just(1.0),
+    ),
+    max_size=12,
+)
+
+
+@given(passage_lists)
+@settings(max_examples=300, deadline=None)
+def test_deduplicated_drops_exactly_the_repeats(passages: list[FoundPassage]) -> None:
+    kept = list(deduplicated(passages, str.split))
+
+    def same(first: FoundPassage, second: FoundPassage) -> bool:
+        return first.source == second.source and (
+            first.text == second.text
+            or near_identical(frozenset(first.text.split()), frozenset(second.text.split()))
+        )
+
+    # In order, no two alike, and each passage left out repeats one kept before it.
+    positions = [next(i for i, p in enumerate(passages) if p is k) for k in kept]
+    assert positions == sorted(positions)
+    assert not any(same(a, b) for n, a in enumerate(kept) for b in kept[:n])
+    for n, passage in enumerate(passages):
+        if n not in positions:
+            assert any(same(passage, passages[i]) for i in positions if i < n)

@@ -23,9 +23,14 @@ from knowledge_agent.analysis import highlight
 from knowledge_agent.core import KnowledgeAgentCore
 from knowledge_agent.core.text_search import compile_pattern, linked, matching_lines
 from knowledge_agent.models import SearchResult
-from knowledge_agent.models.result_view import item_path
 from knowledge_agent.patterns import MAX_GLOB_CHARS, MAX_PATTERN_CHARS, REGEX_SECONDS
 from knowledge_agent.server import arguments as check
+from knowledge_agent.server.passages import (
+    NEAR_IDENTICAL,
+    FoundPassage,
+    deduplicated,
+    ranked_passages,
+)
 from knowledge_agent.server.rerank import plan_rerank, rerank_scores
 from knowledge_agent.server.views import clip
 
@@ -132,7 +137,12 @@ Query = Annotated[
     ),
 ]
 TopK = Annotated[
-    int, Field(ge=1, le=MAX_TOP_K, description="How many passages to recall, best first.")
+    int,
+    Field(
+        ge=1,
+        le=MAX_TOP_K,
+        description="How many passages to recall, best first; several may come from one document.",
+    ),
 ]
 EnableRerank = Annotated[
     bool | None,
@@ -172,7 +182,12 @@ IncludeRerankScore = Annotated[
     bool, Field(description="Give each passage its rerank_score when a rerank ran.")
 ]
 Deduplicate = Annotated[
-    bool, Field(description="Drop a passage whose source and text repeat an earlier one.")
+    bool,
+    Field(
+        description="Drop a passage whose source and text repeat a better one's, or whose "
+        "text is near-identical to a better passage of the same source (at least "
+        f"{NEAR_IDENTICAL:.0%} of their distinct words, after stemming, in common)."
+    ),
 ]
 
 
@@ -341,8 +356,11 @@ def _recall(
     min_relevance: float,
     source_keyword: str | None,
 ) -> list[SearchResult]:
-    """The best ``top_k`` documents for ``query``, each with its best passage first.
+    """The best ``top_k`` documents for ``query``, each with up to ``top_k`` matched chunks:
+    the best ``top_k`` passages all come from these, as a passage's document scores at least
+    as high as the passage.
 
+    ``min_relevance`` leaves out the documents whose first passage falls below it.
     ``source_keyword`` on the path or URL is a filter inside both engines (before ranking,
     so a narrow scope still fills its top_k); the engines cannot filter titles, so titles
     are matched over a deeper search of the whole knowledge base, filtered here.
@@ -351,6 +369,8 @@ def _recall(
         "kb": knowledge_base,
         "context_window": 0,
         "min_confidence": min_relevance or None,
+        # For this call only: one document may give every passage.
+        "options": {"max_chunks_per_item": top_k},
     }
     keyword = (source_keyword or "").strip().lower()
     if not keyword:
@@ -367,30 +387,31 @@ def _recall(
 
 
 def _passages(
-    core: KnowledgeAgentCore, results: Iterable[SearchResult], deduplicate: bool
-) -> list[dict[str, Any]]:
-    """Each result's best passage: its source, chunk, full text and relevance."""
-    passages: list[dict[str, Any]] = []
-    seen: set[tuple[str, str]] = set()
-    for result in results:
-        source = item_path(result.item)
-        best = result.matched_chunks[0] if result.matched_chunks else None
-        # The item-level fallback (no chunk index yet) has no passages: the document is one.
-        whole = None if best else core.get_item(result.item.id)
-        text = (best.content if best else whole.content if whole else "").strip()
-        if deduplicate:
-            if (source, text) in seen:
-                continue
-            seen.add((source, text))
-        passages.append(
-            {
-                "source": source,
-                "chunk_id": best.chunk_id if best else None,
-                "text": text,
-                "relevance": result.confidence,
-            }
-        )
-    return passages
+    core: KnowledgeAgentCore,
+    query: str,
+    knowledge_base: str,
+    *,
+    top_k: int,
+    min_relevance: float,
+    source_keyword: str | None,
+    deduplicate: bool,
+) -> list[FoundPassage]:
+    """The best ``top_k`` passages for ``query``, best first, at least ``min_relevance``
+    each, without repeats when ``deduplicate``."""
+    results = _recall(core, query, knowledge_base, top_k, min_relevance, source_keyword)
+
+    def whole_text(item_id: str) -> str:
+        item = core.get_item(item_id)
+        return item.content if item is not None else ""
+
+    passages: Iterable[FoundPassage] = (
+        passage
+        for passage in ranked_passages(results, whole_text)
+        if passage.relevance >= min_relevance
+    )
+    if deduplicate:
+        passages = deduplicated(passages, core.analyzer.terms)
+    return list(itertools.islice(passages, top_k))
 
 
 def _excerpt(core: KnowledgeAgentCore, text: str, query: str, max_chars: int) -> tuple[str, bool]:
@@ -417,13 +438,16 @@ def knowledge_semantic_search(
 ) -> dict[str, Any]:
     """Find the passages of a knowledge base that answer a question, best first.
 
-    Recalls the top_k best documents (hybrid BM25 + TF-IDF over chunks, so the passage that
-    answers comes back even from a long document), one passage each; with a reranker on
-    the server, reranks them and keeps the best rerank_top_k. Returns {ok, knowledge_base,
-    query, count, truncated, reranked, items}: per passage its source (file path or URL),
-    text (cut to max_chars_per_item around the query's words), relevance (0-1, comparable
-    across queries), rerank_score after a rerank, and chunk_id for read_chunk.
-    truncated: a text was cut. A note explains a rerank that was adjusted or not done.
+    Recalls the top_k best passages (hybrid BM25 + TF-IDF over chunks, so the passage that
+    answers comes back even from a long document); a long document with several passages
+    about the question gives several. Passages below min_relevance and repeats
+    (deduplicate) are left out, the next best recalled in their place. With a reranker on
+    the server, reranks the passages and keeps the best rerank_top_k. Returns {ok,
+    knowledge_base, query, count, truncated, reranked, items}: per passage its source
+    (file path or URL), text (cut to max_chars_per_item around the query's words),
+    relevance (0-1, comparable across queries), rerank_score after a rerank, and chunk_id
+    for read_chunk. truncated: a text was cut. A note explains a rerank that was adjusted
+    or not done.
     """
     check.text("query", query, max_chars=check.MAX_QUERY_CHARS)
     check.integer("top_k", top_k, 1, MAX_TOP_K)
@@ -446,33 +470,40 @@ def knowledge_semantic_search(
         available=core.reranker is not None,
     )
     notes = list(plan.notes)
-    results = _recall(core, query, knowledge_base, top_k, min_relevance, source_keyword)
-    passages = _passages(core, results, deduplicate)
+    passages = _passages(
+        core,
+        query,
+        knowledge_base,
+        top_k=top_k,
+        min_relevance=min_relevance,
+        source_keyword=source_keyword,
+        deduplicate=deduplicate,
+    )
     reranked = False
     if plan.enabled and passages and core.reranker is not None:
-        scores = rerank_scores(core.reranker, query, [p["text"] for p in passages])
+        scores = rerank_scores(core.reranker, query, [passage.text for passage in passages])
         if scores is None:
             notes.append("the reranker failed: passages are in recall order")
         else:
             for passage, score in zip(passages, scores, strict=True):
-                passage["rerank_score"] = score
+                passage.rerank_score = score
             # A stable sort: equal scores keep the recall order.
-            passages = sorted(passages, key=lambda p: -p["rerank_score"])[: plan.keep]
+            passages = sorted(passages, key=lambda p: -(p.rerank_score or 0.0))[: plan.keep]
             reranked = True
     items = []
     truncated = False
     for passage in passages:
-        text, cut = _excerpt(core, passage["text"], query, max_chars_per_item)
+        text, cut = _excerpt(core, passage.text, query, max_chars_per_item)
         truncated = truncated or cut
         item: dict[str, Any] = {
-            "source": passage["source"],
+            "source": passage.source,
             "text": text,
-            "relevance": round(passage["relevance"], 4),
+            "relevance": round(passage.relevance, 4),
         }
-        if reranked and include_rerank_score:
-            item["rerank_score"] = round(passage["rerank_score"], 6)
-        if passage["chunk_id"] is not None:
-            item["chunk_id"] = passage["chunk_id"]
+        if reranked and include_rerank_score and passage.rerank_score is not None:
+            item["rerank_score"] = round(passage.rerank_score, 6)
+        if passage.chunk_id is not None:
+            item["chunk_id"] = passage.chunk_id
         items.append(item)
     answer: dict[str, Any] = {
         "ok": True,
