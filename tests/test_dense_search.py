@@ -152,3 +152,23 @@ def test_a_query_in_a_language_the_embedder_does_not_know_skips_the_dense_rankin
         assert english.dense_rank == 1
         asked = core.search("账户 恢复", mode="dense")  # asked for by name: still runs
         assert asked and asked[0].explanation.details["dense"] == "fake:1"
+
+
+def test_dense_passage_weight_adds_the_meaning_of_a_passage_to_its_score() -> None:
+    # Two sections of one guide: one has the query's word, one says what the query means.
+    words = "Password: the word password, listed in a glossary of terms and their spelling."
+    meaning = "Change a lost secret from the settings page by following the recovery link."
+    guide = f"# Guide\n\n## Glossary\n\n{words}\n\n## Recovery\n\n{meaning}"
+    query = "forgotten password"
+    config = {"min_chunk_size": 20, "max_chunk_size": 120}
+    off = {"known_item_share": 0}  # a known-item query is ranked by keywords alone
+    with KnowledgeAgentCore(embedder=FakeEmbedder(), chunk_config=config) as core:
+        core.add_text(guide, title="Guide")
+        lexical = core.search(query, limit=1, options={**off, "dense_passage_weight": 0})[0]
+        mixed = core.search(query, limit=1, options={**off, "dense_passage_weight": 30})[0]
+    assert words in lexical.matched_chunks[0].content
+    assert meaning in mixed.matched_chunks[0].content
+    for chunk in mixed.matched_chunks:
+        explained = chunk.explanation
+        assert explained.details["dense_bonus"] == pytest.approx(30 * explained.dense_score)
+    assert "dense_bonus" not in lexical.matched_chunks[0].explanation.details

@@ -38,6 +38,10 @@ class SearchConfig:
     """Added × the share of the query's word pairs found together in that unit."""
     document_weight: float = 0.1
     """Added × the BM25 of the chunk's whole document, scaled to the best document's."""
+    dense_passage_weight: float = 0.0
+    """Added × the chunk's dense (embedding) cosine to the query, when the dense ranking ran:
+    the meaning of a passage weighed beside its words (0: the dense ranking only votes in
+    the fusion)."""
     known_item_share: float = 0.4
     """A hybrid query whose best keyword chunk scores at least this share of the best BM25
     the query could reach is ranked by keywords alone; 0 turns this off."""
@@ -81,6 +85,7 @@ class SearchConfig:
             "coverage_weight",
             "proximity_weight",
             "document_weight",
+            "dense_passage_weight",
             "recency_weight",
             "recency_days",
             "decay_half_life",

@@ -568,6 +568,7 @@ class SearchEngineImpl:
             self._document_shares(terms, count, filters) if mode in ("hybrid", "keyword") else {}
         )
         fused = self._with_document_evidence(fused, documents, located)
+        fused = self._with_dense_evidence(fused, rankings.dense)
 
         candidates: dict[str, _Candidate] = {}
         for chunk_id, score in fused.items():
@@ -664,6 +665,7 @@ class SearchEngineImpl:
                             **self._evidence_details(
                                 evidence.get(chunk.id),
                                 documents.get(item.id, 0.0),
+                                rankings.dense.get(chunk.id, 0.0),
                                 sure
                                 if chunk is best
                                 else self._confidence(
@@ -976,8 +978,22 @@ class SearchEngineImpl:
         }
         return dict(sorted(scores.items(), key=lambda entry: -entry[1]))
 
+    def _with_dense_evidence(
+        self, fused: dict[str, float], dense: dict[str, float]
+    ) -> dict[str, float]:
+        """``fused`` plus dense_passage_weight × each chunk's embedding cosine to the query."""
+        weight = self.config.dense_passage_weight
+        if not fused or not dense or not weight:
+            return fused
+        scores = {chunk_id: s + weight * dense.get(chunk_id, 0.0) for chunk_id, s in fused.items()}
+        return dict(sorted(scores.items(), key=lambda entry: -entry[1]))
+
     def _evidence_details(
-        self, evidence: PassageEvidence | None, document_share: float, sure: float | None
+        self,
+        evidence: PassageEvidence | None,
+        document_share: float,
+        dense: float,
+        sure: float | None,
     ) -> dict[str, Any]:
         """What the re-scoring added to the fusion (before the boosts)."""
         config = self.config
@@ -988,6 +1004,8 @@ class SearchEngineImpl:
             "passage_bonus": passage,
             "document_bonus": config.document_weight * document_share,
         }
+        if config.dense_passage_weight and dense:
+            details["dense_bonus"] = config.dense_passage_weight * dense
         if sure is not None:
             details["confidence"] = sure
         if evidence is not None:
