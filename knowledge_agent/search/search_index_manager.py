@@ -752,11 +752,14 @@ class SearchIndexManager:
                 ]
                 rows, scores = scored_docs(searcher, idx.scan_cache, clauses, allow)
                 top, top_scores = best_rows(rows, scores, limit)
-                found = [searcher.stored_fields(docnum) for docnum in top.tolist()]
-                if per_item is not None and _over_cap(found, per_item):
+                stored = {docnum: searcher.stored_fields(docnum) for docnum in top.tolist()}
+                if per_item is not None and _over_cap(stored.values(), per_item):
                     groups = idx.item_groups.of(searcher)[rows]
                     top, top_scores = capped_best_rows(rows, scores, groups, limit, per_item)
-                    found = [searcher.stored_fields(docnum) for docnum in top.tolist()]
+                found = [
+                    stored[docnum] if docnum in stored else searcher.stored_fields(docnum)
+                    for docnum in top.tolist()
+                ]
                 return list(zip(top_scores.tolist(), found, strict=True))
             except SearchIndexError:
                 raise
@@ -863,7 +866,7 @@ class SearchIndexManager:
         return f"{type(self).__name__}({where!r})"
 
 
-def _over_cap(found: list[dict[str, Any]], cap: int) -> bool:
+def _over_cap(found: Iterable[dict[str, Any]], cap: int) -> bool:
     """Whether more than ``cap`` of these stored documents belong to one item."""
     counts = Counter(str(fields_["item_id"]) for fields_ in found)
     return bool(counts) and max(counts.values()) > cap
