@@ -200,6 +200,7 @@ def test_words_the_base_never_saw_shrink_the_confidence_by_their_share() -> None
     idf = {"known": 1.0, "novel": 3.0}
     assert unseen_share(["known", "novel", "novel"], idf, {"novel"}) == pytest.approx(6 / 7)
     assert unseen_share(["known"], idf, set()) == 0.0
+    assert unseen_share(["如何", "known"], {"如何": 3.0, "known": 1.0}, {"如何"}) == 0.0
 
 
 @pytest.mark.parametrize("level", ["chunk", "item"])

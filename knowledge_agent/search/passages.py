@@ -77,11 +77,15 @@ def confidence(
 
 
 def unseen_share(terms: Sequence[str], idf: Mapping[str, float], unseen: set[str]) -> float:
-    """The idf-weighted share of ``terms`` that are ``unseen`` (each occurrence counted)."""
+    """The idf-weighted share of ``terms`` that are ``unseen`` (each occurrence counted).
+
+    A CJK bigram never counts as unseen: bigrams are cut across word boundaries, so most of
+    a Chinese question's never occur even in the passage that answers it."""
     total = sum(max(idf.get(term, 0.0), 0.0) for term in terms)
     if total <= 0 or not unseen:
         return 0.0
-    return sum(max(idf.get(term, 0.0), 0.0) for term in terms if term in unseen) / total
+    words = [term for term in terms if term in unseen and not _CJK_RE.search(term)]
+    return sum(max(idf.get(term, 0.0), 0.0) for term in words) / total
 
 
 def units(text: str) -> list[tuple[int, int]]:
