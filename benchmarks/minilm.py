@@ -35,6 +35,7 @@ if __package__ in (None, ""):  # run as a script: import the harness as the `ben
 
 import numpy as np
 from threadpoolctl import threadpool_limits
+from tokenizers import Tokenizer
 
 from benchmarks.datasets import default_datasets_dir, load_dataset
 from knowledge_agent.chunking.content_chunker import ChunkConfig, ContentChunker
@@ -134,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     queries = query_texts(root, QUERIES, args.seed)
     embedder = MiniLMEmbedder(batch_size=args.batch_size)
     embedder.load()
-    lengths = [len(e.ids) for e in embedder._tokenizer.encode_batch(texts)]
+    tokenizer = Tokenizer.from_file(str(embedder.model_dir / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=embedder.max_tokens)
+    lengths = [len(e.ids) for e in tokenizer.encode_batch(texts)]
     print(
         f"{len(texts)} SQuAD chunks: {statistics.mean(len(t) for t in texts):.0f} characters, "
         f"{statistics.mean(lengths):.0f} tokens on average, "

@@ -246,6 +246,8 @@ def test_a_text_without_tokens_gets_a_zero_row(small: MiniLMEmbedder) -> None:
     assert not vectors[[0, 2, 3]].any()
     np.testing.assert_allclose(norms(vectors[[1]]), 1.0, rtol=1e-6)
     assert small.embed([]).shape == (0, HIDDEN)
+    # A lone surrogate (valid in JSON, refused by the tokenizer) is an unknown character.
+    np.testing.assert_allclose(*small.embed(["the cat \ud800 sat", "the cat ? sat"]), atol=1e-6)
 
 
 def test_first_use_from_many_threads_loads_once(

