@@ -69,9 +69,9 @@ class MiniLMEmbedder:
     package. ``max_tokens`` cuts longer texts (sentence-transformers cuts at 256; fewer is
     faster). Texts are embedded ``batch_size`` at a time, their tokens packed one after
     another: nothing is padded. A text without any token (empty, only spaces) gets a zero
-    row; a lone surrogate counts as an unknown character. ``kind`` is
-    ignored: the model is symmetric. ``name`` is ``"minilm:all-MiniLM-L6-v2:max_tokens=N"``.
-    The model is loaded on the first ``embed`` (or by :meth:`load`) and kept. Thread-safe.
+    row; a lone surrogate counts as an unknown character. ``kind`` is ignored: the model is
+    symmetric. ``name`` is ``"minilm:all-MiniLM-L6-v2:max_tokens=N"``. The model is loaded
+    on the first ``embed`` (or by :meth:`load`) and kept. Thread-safe.
     """
 
     languages = ("en",)
