@@ -480,10 +480,14 @@ TORCH_REFERENCE = {
 }
 
 
-@pytest.fixture(scope="module")
-def real_model() -> MiniLMEmbedder:
+def skip_without_the_weights() -> None:
     if minilm.packaged_model_dir() is None:
         pytest.skip(f"the all-MiniLM-L6-v2 weights are not installed: {minilm.WEIGHTS_HINT}")
+
+
+@pytest.fixture(scope="module")
+def real_model() -> MiniLMEmbedder:
+    skip_without_the_weights()
     model = MiniLMEmbedder()
     model.load()
     return model
@@ -527,8 +531,7 @@ def test_real_model_puts_a_paraphrase_closer_than_an_unrelated_sentence(
 
 
 def test_real_model_loads_and_embeds_without_any_network_access(no_network: list[str]) -> None:
-    if minilm.packaged_model_dir() is None:
-        pytest.skip("the all-MiniLM-L6-v2 weights are not installed")
+    skip_without_the_weights()
     assert MiniLMEmbedder().embed(["offline"]).shape == (1, 384)
     assert no_network == []
 
