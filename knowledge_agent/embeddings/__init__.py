@@ -10,7 +10,7 @@ Two protocols, :class:`Embedder` and :class:`Reranker`, and their providers:
   or Jina/Cohere-style ``/rerank`` server, standard library only.
 
 :func:`embedder_from_config` and :func:`reranker_from_config` build them from a project
-file section. Importing this package loads neither wordllama, tokenizers nor any HTTP library.
+file section. Importing this package loads none of wordllama, tokenizers or an HTTP library.
 """
 
 from __future__ import annotations
