@@ -9,6 +9,8 @@
 Data sets are read in place from ../shared/datasets (or --datasets DIR, or
 $KNOWLEDGE_AGENT_DATASETS). Quality figures are comparable across machines; ingest and query
 times are informative only (compare ratios against the references, not absolute values).
+knowledge_agent+minilm is the default hybrid search with all-MiniLM-L6-v2 embeddings (run in
+numpy; the [minilm] extra and its weights) as a third ranking; it runs only when named.
 knowledge_agent+rerank is the default search with rerank=True; its reranker is --reranker, a
 configuration as KnowledgeAgentCore(reranker=...) takes it, e.g. '{"provider": "openai",
 "base_url": "http://127.0.0.1:8911/v1", "model": "minilm"}' for benchmarks/rerank_server.py.
@@ -57,7 +59,11 @@ PACKAGE_SYSTEMS = ("knowledge_agent", "knowledge_agent-item")
 DENSE_SYSTEMS = ("knowledge_agent+dense", "knowledge_agent-dense")
 # The default search with rerank=True, the reranker given by --reranker.
 RERANK_SYSTEMS = ("knowledge_agent+rerank",)
-SYSTEM_NAMES = REFERENCE_SYSTEMS + PACKAGE_SYSTEMS + DENSE_SYSTEMS + RERANK_SYSTEMS
+# With all-MiniLM-L6-v2 embeddings (the [minilm] extra and its weights) fused in hybrid mode;
+# run only when named: embedding a corpus takes minutes.
+MINILM_SYSTEMS = ("knowledge_agent+minilm",)
+SYSTEM_NAMES = REFERENCE_SYSTEMS + PACKAGE_SYSTEMS + DENSE_SYSTEMS + RERANK_SYSTEMS + MINILM_SYSTEMS
+KA_SYSTEMS = PACKAGE_SYSTEMS + DENSE_SYSTEMS + RERANK_SYSTEMS + MINILM_SYSTEMS
 
 
 @dataclass
@@ -77,12 +83,15 @@ def build_systems(
     """Fresh systems for one data set (the two knowledge_agent levels and the reranked search
     share one ingestion, and so do the two dense systems)."""
     options = {**ka_options, "reranker": reranker} if reranker is not None else ka_options
+
+    def base(embedder: str, wanted: tuple[str, ...]) -> SharedKnowledgeBase | None:
+        if not core_class or not any(name in wanted for name in names):
+            return None
+        return SharedKnowledgeBase(core_class, {**ka_options, "embedder": {"provider": embedder}})
+
     shared = SharedKnowledgeBase(core_class, options) if core_class else None
-    embedded = (
-        SharedKnowledgeBase(core_class, {**ka_options, "embedder": {"provider": "wordllama"}})
-        if core_class and any(name in DENSE_SYSTEMS for name in names)
-        else None
-    )
+    embedded = base("wordllama", DENSE_SYSTEMS)
+    minilm = base("minilm", MINILM_SYSTEMS)
     factories: dict[str, Callable[[], System]] = {
         "bm25s-doc": Bm25DocSystem,
         "bm25s-para": Bm25ParagraphSystem,
@@ -103,6 +112,10 @@ def build_systems(
         )
         factories["knowledge_agent-dense"] = lambda: KnowledgeAgentSystem(
             "knowledge_agent-dense", embedded, mode="dense"
+        )
+    if minilm is not None:
+        factories["knowledge_agent+minilm"] = lambda: KnowledgeAgentSystem(
+            "knowledge_agent+minilm", minilm
         )
     return [factories[name]() for name in names if name in factories]
 
@@ -247,8 +260,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=lambda v: split_names(v, SYSTEM_NAMES, "system"),
         default=None,
         metavar="NAMES",
-        help=f"comma-separated subset of {','.join(SYSTEM_NAMES)} (default: all; "
-        "knowledge_agent+rerank only with --reranker)",
+        help=f"comma-separated subset of {','.join(SYSTEM_NAMES)} (default: all but "
+        "knowledge_agent+minilm; knowledge_agent+rerank only with --reranker)",
     )
     parser.add_argument(
         "--limit-queries",
@@ -278,7 +291,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.systems is None:
         args.systems = [
-            name for name in SYSTEM_NAMES if args.reranker or name not in RERANK_SYSTEMS
+            name
+            for name in SYSTEM_NAMES
+            if (args.reranker or name not in RERANK_SYSTEMS) and name not in MINILM_SYSTEMS
         ]
     elif args.reranker is None and any(name in RERANK_SYSTEMS for name in args.systems):
         parser.error(
@@ -316,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     core_class = None
-    if any(name in PACKAGE_SYSTEMS + DENSE_SYSTEMS + RERANK_SYSTEMS for name in args.systems):
+    if any(name in KA_SYSTEMS for name in args.systems):
         try:
             core_class = load_core_class()
         except (ImportError, AttributeError) as exc:

@@ -83,7 +83,7 @@ NETWORK_PROVIDERS = frozenset({"openai"})
 """Providers that send text over the network: an untrusted file may not name one."""
 ENDPOINT_KEYS = ("base_url", "api_key_env")
 """Provider keys naming an endpoint or a secret to read: never taken from an untrusted file."""
-PATH_KEYS = ("cache_dir",)
+PATH_KEYS = ("cache_dir", "model_dir")
 """Provider keys naming a folder: from an untrusted file only inside its folder."""
 
 # The [search] keys a project file may set: the ranking knobs users tune.
@@ -546,7 +546,8 @@ def default_config_text() -> str:
     lines += [
         "",
         "# Dense embeddings: a third ranking fused with the other two (off by default).",
-        '# "wordllama" runs offline (pip install "knowledge-agent[embed]"); "openai" calls an',
+        '# "wordllama" runs offline (pip install "knowledge-agent[embed]"); "minilm" runs',
+        '# all-MiniLM-L6-v2 offline (the README says how to install it); "openai" calls an',
         "# OpenAI-compatible /v1/embeddings server. Changing it re-embeds everything.",
         "# [embeddings]",
         '# provider = "wordllama"',

@@ -83,6 +83,7 @@ def test_all_is_exactly_the_public_api() -> None:
     assert sorted(embeddings.__all__) == [
         "Embedder",
         "EmbeddingKind",
+        "MiniLMEmbedder",
         "OpenAIEmbedder",
         "OpenAIReranker",
         "Reranker",
@@ -603,8 +604,11 @@ def test_wordllama_embedder_from_config() -> None:
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({}, "needs a 'provider' key; valid: openai, wordllama"),
-        ({"provider": "cohere"}, "unknown embedding provider 'cohere'; valid: openai, wordllama"),
+        ({}, "needs a 'provider' key; valid: minilm, openai, wordllama"),
+        (
+            {"provider": "cohere"},
+            "unknown embedding provider 'cohere'; valid: minilm, openai, wordllama",
+        ),
         (
             {"provider": "wordllama", "dims": 256},
             "unknown embedding key 'dims' for provider 'wordllama'; "

@@ -255,13 +255,16 @@ PATHS = [".", "docs", "docs/sub", "..", "../private", "/tmp", "~", "link-out", "
 
 @st.composite
 def provider_tables(draw: st.DrawFn) -> dict[str, Any]:
-    table: dict[str, Any] = {"provider": draw(st.sampled_from(["openai", "wordllama", "other"]))}
+    providers = ["openai", "wordllama", "minilm", "other"]
+    table: dict[str, Any] = {"provider": draw(st.sampled_from(providers))}
     if draw(st.booleans()):
         table["base_url"] = "http://127.0.0.1:9/v1"
     if draw(st.booleans()):
         table["api_key_env"] = draw(st.sampled_from(["GITHUB_TOKEN", "HOME", "AWS_SECRET"]))
     if draw(st.booleans()):
         table["cache_dir"] = draw(st.sampled_from(PATHS))
+    if draw(st.booleans()):
+        table["model_dir"] = draw(st.sampled_from(PATHS))
     if draw(st.booleans()):
         table["model"] = "m"
     return table

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from knowledge_agent.embeddings.base import Embedder, Reranker
+from knowledge_agent.embeddings.minilm import MiniLMEmbedder
 from knowledge_agent.embeddings.openai_compat import OpenAIEmbedder, OpenAIReranker
 from knowledge_agent.embeddings.wordllama_provider import WordLlamaEmbedder
 from knowledge_agent.errors import ConfigError
@@ -28,6 +29,11 @@ _EMBEDDERS: dict[str, _Spec] = {
     "wordllama": (
         WordLlamaEmbedder,
         {"config": (str,), "dim": (int,), "batch_size": (int,), "cache_dir": (str,)},
+        frozenset(),
+    ),
+    "minilm": (
+        MiniLMEmbedder,
+        {"model_dir": (str,), "max_tokens": (int,), "batch_size": (int,)},
         frozenset(),
     ),
     "openai": (
