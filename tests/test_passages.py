@@ -261,6 +261,10 @@ def test_a_widened_query_reaches_a_page_that_shares_only_the_topic() -> None:
     assert "c" not in found({})
     widened = found({"expansion_terms": 5, "expansion_gate": 1.0, "expansion_min_terms": 1})
     assert "c" in widened and "d" not in widened
+    # Gated by language like the dense ranking: a query read as another language is not widened.
+    gated = {"expansion_terms": 5, "expansion_gate": 1.0, "expansion_min_terms": 1}
+    assert "c" not in found({**gated, "expansion_languages": ["zh"]})
+    assert "c" in found({**gated, "expansion_languages": []})
 
 
 def test_semantic_mode_takes_no_keyword_document_evidence(pages: KnowledgeAgentCore) -> None:

@@ -51,7 +51,10 @@ class SearchConfig:
     expansion_gate: float = 0.6
     """A query is widened only when its best first-pass confidence is below this …"""
     expansion_min_terms: int = 8
-    """… and it has at least this many distinct terms."""
+    """… and it has at least this many distinct terms …"""
+    expansion_languages: tuple[str, ...] = ("en",)
+    """… and is in one of these languages (measured: +0.009 on Cranfield, −0.005 on CMRC
+    2018), as the dense ranking is gated by its embedder's; empty: any language."""
     expansion_original_weight: float = 0.5
     """The share of the query's own terms in a widened query."""
     feedback_chunks: int = 5
@@ -76,6 +79,10 @@ class SearchConfig:
     """What the reranker's scores add, scaled to the best score (the rerank delta)."""
 
     def __post_init__(self) -> None:
+        languages = self.expansion_languages
+        if isinstance(languages, str) or not all(isinstance(x, str) for x in languages):
+            raise ConfigError(f"expansion_languages must be language codes, got {languages!r}")
+        object.__setattr__(self, "expansion_languages", tuple(languages))  # a TOML list too
         if self.fusion not in FUSION_METHODS:
             raise ConfigError(f"fusion must be one of {FUSION_METHODS}, got {self.fusion!r}")
         for name in (

@@ -551,7 +551,7 @@ class SearchEngineImpl:
         first_keyword = rankings.keyword
         as_asked: dict[str, float] = {}
         widened = self._widened(
-            terms, rankings, fused, evidence, idf, best_possible, unknown, loaded
+            query, terms, rankings, fused, evidence, idf, best_possible, unknown, loaded
         )
         if widened is not None:
             as_asked = fused
@@ -883,6 +883,7 @@ class SearchEngineImpl:
 
     def _widened(
         self,
+        query: str,
         terms: list[str],
         rankings: _Rankings,
         fused: dict[str, float],
@@ -898,6 +899,9 @@ class SearchEngineImpl:
         if not config.expansion_terms or not rankings.keyword or not fused:
             return None
         if len(set(terms)) < config.expansion_min_terms:
+            return None
+        languages = config.expansion_languages
+        if languages and detect_language(query) not in languages:
             return None
         feedback_ids = list(rankings.keyword)[: config.feedback_chunks]
         first = next(iter(fused))
