@@ -276,7 +276,7 @@ def test_every_bad_page_is_a_failure_with_its_reason_and_the_rest_is_crawled(
     server.set_page("/gone.html", "gone", status=410)
     server.set_error("/error.html", 500)
     server.set_error("/unavailable.html", 503)
-    server.set_slow("/slow.html", 5.0)
+    server.set_slow("/slow.html", 20.0)
     server.set_png("/image.png")
     server.set_big("/huge.png", 200_000_000, content_type="image/png", content_length=False)
     server.set_big("/big.txt", 1_000_000)
@@ -297,10 +297,11 @@ def test_every_bad_page_is_a_failure_with_its_reason_and_the_rest_is_crawled(
     server.set_page("/notes.txt", "plain notes", content_type="text/plain; charset=utf-8")
     server.set_page("/x.xhtml", page_html(), content_type="application/xhtml+xml")
 
-    options = CrawlOptions(timeout=0.5, max_page_bytes=100_000, max_redirects=3)
+    # A deadline a loaded machine still meets for every page that answers at once.
+    options = CrawlOptions(timeout=3.0, max_page_bytes=100_000, max_redirects=3)
     started = time.monotonic()
     events, crawler = run(server.url("/"), options)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # a hang guard, not a timing
 
     got = failures(events)
     assert set(got) == set(bad)
@@ -309,7 +310,7 @@ def test_every_bad_page_is_a_failure_with_its_reason_and_the_rest_is_crawled(
         "/gone.html": ("HTTP 410", False, 410, True),
         "/error.html": ("HTTP 500", False, 500, False),
         "/unavailable.html": ("HTTP 503", False, 503, False),
-        "/slow.html": ("timed out after 0.5 s", False, None, False),
+        "/slow.html": ("timed out after 3.0 s", False, None, False),
         "/image.png": ("unsupported content type image/png", True, 200, False),
         "/huge.png": ("unsupported content type image/png", True, 200, False),
         "/big.txt": ("larger than 100,000 bytes", True, 200, False),
