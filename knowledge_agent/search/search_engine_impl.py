@@ -519,7 +519,7 @@ class SearchEngineImpl:
         cap = max(self.config.max_chunks_per_item, count // max(limit, 1))
         located: dict[str, tuple[str, int]] = {}
 
-        def locate(hit: ChunkHit) -> str:
+        def chunk_key(hit: ChunkHit) -> str:
             located[hit.chunk_id] = (hit.item_id, hit.chunk_index)
             return hit.chunk_id
 
@@ -540,7 +540,7 @@ class SearchEngineImpl:
         unknown = unseen_share(terms, idf, self.keyword_index.unseen(terms))
         known_item = mode == "hybrid" and self._known_item(keyword(), best_possible)
         rankings = self._rankings(
-            keyword, semantic, locate, "keyword" if known_item else mode, dense
+            keyword, semantic, chunk_key, "keyword" if known_item else mode, dense
         )
         if known_item:
             rankings.details.update(mode=mode, known_item=True)
@@ -558,7 +558,7 @@ class SearchEngineImpl:
             rankings = self._rankings(
                 lambda: self.keyword_index.search_chunks(widened, count, filters, per_item=cap),
                 semantic,
-                locate,
+                chunk_key,
                 mode,
                 dense,
             )  # a widened query is not a known item: it found no confident match
