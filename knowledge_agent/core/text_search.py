@@ -8,6 +8,7 @@ from typing import Any
 
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.patterns import Match, TextPattern
+from knowledge_agent.search.locate import link_at
 
 __all__ = ["TextMatch", "compile_pattern", "linked", "matching_lines"]
 
@@ -120,20 +121,7 @@ def _line_link(chunks: Sequence[KnowledgeChunk], line_number: int) -> str:
     if covering is None:
         urls = [c.metadata.get("url") for c in chunks if isinstance(c.metadata.get("url"), str)]
         return urls[0].split("#", 1)[0] if urls else ""  # before every chunk: the page
-    url = covering.metadata["url"]
-    offset = _line_offset(covering, line_number)
-    before = [
-        (pair[0], pair[1])
-        for pair in covering.metadata.get("anchors") or ()
-        if isinstance(pair, (list, tuple))
-        and len(pair) == 2
-        and isinstance(pair[0], int)
-        and pair[1]
-        and pair[0] <= offset
-    ]
-    if before:
-        return f"{url.split('#', 1)[0]}#{max(before)[1]}"
-    return url
+    return link_at(covering.metadata, _line_offset(covering, line_number))
 
 
 def _line_offset(chunk: KnowledgeChunk, line_number: int) -> int:

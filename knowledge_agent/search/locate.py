@@ -22,7 +22,7 @@ from knowledge_agent.models.evidence import evidence_ref
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.search_result import Passage
 
-__all__ = ["blocks", "heading_only", "locate", "passage_span"]
+__all__ = ["blocks", "heading_only", "link_at", "locate", "passage_span"]
 
 _FENCE = re.compile(r"[ ]{0,3}(`{3,}|~{3,})")
 _HEADING = re.compile(r"[ ]{0,3}#{1,6}(?:[ \t]|$)")
@@ -154,7 +154,7 @@ def locate(
         end_line=end_line,
         page=_page(meta, start),
         heading_path=_heading_path(chunk, start, title),
-        link=_link(meta, start),
+        link=link_at(meta, start),
         evidence_ref=evidence_ref(chunk.id, path, lines, text),
     )
 
@@ -167,7 +167,10 @@ def _offsets(meta: Mapping[str, Any], key: str) -> list[tuple[int, str]]:
     return sorted(
         (int(pair[0]), str(pair[1]))
         for pair in pairs
-        if isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[0], int)
+        if isinstance(pair, list | tuple)
+        and len(pair) == 2
+        and isinstance(pair[0], int)
+        and pair[1]
     )
 
 
@@ -194,7 +197,9 @@ def _page(meta: Mapping[str, Any], start: int) -> int | None:
     return page
 
 
-def _link(meta: Mapping[str, Any], start: int) -> str:
+def link_at(meta: Mapping[str, Any], start: int) -> str:
+    """What a reader opens for the text at offset ``start`` of a chunk with this metadata:
+    a crawled page's URL with the nearest anchored heading at or before it, else ""."""
     url = meta.get("url")
     if not isinstance(url, str) or not url:
         return ""
