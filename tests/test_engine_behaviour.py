@@ -542,7 +542,7 @@ def test_confidence_of_a_chunk_result_is_within_0_and_1(kb: KnowledgeAgentCore) 
     best = results[0].confidence
     assert [r.confidence for r in kb.search("blades cracks flour", min_confidence=best)] == [best]
     assert kb.search("blades cracks flour", min_confidence=best + 1e-9) == []
-    # A word the base has never seen ("often") lowers it: it knows only part of that.
+    # Words the base has never seen ("how", "often") lower it: it knows only part of that.
     asked = kb.search("turbine blades inspected for cracks", limit=1)[0].confidence
     assert kb.search(TURBINE_QUERY, limit=1)[0].confidence < asked
 
