@@ -11,6 +11,7 @@ filters applied before ranking, explanations, citations and confidence.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -173,11 +174,14 @@ def test_the_answer_paragraph_comes_first_with_its_item_heading_and_positions(
     assert passage.heading_path == ["Turbine maintenance manual", "Inspection intervals"]
 
 
-def test_a_query_without_a_match_gives_no_results(kb: KnowledgeAgentCore) -> None:
-    _add_corpus(kb)
-    assert kb.search("zeppelin quasar") == []
-    for query in ("", "   ", "the of and", "(((", 'AND OR "', "title:*"):
-        assert isinstance(kb.search(query), list)
+def test_any_query_text_is_searched_as_words(kb: KnowledgeAgentCore) -> None:
+    """Query syntax characters are words' neighbours, never syntax: no error, and a query
+    with no searchable word gives no results."""
+    ids = _add_corpus(kb)
+    for query in ("zeppelin quasar", "", "   ", "the of and", "(((", 'AND OR "', "title:*", "*:*"):
+        assert kb.search(query) == [], query
+    for query in ("probe AND (", 'turbine" blades', "title:turbine"):
+        assert [r.item.id for r in kb.search(query)] == [ids["manual"]], query
     assert kb.search("turbine", limit=0) == []
 
 
@@ -385,7 +389,9 @@ def test_a_doc_type_weight_multiplies_the_score(kb: KnowledgeAgentCore) -> None:
     text = "Decision: the fleet moves to synthetic lubricant for all turbine bearings."
     plain = kb.add_text(text, title="Lubricant", source_uri="a.md")
     adr = kb.add_text(text, title="Lubricant", source_uri="b.md", doc_type="adr")
-    results = {r.item.id: r for r in kb.search("synthetic lubricant bearings")}
+    ranked = kb.search("synthetic lubricant bearings")
+    assert [r.item.id for r in ranked] == [adr.id, plain.id]
+    results = {r.item.id: r for r in ranked}
     assert results[plain.id].explanation is not None and results[adr.id].explanation is not None
     assert results[plain.id].explanation.document_boost == 1.0
     assert results[adr.id].explanation.document_boost == 1.5  # the documented adr weight
@@ -611,5 +617,6 @@ def test_the_search_result_is_plain_data(kb: KnowledgeAgentCore) -> None:
     _add_corpus(kb)
     for result in kb.search(TURBINE_QUERY, limit=3):
         data = result.to_dict()
+        assert json.loads(json.dumps(data)) == data
         assert SearchResult.from_dict(data).to_dict() == data
         assert dataclasses.is_dataclass(result.item)
