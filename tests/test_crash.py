@@ -10,6 +10,7 @@ there. ``benchmarks/stress.py`` (``kill_*``) keeps killing at random moments.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import string
@@ -132,6 +133,15 @@ def assert_consistent_and_findable(data_dir: Path) -> int:
     return len(items)
 
 
+def assert_reopens_without_rebuilding(data_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Opening replays what the indexes miss; none was left unreadable by the crash (which
+    would have it rebuilt from SQLite, with a warning)."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="knowledge_agent"):
+        KnowledgeAgentCore(data_dir).close()
+    assert [record.getMessage() for record in caplog.records] == []
+
+
 def add_notes(data_dir: Path, numbers: range) -> None:
     with KnowledgeAgentCore(data_dir) as core:
         for n in numbers:
@@ -141,14 +151,14 @@ def add_notes(data_dir: Path, numbers: range) -> None:
 def test_kill_after_a_group_commit_of_add_then_a_rerun_completes(tmp_path: Path) -> None:
     docs = write_corpus(tmp_path / "docs")
     data_dir = tmp_path / "kb"
+    add_notes(data_dir, range(100, 103))
     assert_killed_at(cli(data_dir, "add", str(docs), fault="group-commit:1"), "group-commit:1")
-    # The first group is in SQLite and in no index: opening replays it.
-    committed = stored(data_dir)
-    assert committed
-    assert assert_consistent_and_findable(data_dir) == len(committed)
+    # The first group is in SQLite and its journal, and in no index: opening replays it.
+    assert len(stored(data_dir)) > 3
+    assert assert_consistent_and_findable(data_dir) == len(stored(data_dir))
     code, err = cli(data_dir, "add", str(docs))
     assert code == 0, err
-    assert assert_consistent_and_findable(data_dir) == FILES
+    assert assert_consistent_and_findable(data_dir) == 3 + FILES
 
 
 def test_kill_before_the_indexes_see_a_remove(tmp_path: Path) -> None:
@@ -182,12 +192,15 @@ ADD_THEN_SEARCH = f"""
         "before-applied",  # both hold them; the journal position is not recorded
     ],
 )
-def test_kill_while_indexing_adds_loses_nothing_committed(tmp_path: Path, fault: str) -> None:
+def test_kill_while_indexing_adds_loses_nothing_committed(
+    tmp_path: Path, fault: str, caplog: pytest.LogCaptureFixture
+) -> None:
     data_dir = tmp_path / "kb"
     add_notes(data_dir, range(100, 103))
     assert_killed_at(script(data_dir, ADD_THEN_SEARCH, fault), f"{fault}:1")
     written = committed_ids(data_dir)
     assert len(written) == 6 and set(written) <= set(stored(data_dir))
+    assert_reopens_without_rebuilding(data_dir, caplog)
     assert assert_consistent_and_findable(data_dir) == 9
 
 
@@ -213,7 +226,7 @@ def tfidf_files(data_dir: Path) -> tuple[set[str], set[str]]:
     return {path.name for path in folder.glob("*.npz")}, named
 
 
-def test_kill_mid_merge_of_tfidf_segments(tmp_path: Path) -> None:
+def test_kill_mid_merge_of_tfidf_segments(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     data_dir = tmp_path / "kb"
     body = f"""
         from knowledge_agent.search.semantic_searcher import SemanticSearcher
@@ -229,6 +242,8 @@ def test_kill_mid_merge_of_tfidf_segments(tmp_path: Path) -> None:
     assert on_disk - named, "no merged segment was written before the crash"
     written = committed_ids(data_dir)
     assert len(written) == 6 and set(written) <= set(stored(data_dir))
+    # The last generation is whole: the half-done merge is replayed, not rebuilt around.
+    assert_reopens_without_rebuilding(data_dir, caplog)
     assert assert_consistent_and_findable(data_dir) == 6
     on_disk, named = tfidf_files(data_dir)
-    assert on_disk == named  # the next writer swept the half-done merge's files
+    assert on_disk == named  # nothing of the half-done merge is left
