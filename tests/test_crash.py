@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from knowledge_agent import KnowledgeAgentCore
-from knowledge_agent.faults import FAULT_ENV
+from knowledge_agent.errors import ConfigError
+from knowledge_agent.faults import FAULT_ENV, Faults
 from knowledge_agent.search.checksums import read_json_file
 from knowledge_agent.storage import DATABASE_FILE, SQLiteStorageManager
 
@@ -247,3 +248,11 @@ def test_kill_mid_merge_of_tfidf_segments(tmp_path: Path, caplog: pytest.LogCapt
     assert assert_consistent_and_findable(data_dir) == 6
     on_disk, named = tfidf_files(data_dir)
     assert on_disk == named  # nothing of the half-done merge is left
+
+
+def test_a_bad_fault_spec_is_refused_naming_the_variable() -> None:
+    assert Faults.from_environment({}).step is None
+    assert Faults.from_environment({FAULT_ENV: "mid-rebuild:3"}).count == 3
+    for spec, message in (("mid-nothing", "unknown step 'mid-nothing'"), ("mid-rebuild:0", ">= 1")):
+        with pytest.raises(ConfigError, match=f"^{FAULT_ENV}: .*{message}"):
+            Faults(spec)
