@@ -102,7 +102,7 @@ def test_a_forked_child_does_not_keep_its_parents_lock(tmp_path: Path) -> None:
         lock._fd, lock._depth = None, 0
         other = FolderLock(tmp_path)
         # The child holds no copy that keeps it locked (it closes its copy as it starts).
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a hang guard
         while not other.try_acquire():
             assert time.monotonic() < deadline, "the forked child keeps the lock"
             time.sleep(0.05)
@@ -116,12 +116,18 @@ def test_a_second_writer_waits_for_the_first(base: Path) -> None:
     holder = FolderLock(base)
     holder.acquire()
     waits: list[str] = []
-    released = threading.Timer(0.5, holder.release)
+    events: list[str] = []
+
+    def release() -> None:
+        events.append("released")
+        holder.release()
+
+    released = threading.Timer(0.5, release)
     with KnowledgeAgentCore(base, on_lock_wait=waits.append) as core:
         released.start()
-        started = time.monotonic()
         core.add_text("written after waiting tokwait", title="waited")
-        assert time.monotonic() - started >= 0.4
+        events.append("written")
+        assert events == ["released", "written"]  # the write waited for the holder
         assert waits == [f"waiting for process {os.getpid()}, which is writing to {base}"]
         assert top(core, "tokwait", "hybrid") == "waited"
     released.join()
@@ -213,27 +219,40 @@ def test_two_writing_processes_lose_nothing(tmp_path: Path) -> None:
 
 
 def test_readers_during_a_write_never_fail(base: Path) -> None:
+    # Readers search from before the writer starts until after it ends (files say when);
+    # the writer logs each delete once its batch is committed, indexes included, so an
+    # item a reader saw in that log before a search began must not be one of its hits.
     reader_body = """
         import random
-        failures, gone, reads, deadline = [], [], 0, time.monotonic() + 4
+        from pathlib import Path
+        work = Path(DATA).parent
+        done, deleted = work / "writer-done", work / "deleted.txt"
+        failures, stale, missing, reads, finished = [], [], [], 0, False
         keep = KnowledgeAgentCore(DATA) if ARG == "keep" else None
-        while time.monotonic() < deadline:
+        guard = time.monotonic() + 120  # a hang guard
+        while not finished and time.monotonic() < guard:
+            finished = done.exists()  # so one round of reads follows the writer's end
             try:
                 core = keep or KnowledgeAgentCore(DATA)
-                started = time.time()
+                gone = set(deleted.read_text().split()) if deleted.exists() else set()
                 for result in core.search(f"tok{random.randrange(40)} shared", limit=3):
+                    stale.extend([result.item.id] if result.item.id in gone else [])
                     if core.get_item(result.item.id) is None:
-                        gone.append([result.item.id, started])
+                        missing.append(result.item.id)
                 if keep is None:
                     core.close()
                 reads += 1
             except Exception as exc:
                 failures.append(repr(exc))
-        print(json.dumps({"reads": reads, "failures": failures, "gone": gone}))
+            (work / f"reading-{ARG}").touch()
+        print(json.dumps({"reads": reads, "failures": failures, "stale": stale,
+                          "missing": missing, "finished": finished}))
     """
     writer_body = """
-        deleted = {}
-        with KnowledgeAgentCore(DATA) as core:
+        from pathlib import Path
+        work = Path(DATA).parent
+        deleted = []
+        with KnowledgeAgentCore(DATA) as core, open(work / "deleted.txt", "a") as log:
             for n in range(5, 40):
                 doomed = None
                 with core.batch():
@@ -242,19 +261,28 @@ def test_readers_during_a_write_never_fail(base: Path) -> None:
                         doomed = core.list_items()[0].id
                         core.delete_knowledge_item(doomed)
                 if doomed:
-                    deleted[doomed] = time.time()  # committed, indexes included, by now
+                    log.write(doomed + "\\n")  # committed, indexes included, by now
+                    log.flush()
+                    deleted.append(doomed)
+        (work / "writer-done").touch()
         print(json.dumps({"deleted": deleted}))
     """
-    readers = [child(reader_body, base, mode) for mode in ("keep", "reopen")]
-    time.sleep(0.5)
-    writer = child(writer_body, base)
-    deleted = result(writer)["deleted"]
+    modes = ("keep", "reopen")
+    readers = [child(reader_body, base, mode) for mode in modes]
+    guard = time.monotonic() + 60  # a hang guard
+    while not all((base.parent / f"reading-{mode}").exists() for mode in modes):
+        assert all(r.poll() is None for r in readers), [r.communicate() for r in readers]
+        assert time.monotonic() < guard, "the readers never read"
+        time.sleep(0.05)
+    deleted = set(result(child(writer_body, base))["deleted"])
+    assert len(deleted) == 7
     for reader in readers:
         outcome = result(reader)
+        assert outcome["finished"], "the reader stopped before the writer did"
         assert outcome["failures"] == [] and outcome["reads"] > 0
+        assert outcome["stale"] == []
         # A hit deleted while its search ran is a race of the check, not a stale hit.
-        stale = [(i, t) for i, t in outcome["gone"] if i in deleted and deleted[i] < t]
-        assert stale == [] and all(i in deleted for i, _ in outcome["gone"])
+        assert set(outcome["missing"]) <= deleted
     with KnowledgeAgentCore(base) as core:
         assert core.status().consistent
 

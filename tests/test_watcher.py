@@ -10,17 +10,17 @@ import logging
 import shutil
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from knowledge_agent.errors import ConfigError, IngestError
+from knowledge_agent.ingest import watcher as watcher_module
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.ingest.watcher import ChangeSet, FolderWatcher
 
-TIMEOUT = 10.0  # generous: only reached when something is broken
+TIMEOUT = 60.0  # a hang guard: only reached when something is broken
 DEBOUNCE = 0.15
 POLL = 0.05
 BACKENDS = ["polling", "watchdog"]
@@ -239,32 +239,35 @@ def test_excluded_files_are_not_reported(
     assert recorder.changed == {sentinel}
 
 
-def test_busy_excluded_folder_does_not_hold_back_changes(tmp_path: Path, backend: str) -> None:
+def test_busy_excluded_folder_does_not_hold_back_changes(
+    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No batch is forced out by its age here: it comes only after a quiet debounce, which
+    # writes in an excluded folder every 20 ms would never allow if they counted.
+    monkeypatch.setattr(watcher_module, "_MAX_DELAY_FACTOR", 10_000)
     recorder = Recorder()
     busy = tmp_path / "node_modules" / "cache.js"
     busy.parent.mkdir()
     stop_writing = threading.Event()
+    writes = 0
 
     def keep_writing() -> None:
-        i = 0
+        nonlocal writes
         while not stop_writing.wait(0.02):
-            busy.write_text(f"x{i}", encoding="utf-8")
-            i += 1
+            busy.write_text(f"x{writes}", encoding="utf-8")
+            writes += 1
 
     writer = threading.Thread(target=keep_writing)
-    debounce = 0.3  # so a batch is due after 0.3 s of quiet, and at the latest after 3 s
-    with FolderWatcher([tmp_path], recorder, debounce=debounce, poll_interval=0.1, backend=backend):
+    with FolderWatcher([tmp_path], recorder, debounce=0.3, poll_interval=0.1, backend=backend):
         writer.start()
         try:
             doc = tmp_path / "doc.md"
-            started = time.monotonic()
             doc.write_text("x", encoding="utf-8")
-            recorder.wait_changed(doc)
-            elapsed = time.monotonic() - started
+            recorder.wait_changed(doc)  # fails after the hang guard if it never came
+            assert writer.is_alive() and writes > 0  # delivered while the writes went on
         finally:
             stop_writing.set()
             writer.join()
-    assert elapsed < 5 * debounce, "excluded activity delayed the batch"
     assert recorder.changed == {doc}
 
 

@@ -35,6 +35,7 @@ from knowledge_agent.errors import (
     QueryError,
     SearchIndexError,
 )
+from knowledge_agent.faults import Faults
 from knowledge_agent.ingest.collector import Collector, ProgressCallback
 from knowledge_agent.ingest.items import build_item
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
@@ -186,6 +187,9 @@ class KnowledgeAgentCore:
     check --repair``; it never answers from an index that is not there.
     ``rebuild_unreadable=False`` rebuilds nothing on its own (what ``check`` opens with, to
     report the damage it finds rather than repair it unasked).
+
+    A testing hook: ``KNOWLEDGE_AGENT_FAULT`` set when the core is created makes the process
+    kill itself at a named step of a write (:mod:`knowledge_agent.faults`).
     """
 
     def __init__(
@@ -220,7 +224,8 @@ class KnowledgeAgentCore:
         config = _config(search_config, SearchConfig, "search_config")
         self._watchers: list[FolderWatcher] = []
         db_path = ":memory:" if self.data_dir is None else self.data_dir / DATABASE_FILE
-        self.storage = SQLiteStorageManager(db_path)
+        faults = Faults.from_environment()  # a testing hook: unset, it does nothing
+        self.storage = SQLiteStorageManager(db_path, faults=faults)
         try:
             self._indexes = SharedIndexes(
                 self.data_dir,
@@ -234,6 +239,7 @@ class KnowledgeAgentCore:
                 embedder=embedder,
                 on_status=on_status,
                 rebuild_unreadable=rebuild_unreadable,
+                faults=faults,
             )
             # One reader or writer at a time: the watcher calls in from its own thread.
             self._lock = self._indexes.lock

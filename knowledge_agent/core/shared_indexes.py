@@ -54,6 +54,7 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.core.folder_lock import FolderLock
 from knowledge_agent.core.status import IndexDamage
 from knowledge_agent.errors import DamagedIndexError, KnowledgeAgentError, SearchIndexError
+from knowledge_agent.faults import Faults
 from knowledge_agent.search.checksums import Damage
 from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
 from knowledge_agent.search.dense_index import DenseIndex
@@ -112,6 +113,7 @@ class SharedIndexes:
         embedder: Embedder | None = None,
         on_status: Callable[[str], None] | None = None,
         rebuild_unreadable: bool = True,
+        faults: Faults | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.embedder = embedder
@@ -124,6 +126,7 @@ class SharedIndexes:
         self._tfidf_config = tfidf_config
         self._on_lock_wait = on_lock_wait
         self._on_status = on_status
+        self._faults = faults or Faults()  # a testing hook: where this process kills itself
         self._folder_lock = None if data_dir is None else FolderLock(data_dir)
         self._write_depth = 0  # > 0 while this object holds the write lock
         self._write_gate = threading.Lock()  # this object's writing threads, one at a time
@@ -152,7 +155,13 @@ class SharedIndexes:
             keyword_index.close()
             raise
         self.engine = SearchEngineImpl(
-            storage, keyword_index, semantic_searcher, analyzer, search_config, dense_index
+            storage,
+            keyword_index,
+            semantic_searcher,
+            analyzer,
+            search_config,
+            dense_index,
+            faults=self._faults,
         )
 
     @property
@@ -226,6 +235,7 @@ class SharedIndexes:
             sublinear_tf=config.sublinear_tf,
             include_title=config.include_title,
             include_heading=config.include_heading,
+            faults=self._faults,
         )
 
     def _new_dense_index(self) -> DenseIndex:

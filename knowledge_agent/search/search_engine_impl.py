@@ -31,6 +31,7 @@ from knowledge_agent.errors import (
     QueryError,
     SearchIndexError,
 )
+from knowledge_agent.faults import Faults
 from knowledge_agent.models import (
     ItemSummary,
     KnowledgeChunk,
@@ -172,8 +173,11 @@ class SearchEngineImpl:
         analyzer: TextAnalyzer | None = None,
         config: SearchConfig | None = None,
         dense_index: DenseIndex | None = None,
+        *,
+        faults: Faults | None = None,
     ) -> None:
         self.storage = storage
+        self._faults = faults or Faults()  # a testing hook: where this process kills itself
         self.keyword_index = keyword_index
         self.semantic_searcher = semantic_searcher
         self.dense_index = dense_index
@@ -200,6 +204,7 @@ class SearchEngineImpl:
         entries = self.storage.journal_since(applied)
         if not entries:
             return 0
+        self._faults.reached("before-index")
         latest: dict[str, str] = {}
         for _, item_id, op in entries:
             latest.pop(item_id, None)  # keep the order of each item's last change
@@ -229,6 +234,7 @@ class SearchEngineImpl:
                 upserts, deletes, loaded = [], [], 0
                 if progress is not None:
                     progress(chunks_done, max(total, chunks_done))
+        self._faults.reached("before-applied")
         self._mark_applied(entries[-1][0])
         return len(item_ids)
 
@@ -256,6 +262,7 @@ class SearchEngineImpl:
                 for refit in refits:
                     refit.add(batch)
                 yield batch
+                self._faults.reached("mid-rebuild")
 
         try:
             count = self.keyword_index.rebuild(batches())
@@ -364,8 +371,10 @@ class SearchEngineImpl:
     ) -> None:
         # Analysed once, read by every engine.
         batch = AnalysedBatch.build(self.keyword_index.analyzer, upserts)
-        for _, index in self._derived():
+        for name, index in self._derived():
             index.update(batch, deletes)
+            if name == "keyword":
+                self._faults.reached("between-indexes")
 
     def _mark_applied(self, seq: int) -> None:
         for _, index in self._derived():

@@ -51,6 +51,7 @@ import scipy.sparse as sp
 
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import ConfigError
+from knowledge_agent.faults import Faults
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch, gather
@@ -126,7 +127,7 @@ class SemanticSearcher(SegmentIndex):
     directory (created by the first update) and is loaded on open. A directory that cannot
     be read, or was written with another ``n_features``, ``include_title``,
     ``include_heading`` or analyzer configuration, raises :class:`SearchIndexError`:
-    rebuild it from SQLite.
+    rebuild it from SQLite. ``faults`` is a testing hook (:mod:`knowledge_agent.faults`).
     Thread-safe; one process writes a directory at a time, others :meth:`refresh`.
     """
 
@@ -146,6 +147,7 @@ class SemanticSearcher(SegmentIndex):
         sublinear_tf: bool = True,
         include_title: bool = False,
         include_heading: bool = True,
+        faults: Faults | None = None,
     ) -> None:
         if isinstance(n_features, bool) or not isinstance(n_features, int):
             raise ConfigError(f"n_features must be an integer, got {n_features!r}")
@@ -168,7 +170,7 @@ class SemanticSearcher(SegmentIndex):
         self._store = (
             None
             if self.index_dir is None
-            else TfidfStore(self.index_dir, self._config(), self.n_features)
+            else TfidfStore(self.index_dir, self._config(), self.n_features, faults)
         )
         if self._store is not None:
             self._load()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_agent.errors import SearchIndexError
+from knowledge_agent.faults import Faults
 from knowledge_agent.search.atomic_files import write_atomically
 from knowledge_agent.search.checksums import Damage
 from knowledge_agent.search.segment_store import (
@@ -85,9 +86,16 @@ class TfidfStore(ManifestDirectory):
 
     layout = _LAYOUT
 
-    def __init__(self, directory: Path, config: Mapping[str, Any], n_features: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: Mapping[str, Any],
+        n_features: int,
+        faults: Faults | None = None,
+    ) -> None:
         super().__init__(directory, config)
         self.n_features = n_features
+        self._faults = faults or Faults()  # a testing hook: where this process kills itself
 
     # -- writing -------------------------------------------------------------------------
 
@@ -98,6 +106,7 @@ class TfidfStore(ManifestDirectory):
         then sweep files it no longer names; returns the next file number and the
         manifest's version."""
         path = self.directory
+        first_file = next_file
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             entries: dict[str, list[dict[str, Any]]] = {}
@@ -125,6 +134,8 @@ class TfidfStore(ManifestDirectory):
                     )
         except (OSError, ValueError) as exc:
             raise SearchIndexError(f"cannot write TF-IDF index {path}: {exc}") from exc
+        if next_file != first_file:
+            self._faults.reached("before-manifest")
         write_manifest(self.directory, _LAYOUT, self.config, applied_seq, next_file, entries)
         self.legacy = None
         referenced = {entry["file"] for kind in entries.values() for entry in kind}

@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
+from knowledge_agent.faults import Faults
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
 from knowledge_agent.storage.doc_sources import DOC_SOURCES_MIGRATION, DocSourceStore
 from knowledge_agent.storage.sources import SOURCES_MIGRATION, SourceStore
@@ -345,11 +346,16 @@ class _GuardedConnection:
     transaction inside :meth:`write_group`."""
 
     def __init__(
-        self, conn: sqlite3.Connection, db_path: str, read_only_reason: str | None
+        self,
+        conn: sqlite3.Connection,
+        db_path: str,
+        read_only_reason: str | None,
+        faults: Faults,
     ) -> None:
         self.conn: sqlite3.Connection | None = conn  # None once closed
         self.read_only_reason = read_only_reason
         self._db_path = db_path
+        self._faults = faults
         self._lock = threading.RLock()
         self._grouped = False  # inside write_group(): writes become savepoints
 
@@ -414,6 +420,7 @@ class _GuardedConnection:
                 except BaseException:
                     self._rollback(conn, operation)
                     raise
+            self._faults.reached("group-commit")
 
     def journal(self, conn: sqlite3.Connection, item_ids: Iterable[str], op: str) -> None:
         _journal(conn, item_ids, op)
@@ -472,14 +479,20 @@ class SQLiteStorageManager:
 
     With ``read_only`` (or when the existing database cannot be opened for writing, see
     the module docstring) every write raises ``StorageError``; ``read_only_reason`` says why.
+    ``faults`` (a testing hook, :mod:`knowledge_agent.faults`) may end the process after a
+    write group commits.
     """
 
     def __init__(
-        self, db_path: str | os.PathLike[str] = ":memory:", *, read_only: bool = False
+        self,
+        db_path: str | os.PathLike[str] = ":memory:",
+        *,
+        read_only: bool = False,
+        faults: Faults | None = None,
     ) -> None:
         self._db_path = os.fspath(db_path)
         conn, read_only_reason = self._open(read_only)
-        self._db = _GuardedConnection(conn, self._db_path, read_only_reason)
+        self._db = _GuardedConnection(conn, self._db_path, read_only_reason, faults or Faults())
         self.sources = SourceStore(self._db)
         """Knowledge bases, collected roots and tracked source files."""
         self.doc_sources = DocSourceStore(self._db)
