@@ -134,11 +134,11 @@ def test_a_search_waits_for_another_writer_only_for_its_own_writes(tmp_path: Pat
                 target=lambda: found.append([h.item.id for h in core.search("tokqueued")])
             )
             search.start()
-            assert waited.wait(10)
+            assert waited.wait(60)
             assert search.is_alive()  # it needs the lock to index its own add
         finally:
             holder.release()
-        search.join(10)
+        search.join(60)
         assert found == [[item.id]]
 
 
