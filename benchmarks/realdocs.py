@@ -163,7 +163,12 @@ def ask(core: Any, question: Question, mode: str) -> QuestionRun:
 
 
 def run_set(
-    docset: DocSet, offtopic: tuple[Question, ...], cache: Path, mode: str, log: Any
+    docset: DocSet,
+    offtopic: tuple[Question, ...],
+    cache: Path,
+    mode: str,
+    log: Any,
+    options: dict[str, Any] | None = None,
 ) -> SetRun:
     """Fetch the docs, collect them into a fresh data folder, ask every question."""
     docs = fetch_docs(docset, cache)
@@ -173,7 +178,7 @@ def run_set(
     core_class = load_core_class()
     with (
         tempfile.TemporaryDirectory(prefix=f"realdocs-{docset.name}-") as data_dir,
-        core_class(data_dir) as core,
+        core_class(data_dir, **(options or {})) as core,
     ):
         started = time.perf_counter()
         report = core.collect_knowledge(docs, include=list(docset.include))
@@ -348,6 +353,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--mode", choices=("hybrid", "keyword", "semantic"), default="hybrid", help="search mode"
     )
+    parser.add_argument(
+        "--embedder",
+        default=None,
+        metavar="PROVIDER",
+        help="embed every chunk (e.g. minilm: the [minilm] extra and its weights)",
+    )
+    parser.add_argument(
+        "--search-config",
+        type=json.loads,
+        default=None,
+        metavar="JSON",
+        help='SearchConfig fields, e.g. \'{"dense_passage_weight": 0.5}\'',
+    )
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, metavar="T")
     parser.add_argument("--misses", action="store_true", help="list the passage@1 misses")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write figures")
@@ -364,11 +382,16 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     print("environment: " + ", ".join(f"{key} {value}" for key, value in env.items()))
     offtopic = load_offtopic()
+    options: dict[str, Any] = {}
+    if args.embedder:
+        options["embedder"] = {"provider": args.embedder}
+    if args.search_config:
+        options["search_config"] = args.search_config
     runs: list[SetRun] = []
     for name in args.sets:
         docset = load_set(name)
         try:
-            runs.append(run_set(docset, offtopic, cache, args.mode, log))
+            runs.append(run_set(docset, offtopic, cache, args.mode, log, options))
         except RuntimeError as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             return 2
@@ -384,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": shlex.join(["python", "benchmarks/realdocs.py", *sys.argv[1:]]),
             "environment": env,
             "mode": args.mode,
+            "options": options,
             "sets": {
                 run.docset.name: {
                     "package": run.docset.package,
