@@ -3,6 +3,7 @@
     python benchmarks/realdocs.py                          # Django 5.1 and Starlette docs
     python benchmarks/realdocs.py --sets starlette --misses
     python benchmarks/realdocs.py --json realdocs.json
+    python benchmarks/realdocs.py --embedder minilm        # MiniLM fused (the [minilm] extra)
 
 Each set's docs come from the package's pinned source distribution (downloaded once into
 $KNOWLEDGE_AGENT_BENCH_CACHE, default ~/.cache/knowledge_agent-bench) and are collected into a
@@ -364,7 +365,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=json.loads,
         default=None,
         metavar="JSON",
-        help='SearchConfig fields, e.g. \'{"dense_passage_weight": 0.5}\'',
+        help="SearchConfig fields, e.g. '{\"dense_passage_weight\": 0.5}'",
     )
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, metavar="T")
     parser.add_argument("--misses", action="store_true", help="list the passage@1 misses")
