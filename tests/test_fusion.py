@@ -48,3 +48,17 @@ def test_fused_scores_lie_in_unit_interval(
         fused = fuse(method, scores, [w1, w2])
         assert set(fused) == set(keyword) | set(semantic)
         assert all(0.0 < value <= 1.0 + 1e-9 for value in fused.values())
+
+
+def test_an_engine_that_scores_nothing_above_zero_adds_nothing() -> None:
+    # A dense engine whose cosines are all 0 must neither divide by its zero maximum nor
+    # bring its keys into the fusion.
+    fused = weighted_score_fusion([{"a": 0.0, "b": 0.0}, {"c": 2.0, "d": 1.0}], [1.0, 1.0])
+    assert fused == pytest.approx({"c": 0.5, "d": 0.25})
+
+
+@pytest.mark.parametrize("method", ["rrf", "weighted"])
+def test_a_weight_per_engine_is_required(method: str) -> None:
+    # One weight too few would silently drop an engine's ranking.
+    with pytest.raises(ValueError, match="zip"):
+        fuse(method, [{"a": 1.0}, {"b": 1.0}], [1.0])
