@@ -5,6 +5,7 @@ queries and bad files. Prints each figure beside its goal; exits 1 when a goal i
     python benchmarks/stress.py                          # the full runs, about 50 minutes
     python benchmarks/stress.py --only kill_add,pickles --json stress.json
     python benchmarks/stress.py --only one_writer --seconds 30
+    python benchmarks/stress.py --quick --only ctrl_c
 
 Scenarios (``--only`` takes these names):
 
@@ -15,6 +16,11 @@ kill_add       ``knowledge-agent add`` of generated files (1,500; 300 with --qui
 kill_remove    the same for ``remove`` of the collected folder, 10 trials (2);
 kill_rebuild   ``rebuild``, 10 trials (2);
 kill_edit      ``add`` again after every third file was edited, 10 trials (2).
+ctrl_c         Ctrl-C (SIGINT to the process group) at a random moment of ``add`` of the same
+               number of generated files, and of ``sync`` after edits and new files, 10
+               trials each (3): the time from the signal to the exit (goal: at most 5 s),
+               exit 130 with one line naming the files committed (0 if it had finished),
+               exactly those files stored, every item findable, and a re-run finishing the job.
 one_writer     1 writer + 4 readers (2 reopen the base per query), 60 s (15): failed reads,
                failed writes, hits to items missing from SQLite.
 two_writers    2 writers + 2 readers, 60 s (15): every committed write in SQLite and both
@@ -61,6 +67,7 @@ if __package__ in (None, ""):  # run as a script: import the harness as the `ben
 from benchmarks.stress_checks import log
 from benchmarks.stress_concurrency import run_concurrency
 from benchmarks.stress_inputs import run_bad_inputs
+from benchmarks.stress_interrupt import STOP_GOAL_S, run_interrupts
 from benchmarks.stress_kill import KillWorkspace, run_family
 from benchmarks.stress_payloads import run_payloads
 from benchmarks.stress_queries import run_queries
@@ -72,6 +79,7 @@ SCENARIOS = (
     "kill_remove",
     "kill_rebuild",
     "kill_edit",
+    "ctrl_c",
     "one_writer",
     "two_writers",
     "pickles",
@@ -95,6 +103,7 @@ class Settings:
     files: int
     add_trials: int
     other_trials: int
+    interrupt_trials: int
     seconds: float
     concurrency_files: int
     api_queries: int
@@ -107,12 +116,14 @@ class Settings:
     @classmethod
     def of(cls, args: argparse.Namespace) -> Settings:
         if args.quick:
-            settings = cls(300, 3, 2, 15, 150, 1_000, 20, 2, 300, 5, "one per role")
+            settings = cls(300, 3, 2, 3, 15, 150, 1_000, 20, 2, 300, 5, "one per role")
         else:
-            settings = cls(1_500, 50, 10, 60, 300, 10_000, 200, 10, 1_800, 20, "all")
+            settings = cls(1_500, 50, 10, 10, 60, 300, 10_000, 200, 10, 1_800, 20, "all")
         overrides: dict[str, Any] = {}
         if args.trials is not None:
-            overrides.update(add_trials=args.trials, other_trials=args.trials)
+            overrides.update(
+                add_trials=args.trials, other_trials=args.trials, interrupt_trials=args.trials
+            )
         if args.seconds is not None:
             overrides["seconds"] = args.seconds
         if args.files is not None:
@@ -177,6 +188,54 @@ def kill_scenario(name: str, kill: KillWorkspace, settings: Settings, seed: int)
             if r["items_after_kill"] and r["items_after_kill"] < settings.files
         )
         rows.append(_info_row(name, "kills that left some but not all files stored", partial))
+    return Outcome(rows, figures)
+
+
+def interrupt_scenario(work: Path, settings: Settings, seed: int) -> Outcome:
+    name = "ctrl_c"
+    figures = run_interrupts(work / name, settings.files, settings.interrupt_trials, seed)
+    rows = []
+    for family, data in figures["families"].items():
+        trials = data["trials"]
+        exits = data["exit_130"] + data["finished_before"]
+        stopped = data["stop_ms_max"] is not None
+        stops = f"{data['stop_ms_p50']} / {data['stop_ms_max']}" if stopped else "none stopped"
+        rows += [
+            _count_row(name, f"{family}: trials with every check passed", data["ok"], trials),
+            Row(
+                name,
+                f"{family}: stop time after Ctrl-C p50 / max, ms: {stops}",
+                f"max < {STOP_GOAL_S * 1000:g}",
+                stopped and data["stop_ms_max"] < STOP_GOAL_S * 1000,
+            ),
+            _count_row(name, f"{family}: exit 130 (0 if finished first)", exits, trials),
+            _count_row(name, f"{family}: one line on stderr", data["one_line"], trials),
+            _count_row(
+                name,
+                f"{family}: committed files stored, consistent, every item findable",
+                data["consistent_after_interrupt"],
+                trials,
+            ),
+            _count_row(
+                name, f"{family}: complete after a re-run", data["complete_after_rerun"], trials
+            ),
+            _info_row(
+                name,
+                f"{family}: stopped by the Ctrl-C / finished first",
+                f"{data['exit_130']} / {data['finished_before']}",
+            ),
+            _info_row(name, f"{family}: files reported committed", data["committed"]),
+            _info_row(name, f"{family}: command duration, s", data["duration_s"]),
+        ]
+    probe = figures["startup_probe"]
+    rows.append(
+        _info_row(
+            name,
+            f"Ctrl-C at {probe['delay_s']} s, during start-up",
+            f"exit {probe['exit']}, {probe['stderr_lines']} stderr lines"
+            f"{' (a traceback)' if probe['traceback'] else ''}",
+        )
+    )
     return Outcome(rows, figures)
 
 
@@ -338,6 +397,7 @@ def run_scenario(
         "queries": lambda: queries_scenario(work, settings, seed),
         "bad_files": lambda: bad_files_scenario(work, settings, seed),
         "red_team": lambda: red_team_scenario(work),
+        "ctrl_c": lambda: interrupt_scenario(work, settings, seed),
         "one_writer": lambda: concurrency_scenario(name, work, settings, seed),
         "two_writers": lambda: concurrency_scenario(name, work, settings, seed),
     }
@@ -376,6 +436,18 @@ def summary_lines(name: str, details: dict[str, Any]) -> list[str]:
         for trial in details["failed_trials"][:5]:
             problems = "; ".join(trial["after_kill"] + trial["after_rerun"])
             lines.append(f"trial {trial['trial']} (kill at {trial['delay_s']} s): {problems}")
+    elif name == "ctrl_c":
+        for family, data in details["families"].items():
+            for trial in data["failed_trials"][:5]:
+                problems = "; ".join(trial["after_interrupt"] + trial["after_rerun"])
+                lines.append(
+                    f"{family} trial {trial['trial']} (Ctrl-C at {trial['delay_s']} s): {problems}"
+                )
+        probe = details["startup_probe"]
+        lines.append(
+            f"Ctrl-C during start-up (knowledge-agent --version takes {details['startup_s']} s):"
+            f" exit {probe['exit']}, last stderr line {probe['last_line']!r}"
+        )
     elif name in ("one_writer", "two_writers"):
         for key in ("failed_write_kinds", "failed_read_kinds"):
             if details[key]:
@@ -460,7 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", default=None, help="comma-separated scenario names")
     parser.add_argument("--quick", action="store_true", help="short versions (about 7 minutes)")
-    parser.add_argument("--trials", type=int, default=None, help="trials of every kill scenario")
+    parser.add_argument(
+        "--trials", type=int, default=None, help="trials of every kill and Ctrl-C scenario"
+    )
     parser.add_argument(
         "--seconds", type=float, default=None, help="duration of each concurrency scenario"
     )

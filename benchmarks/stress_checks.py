@@ -135,7 +135,7 @@ class CliRun:
         return " | ".join(text[-lines:])
 
 
-def _wait_group_gone(pgid: int, limit: float = 10.0) -> int:
+def wait_group_gone(pgid: int, limit: float = 10.0) -> int:
     """Wait until no process of group ``pgid`` is left; returns 1 if some still are."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
@@ -184,7 +184,7 @@ def run_cli(
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         seconds = time.perf_counter() - started
-        leftovers = _wait_group_gone(process.pid) if killed or timed_out else 0
+        leftovers = wait_group_gone(process.pid) if killed or timed_out else 0
         stdout.seek(0)
         stderr.seek(0)
         return CliRun(
@@ -325,7 +325,7 @@ def verdict_problems(answer: ChildResult, *, complete: bool = False) -> list[str
     if not data["opened"]:
         return [f"reopen failed: {data['open_error']}"]
     if not data["consistent"]:
-        found.append("inconsistent: " + "; ".join(data["status_problems"]))
+        found.append("inconsistent: " + "; ".join(data["status_problems"]["examples"]))
     for key, label in (
         ("not_found_keyword", "items not found by keyword"),
         ("not_found_semantic", "items not found by semantic"),
