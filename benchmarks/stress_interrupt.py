@@ -5,11 +5,15 @@ A trial: a fresh data folder (empty for ``add``, a copy of a complete base for `
 command started in its own process group with SIGINT at its default, and SIGINT to the group,
 as a terminal sends it, after a delay drawn uniformly between the command's start-up (what
 ``knowledge-agent --version`` takes: the same imports) and its end (measured once, run to
-completion). Then the time from the signal to the command's exit, its exit code and stderr
-(130 and one line naming the files committed, or 0 when it had already finished), and
-:func:`~benchmarks.stress_checks.verify` in a child process: the folder consistent, every stored
-item findable, exactly the committed files stored. Then the same command again to completion
-and a second verification.
+completion). Then the time from the signal to the command's exit, its exit code and stderr,
+and :func:`~benchmarks.stress_checks.verify` in a child process: the folder consistent, every
+stored item findable, exactly the committed files stored. Then the same command again to
+completion and a second verification.
+
+A run stopped by the Ctrl-C exits 130 with one line naming the files it committed. A run that
+had printed its result (on stdout) had finished its job: the Ctrl-C may still reach it while it
+closes the base or the interpreter shuts down, so it may exit 0, 130 or by the signal, with
+nothing on stderr but that line, and the folder must hold every file.
 
 A Ctrl-C during start-up, while Python is still importing the package, gets Python's own
 handling; one probe at half the start-up time records what that is.
@@ -64,13 +68,14 @@ class InterruptFamily:
 
 @dataclass
 class Interrupted:
-    """One Ctrl-C'd run. ``stop_seconds`` is from SIGINT to the command's exit (None when it
-    finished before the signal); ``stopped`` is False when it was still running
-    :data:`STOP_LIMIT_S` after it and had to be killed."""
+    """One Ctrl-C'd run. ``finished``: it printed its result. ``stop_seconds`` is from SIGINT
+    to the command's exit (None when it exited before the signal); ``stopped`` is False when
+    it was still running :data:`STOP_LIMIT_S` after it and had to be killed."""
 
     returncode: int
     stderr: str
     stop_seconds: float | None
+    finished: bool = False
     stopped: bool = True
     leftovers: int = 0  # processes of its group alive after it exited (should be 0)
 
@@ -87,11 +92,14 @@ def run_interrupted(
     """``knowledge-agent ARGS`` in a session of its own, SIGINT to its process group after
     ``delay`` seconds (if still running), then wait for it to exit."""
     env = dict(os.environ, PYTHONPATH=str(_PROJECT_ROOT), NO_COLOR="1", COLUMNS="200")
-    with open(workdir / ".stress-stderr", "w+b") as stderr:
+    with (
+        open(workdir / ".stress-stdout", "w+b") as stdout,
+        open(workdir / ".stress-stderr", "w+b") as stderr,
+    ):
         process = subprocess.Popen(
             [*cli_command(), *args],
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=stdout,
             stderr=stderr,
             env=env,
             start_new_session=True,  # its own process group, as a terminal's foreground job
@@ -116,7 +124,8 @@ def run_interrupted(
             os.killpg(process.pid, signal.SIGKILL)
         stderr.seek(0)
         text = stderr.read().decode("utf-8", "replace")
-    return Interrupted(process.returncode, text, stop_seconds, stopped, leftovers)
+        finished = stdout.seek(0, os.SEEK_END) > 0
+    return Interrupted(process.returncode, text, stop_seconds, finished, stopped, leftovers)
 
 
 def committed_count(stderr: str) -> int | None:
@@ -129,28 +138,37 @@ def committed_count(stderr: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def said_one_line(run: Interrupted) -> bool:
+    """stderr is the one line naming the files committed, or empty after a finished job."""
+    if committed_count(run.stderr) is not None:
+        return True
+    return run.finished and not run.stderr.strip()
+
+
+def exit_ok(run: Interrupted) -> bool:
+    """130, or after a finished job also 0 or death by SIGINT (a shell shows 130 for both)."""
+    return run.returncode in ((0, 130, -signal.SIGINT) if run.finished else (130,))
+
+
 def interrupt_problems(run: Interrupted, after: ChildResult, changed: int) -> list[str]:
     """What is wrong with a Ctrl-C'd run and the folder it left, given the :func:`verify`
     answer (with the expected final state) and the number of files the command had to
     commit. A run stopped by the Ctrl-C exits 130 with the one line naming ``n`` files, and
     exactly ``n`` of the ``changed`` files are stored in their current version; a run that
-    finished before it exits 0 with every file stored."""
+    printed its result exits 0, 130 or by SIGINT with every file stored."""
     problems = verdict_problems(after)
     if not run.stopped:
         problems.append(f"still running {STOP_LIMIT_S:g} s after Ctrl-C")
     if run.leftovers:
         problems.append("processes of its group outlived the command")
+    tail = repr(run.stderr.strip()[-200:])
     if "Traceback" in run.stderr:
-        problems.append("a traceback on stderr")
-    if run.returncode == 0:
-        committed: int | None = changed
-    elif run.returncode == 130:
-        committed = committed_count(run.stderr)
-        if committed is None:
-            problems.append(f"exit 130 without the one line: {run.stderr.strip()[-200:]!r}")
-    else:
-        committed = None
-        problems.append(f"exit {run.returncode}: {run.stderr.strip()[-200:]!r}")
+        problems.append(f"a traceback on stderr: {tail}")
+    elif not said_one_line(run):
+        problems.append(f"stderr is not the one line: {tail}")
+    committed = changed if run.finished else committed_count(run.stderr)
+    if not exit_ok(run):
+        problems.append(f"exit {run.returncode}")
     if not after.ok or not after.value["opened"]:
         return problems
     data = after.value
@@ -217,8 +235,10 @@ def _trial(
         "delay_s": round(delay, 3),
         "exit": run.returncode,
         "stop_s": None if run.stop_seconds is None else round(run.stop_seconds, 3),
+        "finished": run.finished,
         "committed": committed_count(run.stderr),
-        "stderr_lines": len(run.stderr.strip().splitlines()),
+        "one_line": said_one_line(run),
+        "exit_ok": exit_ok(run),
         "after_interrupt": problems,
         "after_rerun": rerun_problems,
         "ok": not problems and not rerun_problems,
@@ -246,24 +266,26 @@ def run_interrupt_family(
         problems = result["after_interrupt"] + result["after_rerun"]
         state = "; ".join(problems) if problems else "ok"
         log(
-            f"    trial {trial}/{trials}: Ctrl-C at {delay:.2f} s, exit {result['exit']}, "
+            f"    trial {trial}/{trials}: Ctrl-C at {delay:.2f} s, exit {result['exit']}"
+            f"{' after its result' if result['finished'] else ''}, "
             f"stopped in {result['stop_s']} s — {state}"
         )
     return summarize(family.family.name, duration, results)
 
 
 def summarize(name: str, duration: float, results: list[dict[str, Any]]) -> dict[str, Any]:
-    stops = [r["stop_s"] for r in results if r["exit"] == 130 and r["stop_s"] is not None]
+    stops = [r["stop_s"] for r in results if r["stop_s"] is not None]
     return {
         "command": name,
         "duration_s": round(duration, 2),
         "trials": len(results),
-        "exit_130": sum(r["exit"] == 130 for r in results),
-        "finished_before": sum(r["exit"] == 0 for r in results),
+        "stopped_by_ctrl_c": sum(not r["finished"] for r in results),
+        "finished_first": sum(r["finished"] for r in results),
+        "exit_ok": sum(r["exit_ok"] for r in results),
         "stop_ms_p50": round(statistics.median(stops) * 1000) if stops else None,
         "stop_ms_max": round(max(stops) * 1000) if stops else None,
         "committed": sorted(r["committed"] for r in results if r["committed"] is not None),
-        "one_line": sum(r["exit"] != 130 or r["committed"] is not None for r in results),
+        "one_line": sum(r["one_line"] for r in results),
         "consistent_after_interrupt": sum(not r["after_interrupt"] for r in results),
         "complete_after_rerun": sum(not r["after_rerun"] for r in results),
         "ok": sum(r["ok"] for r in results),

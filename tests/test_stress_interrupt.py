@@ -56,22 +56,33 @@ def test_a_reported_count_the_folder_does_not_hold_fails() -> None:
 def test_exit_130_without_exactly_the_one_line_fails(stderr: str) -> None:
     assert committed_count(stderr) is None
     problems = interrupt_problems(stopped(0, stderr), folder(missing=7), CHANGED)
-    assert any(problem.startswith("exit 130 without the one line") for problem in problems)
+    assert len(problems) == 1
+    assert problems[0].startswith(("stderr is not the one line", "a traceback on stderr"))
 
 
-def test_a_run_that_finished_first_must_have_stored_everything() -> None:
-    finished = Interrupted(0, "processed 10 · unchanged 0\n", stop_seconds=None)
+@pytest.mark.parametrize("code", [0, 130, -2])
+def test_a_run_that_printed_its_result_must_have_stored_everything(code: int) -> None:
+    stderr = LINE.format(10, "files") if code == 130 else ""
+    finished = Interrupted(code, stderr, stop_seconds=0.01, finished=True)
     assert interrupt_problems(finished, folder(), CHANGED) == []
     assert interrupt_problems(finished, folder(missing=1), CHANGED) == [
         "9 of 10 files stored in their current version, 10 reported committed"
     ]
 
 
-def test_death_by_the_signal_fails_with_its_exit_code() -> None:
-    died = Interrupted(-2, "Traceback (most recent call last):\nKeyboardInterrupt\n", 0.01)
-    problems = interrupt_problems(died, folder(missing=10), CHANGED)
-    assert "a traceback on stderr" in problems
-    assert any(problem.startswith("exit -2") for problem in problems)
+def test_a_traceback_fails_even_after_the_result() -> None:
+    traceback = "Traceback (most recent call last):\n  ...\nKeyboardInterrupt\n"
+    late = Interrupted(0, traceback, stop_seconds=0.01, finished=True)
+    problems = interrupt_problems(late, folder(), CHANGED)
+    assert len(problems) == 1 and problems[0].startswith("a traceback on stderr")
+
+
+def test_death_by_the_signal_before_the_result_fails() -> None:
+    silent = Interrupted(-2, "", 0.01)
+    assert interrupt_problems(silent, folder(missing=10), CHANGED) == [
+        "stderr is not the one line: ''",
+        "exit -2",
+    ]
 
 
 def test_a_command_that_kept_running_or_left_workers_fails() -> None:
