@@ -1,7 +1,8 @@
-"""Stress and robustness of a data folder: kill -9, concurrent processes, planted pickles, hostile
-queries and bad files. Prints each figure beside its goal; exits 1 when a goal is not met.
+"""Stress and robustness of a data folder: kill -9 and Ctrl-C, concurrent processes, planted
+pickles, hostile queries and bad files. Prints each figure beside its goal; exits 1 when a goal
+is not met.
 
-    python benchmarks/stress.py --quick                  # short versions, about 7 minutes
+    python benchmarks/stress.py --quick                  # short versions, about 9 minutes
     python benchmarks/stress.py                          # the full runs, about 50 minutes
     python benchmarks/stress.py --only kill_add,pickles --json stress.json
     python benchmarks/stress.py --only one_writer --seconds 30
@@ -536,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog=rest,
     )
     parser.add_argument("--only", default=None, help="comma-separated scenario names")
-    parser.add_argument("--quick", action="store_true", help="short versions (about 7 minutes)")
+    parser.add_argument("--quick", action="store_true", help="short versions (about 9 minutes)")
     parser.add_argument(
         "--trials", type=int, default=None, help="trials of every kill and Ctrl-C scenario"
     )
