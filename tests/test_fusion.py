@@ -62,3 +62,26 @@ def test_a_weight_per_engine_is_required(method: str) -> None:
     # One weight too few would silently drop an engine's ranking.
     with pytest.raises(ValueError, match="zip"):
         fuse(method, [{"a": 1.0}, {"b": 1.0}], [1.0])
+
+
+def test_rrf_uses_the_constant_60_unless_told_otherwise() -> None:
+    # "a" is first in one ranking only; "b" second in one and first in the other.
+    both_first = 2 / 61
+    expected = {"a": (1 / 61) / both_first, "b": (1 / 62 + 1 / 61) / both_first}
+    rankings = [["a", "b"], ["b"]]
+    assert reciprocal_rank_fusion(rankings, [1.0, 1.0]) == pytest.approx(expected, rel=1e-12)
+    scores = [{"a": 2.0, "b": 1.0}, {"b": 1.0}]
+    assert fuse("rrf", scores, [1.0, 1.0]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_fuse_ranks_with_the_rrf_constant_it_is_given() -> None:
+    both_first = 2 / 6
+    expected = {"a": (1 / 6) / both_first, "b": (1 / 7 + 1 / 6) / both_first}
+    scores = [{"a": 2.0, "b": 1.0}, {"b": 1.0}]
+    assert fuse("rrf", scores, [1.0, 1.0], rrf_k=5) == pytest.approx(expected, rel=1e-12)
+
+
+def test_rrf_leaves_out_the_keys_of_an_engine_weighted_zero() -> None:
+    # A switched-off engine must not bring its keys in, not even with a score of 0.
+    assert reciprocal_rank_fusion([["a"], ["b", "c"]], [1.0, 0.0]) == {"a": 1.0}
+    assert fuse("rrf", [{"a": 1.0}, {"b": 2.0}], [1.0, 0.0]) == {"a": 1.0}

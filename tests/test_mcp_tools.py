@@ -882,6 +882,29 @@ def test_path_within_roots(tmp_path: Path) -> None:
             tools.path_within_roots(bad, roots)  # type: ignore[arg-type]
 
 
+def test_path_within_roots_names_the_roots_the_fix_and_the_missing_file(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    roots = tools.resolve_roots([first, second])
+    with pytest.raises(ConfigError) as refused:
+        tools.path_within_roots("notes.md", ())
+    assert str(refused.value) == (
+        "path: adding files is disabled: this server was started without --root folders "
+        "(pass text instead, or restart it with `knowledge-agent serve --root DIR`)"
+    )
+    with pytest.raises(ConfigError) as outside:
+        tools.path_within_roots(str(tmp_path), roots)
+    assert str(outside.value) == (
+        f"path {str(tmp_path)!r} is outside the folders this server may read: "
+        f"{os.path.realpath(first)}, {os.path.realpath(second)}"
+    )
+    with pytest.raises(IngestError) as missing:
+        tools.path_within_roots("nope.md", roots)
+    assert missing.value.path == os.path.realpath(first / "nope.md")
+    assert missing.value.reason == "no such file or directory (path 'nope.md')"
+
+
 def test_plain_functions_validate_their_arguments(core: KnowledgeAgentCore) -> None:
     with pytest.raises(QueryError):
         tools.search_knowledge(core, "deploy", limit=0)
