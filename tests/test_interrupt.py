@@ -322,3 +322,40 @@ def test_ctrl_c_that_cuts_a_watch_update_short_exits_130(
     with KnowledgeAgentCore(data_dir) as core:
         status = core.check()
         assert status.consistent and status.items == 4
+
+
+class _InterruptingImport:
+    """A meta-path finder that raises KeyboardInterrupt on importing one module, as a Ctrl-C
+    arriving while the command line is still loading does."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> None:
+        if fullname == self.name:
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_while_the_command_loads_exits_130_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from knowledge_agent import __main__ as entry
+
+    monkeypatch.delitem(sys.modules, "knowledge_agent.cli")
+    monkeypatch.setattr(
+        sys, "meta_path", [_InterruptingImport("knowledge_agent.cli"), *sys.meta_path]
+    )
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_the_console_script_is_the_entry_that_handles_an_early_ctrl_c() -> None:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["knowledge-agent"] == "knowledge_agent.__main__:main"
