@@ -15,8 +15,8 @@ had printed its result (on stdout) had finished its job: the Ctrl-C may still re
 closes the base or the interpreter shuts down, so it may exit 0, 130 or by the signal, with
 nothing on stderr but that line, and the folder must hold every file.
 
-A Ctrl-C during start-up, while Python is still importing the package, gets Python's own
-handling; one probe at half the start-up time records what that is.
+A Ctrl-C during start-up, while the command line is still being imported, must end the same
+way (the entry point catches it); one probe at half the start-up time records what it does.
 """
 
 from __future__ import annotations
