@@ -156,7 +156,13 @@ def globs(module: str) -> list[str]:
         if missing:
             raise SystemExit(f"benchmarks/mutation.py: {part.path} has no {', '.join(missing)}")
         names = part.only or [name for name in present if name not in part.skip]
-        patterns += [f"{dotted}.{_mangled(name)}__mutmut_*" for name in names]
+        mangled = [_mangled(name) for name in present]
+        for name in map(_mangled, names):
+            # "name*" also matches the function itself, which mutmut needs to find the tests
+            # to run unmutated first (without it, it runs the whole suite); when another
+            # function's name starts with this one, only its mutants are named.
+            clash = any(other != name and other.startswith(name) for other in mangled)
+            patterns.append(f"{dotted}.{name}{'__mutmut_' if clash else ''}*")
     return patterns
 
 
@@ -202,12 +208,13 @@ def equivalent() -> dict[str, str]:
     return {entry["name"]: entry["reason"] for entry in entries}
 
 
-def run(module: str, max_children: int) -> float:
+def run(module: str, max_children: int, max_test_seconds: float) -> float:
     """Run mutmut over ``module``'s mutants; the wall time in seconds. Its output goes to a log."""
     MUTANTS.mkdir(exist_ok=True)  # on PYTHONPATH before mutmut creates it: Python caches a miss
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(MUTANTS), os.environ.get("PYTHONPATH")])),
+        "MUTATION_MAX_TEST_SECONDS": str(max_test_seconds),
     }
     mutmut = Path(sys.executable).with_name("mutmut")
     command = [str(mutmut), "run", "--max-children", str(max_children), *globs(module)]
@@ -343,6 +350,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--max-children", type=int, default=2, help="mutants tested at once (default 2)"
     )
     parser.add_argument(
+        "--max-test-seconds",
+        type=float,
+        default=5.0,
+        help="leave out of mutants' runs the tests that took longer than this when recorded "
+        "(default 5; 0 runs them all)",
+    )
+    parser.add_argument(
         "--report-only", action="store_true", help="print the table of what was run; run nothing"
     )
     parser.add_argument(
@@ -354,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     modules = args.module or list(MODULES)
     if not args.report_only:
         for module in modules:
-            seconds = run(module, args.max_children)
+            seconds = run(module, args.max_children, args.max_test_seconds)
             print(f"{module}: {seconds / 60:.1f} min", flush=True)
             report([name for name in MODULES if name in modules], args.survivors)
     print(report(modules, args.survivors))
