@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -195,8 +196,7 @@ def results(module: str) -> ModuleResult:
         for name, code in codes.items():
             if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
                 result.mutants.append(Mutant(name, path, status(code)))
-    times = json.loads(TIMES.read_text(encoding="utf-8")) if TIMES.exists() else {}
-    result.seconds = times.get(module)
+    result.seconds = _json(TIMES).get(module)
     return result
 
 
@@ -225,8 +225,9 @@ def run(module: str, max_children: int, max_test_seconds: float) -> float:
     seconds = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"mutmut failed on {module} (exit {done.returncode}); see {log}")
-    times = json.loads(TIMES.read_text(encoding="utf-8")) if TIMES.exists() else {}
+    times = _json(TIMES)
     times[module] = round(seconds, 1)
+    times["max_test_seconds"] = max_test_seconds
     TIMES.write_text(json.dumps(times, indent=2), encoding="utf-8")
     return seconds
 
@@ -309,8 +310,22 @@ def _number(name: str) -> tuple[str, int]:
     return function, int(number) if number.isdigit() else 0
 
 
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def left_out() -> list[tuple[float, str, float]]:
+    """(limit, test, recorded seconds) of the tests the last run left out, slowest first."""
+    limit = _json(TIMES).get("max_test_seconds")
+    if not limit:
+        return []
+    durations = _json(MUTANTS / "mutmut-stats.json").get("duration_by_test", {})
+    slow = [(limit, test, seconds) for test, seconds in durations.items() if seconds > limit]
+    return sorted(slow, key=lambda entry: -entry[2])
+
+
 def report(modules: Sequence[str], survivors_to: Path | None) -> str:
-    """The table and the survivors of ``modules`` that have results; written to REPORT."""
+    """The table and the survivors of those of ``modules`` that were run; written to REPORT."""
     equivalents = equivalent()
     done = [
         result
@@ -325,8 +340,12 @@ def report(modules: Sequence[str], survivors_to: Path | None) -> str:
     ]
     parts = [table(done, equivalents)]
     if stale:
-        parts.append("Listed as equivalent but killed (remove them from the list):\n")
+        parts.append("\nListed as equivalent but killed (remove them from the list):\n")
         parts += [f"- `{name}`" for name in stale]
+    slow = left_out()
+    if slow:
+        parts.append(f"\nLeft out of the mutants' runs (recorded over {slow[0][0]:g} s):\n")
+        parts += [f"- {test} ({seconds:.0f} s)" for _, test, seconds in slow]
     for result in done:
         parts.append(f"\n## {result.module}: not killed\n")
         parts += list(survivors(result, equivalents)) or ["(none)"]
@@ -344,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--module",
         action="append",
         choices=list(MODULES),
-        help="a core module to run (repeatable; default: all, smallest first)",
+        help="a core module to run (repeatable; default: all, in the order of the table)",
     )
     parser.add_argument(
         "--max-children", type=int, default=2, help="mutants tested at once (default 2)"
@@ -357,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(default 5; 0 runs them all)",
     )
     parser.add_argument(
-        "--report-only", action="store_true", help="print the table of what was run; run nothing"
+        "--report-only", action="store_true", help="print the report of what was run; run nothing"
     )
     parser.add_argument(
         "--survivors", type=Path, help="also write the table and the survivors to this file"
@@ -365,13 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_children < 1:
         parser.error("--max-children must be at least 1")
-    modules = args.module or list(MODULES)
     if not args.report_only:
-        for module in modules:
+        for module in args.module or list(MODULES):
             seconds = run(module, args.max_children, args.max_test_seconds)
             print(f"{module}: {seconds / 60:.1f} min", flush=True)
-            report([name for name in MODULES if name in modules], args.survivors)
-    print(report(modules, args.survivors))
+            report(list(MODULES), args.survivors)
+    print(report(list(MODULES), args.survivors))
     return 0
 
 
