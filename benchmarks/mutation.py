@@ -1,16 +1,18 @@
 """Mutation score of the core modules: how many planted single bugs the test suite catches.
 
-    python -m benchmarks.mutation                       # every core module, one after another
-    python -m benchmarks.mutation --module fusion       # one (repeatable)
-    python -m benchmarks.mutation --report-only         # the table of what was run, no run
+    python benchmarks/mutation.py                    # every core module, one after another
+    python benchmarks/mutation.py --module fusion    # one (repeatable)
+    python benchmarks/mutation.py --report-only      # the report of what was run, no run
 
 The tester is mutmut 3 (``[tool.mutmut]`` in pyproject.toml). It copies the package and the
 tests into ``mutants/``, runs the whole suite once to record which tests call which function,
 then runs, for each mutant, only the tests that call the mutated function, fastest first, and
 stops at the first failure. The record is kept in ``mutants/`` and reused by later runs; delete
-the folder to start over (the next run then records again: about as long as the suite).
+the folder to start over (the next run then records again: longer than the suite). A run of a
+module tests all its mutants again. Tests that took over ``--max-test-seconds`` when recorded
+are left out of the mutants' runs (benchmarks/mutation_pytest.py).
 
-Tests that start a Python child process (the CLI, the MCP stdio server, crash and interrupt
+Tests that start a Python child process (the CLI, the MCP stdio server, interrupt and sharing
 tests) see the mutated code too: the run puts ``mutants/`` first on ``PYTHONPATH``, and the
 child inherits the name of the active mutant from the environment. What a child calls is not
 recorded, though, so such a test runs for a mutant only when it also calls the mutated function
@@ -18,9 +20,9 @@ in the test process itself.
 
 For each module the table gives the mutants, how they ended (killed, survived, timeout, no
 tests: no test calls the function) and the score, killed / (mutants - equivalent). Mutants
-judged equivalent (no behaviour can tell them from the original) are listed with the reason in
-``benchmarks/mutation_equivalent.toml``. The table and the survivors (file, line, the change)
-are written to ``mutants/mutation-report.md``.
+judged equivalent (no input can tell them from the original) are listed with the reason in
+``benchmarks/mutation_equivalent.toml``. The table and the mutants not killed (file, line, the
+change) are written to ``mutants/mutation-report.md``.
 """
 
 from __future__ import annotations
