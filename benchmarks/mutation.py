@@ -114,6 +114,18 @@ _STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests
 _TIMEOUT = {24, -24, 36, 152, 255}
 
 
+def check_config() -> None:
+    """Stop unless pyproject's ``only_mutate`` names exactly the files of MODULES."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    configured = set(project["tool"]["mutmut"]["only_mutate"])
+    listed = {part.path for parts in MODULES.values() for part in parts}
+    if configured != listed:
+        raise SystemExit(
+            "benchmarks/mutation.py: [tool.mutmut] only_mutate and MODULES differ: "
+            + ", ".join(sorted(configured ^ listed))
+        )
+
+
 def status(exit_code: int | None) -> str:
     """The report's name for how a mutant ended (``not run`` when it has no result yet)."""
     if exit_code is None:
@@ -386,6 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_children < 1:
         parser.error("--max-children must be at least 1")
+    check_config()
     if not args.report_only:
         for module in args.module or list(MODULES):
             seconds = run(module, args.max_children, args.max_test_seconds)
