@@ -1,0 +1,51 @@
+"""The mutation benchmark's module map (benchmarks/mutation.py): it names what mutmut mutates,
+every function it names exists, and its score leaves out the mutants judged equivalent."""
+
+from __future__ import annotations
+
+import fnmatch
+
+from benchmarks.mutation import MODULES, ModuleResult, Mutant, check_config, globs, score, status
+
+
+def test_the_module_map_and_the_mutmut_configuration_name_the_same_files() -> None:
+    check_config()  # raises SystemExit naming the files when they differ
+
+
+def test_every_module_names_only_functions_that_exist() -> None:
+    for module in MODULES:
+        assert globs(module)  # a named function that is gone stops the run
+
+
+def test_a_mutant_belongs_to_one_module_even_where_modules_share_a_file() -> None:
+    names = [
+        "knowledge_agent.search.passages.x_confidence__mutmut_3",
+        "knowledge_agent.search.passages.x_passage_evidence__mutmut_3",
+        "knowledge_agent.search.search_engine_impl.xǁSearchEngineImplǁ_confidence__mutmut_1",
+        "knowledge_agent.search.search_engine_impl.xǁSearchEngineImplǁ_chunk_search__mutmut_1",
+    ]
+    owners = {
+        name: [m for m in MODULES if any(fnmatch.fnmatchcase(name, p) for p in globs(m))]
+        for name in names
+    }
+    assert owners == {
+        names[0]: ["confidence"],
+        names[1]: ["passages"],
+        names[2]: ["confidence"],
+        names[3]: ["engine"],
+    }
+
+
+def test_the_score_is_killed_over_the_mutants_not_judged_equivalent() -> None:
+    result = ModuleResult(
+        "fusion",
+        [
+            Mutant("a", "f.py", status(1)),
+            Mutant("b", "f.py", status(0)),
+            Mutant("c", "f.py", status(0)),
+            Mutant("d", "f.py", status(24)),
+        ],
+    )
+    assert [m.status for m in result.mutants] == ["killed", "survived", "survived", "timeout"]
+    assert score(result, {}) == 1 / 4
+    assert score(result, {"b": "why"}) == 1 / 3
