@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 _STARTED = time.perf_counter()
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -149,6 +149,28 @@ def wait_group_gone(pgid: int, limit: float = 10.0) -> int:
     return 1
 
 
+def _default_sigint() -> None:
+    # A harness started in the background of a shell inherits SIGINT ignored, and Python
+    # keeps an ignored SIGINT ignored: the command would never see a Ctrl-C.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_cli(
+    args: Sequence[str | bytes], stdout: IO[bytes], stderr: IO[bytes]
+) -> subprocess.Popen:
+    """Start ``knowledge-agent ARGS`` from this tree in a session of its own (one killpg
+    reaches its workers, as a terminal's signal reaches its foreground job), SIGINT default."""
+    return subprocess.Popen(
+        [*cli_command(), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env=dict(os.environ, PYTHONPATH=str(_PROJECT_ROOT), NO_COLOR="1", COLUMNS="200"),
+        start_new_session=True,
+        preexec_fn=_default_sigint,
+    )
+
+
 def run_cli(
     args: Sequence[str | bytes],
     *,
@@ -159,21 +181,13 @@ def run_cli(
     """Run ``knowledge-agent ARGS`` in a session of its own. With ``kill_after``, SIGKILL the
     whole process group (the command and its extraction workers) after that many seconds, if
     it has not finished; after ``timeout`` it is killed the same way and marked timed out."""
-    env = dict(os.environ, PYTHONPATH=str(_PROJECT_ROOT), NO_COLOR="1", COLUMNS="200")
     out_dir = workdir or Path.cwd()
     with (
         open(out_dir / ".stress-stdout", "w+b") as stdout,
         open(out_dir / ".stress-stderr", "w+b") as stderr,
     ):
         started = time.perf_counter()
-        process = subprocess.Popen(
-            [*cli_command(), *args],
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-            env=env,
-            start_new_session=True,  # its own process group: one killpg reaches the workers
-        )
+        process = start_cli(args, stdout, stderr)
         limit = timeout if kill_after is None else min(kill_after, timeout)
         killed = timed_out = False
         try:

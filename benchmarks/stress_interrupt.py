@@ -36,17 +36,17 @@ from typing import Any
 
 from benchmarks.stress_checks import (
     ChildResult,
-    cli_command,
     examples,
     log,
     run_child,
     run_cli,
+    start_cli,
     verdict_problems,
     verify,
     wait_group_gone,
 )
 from benchmarks.stress_corpus import Corpus, TextMaker, edit_files, token
-from benchmarks.stress_kill import KillFamily, KillWorkspace, add_family
+from benchmarks.stress_kill import KillFamily, KillWorkspace, add_family, command_duration
 
 VERIFY_TIMEOUT = 600.0
 STOP_GOAL_S = 5.0  # the bound the Ctrl-C tests used to assert
@@ -54,7 +54,6 @@ STOP_LIMIT_S = 120.0  # a command still running this long after Ctrl-C is killed
 COMMITTED_LINE = re.compile(
     r"interrupted: (\d+) files? committed; run the same command again to finish"
 )
-_PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -80,31 +79,16 @@ class Interrupted:
     leftovers: int = 0  # processes of its group alive after it exited (should be 0)
 
 
-def _default_sigint() -> None:
-    # A harness started in the background of a shell inherits SIGINT ignored, and Python
-    # keeps an ignored SIGINT ignored: the command would never see the Ctrl-C.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def run_interrupted(
     args: Sequence[str], *, delay: float, timeout: float, workdir: Path
 ) -> Interrupted:
     """``knowledge-agent ARGS`` in a session of its own, SIGINT to its process group after
     ``delay`` seconds (if still running), then wait for it to exit."""
-    env = dict(os.environ, PYTHONPATH=str(_PROJECT_ROOT), NO_COLOR="1", COLUMNS="200")
     with (
         open(workdir / ".stress-stdout", "w+b") as stdout,
         open(workdir / ".stress-stderr", "w+b") as stderr,
     ):
-        process = subprocess.Popen(
-            [*cli_command(), *args],
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-            env=env,
-            start_new_session=True,  # its own process group, as a terminal's foreground job
-            preexec_fn=_default_sigint,
-        )
+        process = start_cli(args, stdout, stderr)
         stop_seconds: float | None = None
         stopped = True
         try:
@@ -250,13 +234,7 @@ def run_interrupt_family(
 ) -> dict[str, Any]:
     """Measure the command once (trial 0, to completion), then ``trials`` Ctrl-C'd runs."""
     rng = random.Random(seed)
-    work.mkdir(parents=True, exist_ok=True)
-    timing_dir = work / "timing"
-    timing = run_cli(family.family.prepare(0, timing_dir), timeout=timeout, workdir=work)
-    if timing.returncode != 0:
-        log(f"  {family.family.name}: the timing run failed: {timing.stderr_tail()}")
-    duration = timing.seconds
-    shutil.rmtree(timing_dir, ignore_errors=True)
+    duration = command_duration(family.family, work, timeout)
     log(f"  {family.family.name}: {duration:.1f} s to completion; {trials} Ctrl-Cs within that")
     results = []
     for trial in range(1, trials + 1):

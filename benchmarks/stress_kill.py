@@ -82,18 +82,24 @@ def _trial(
     }
 
 
-def run_family(
-    family: KillFamily, trials: int, work: Path, seed: int, timeout: float
-) -> dict[str, Any]:
-    """Measure the command once on trial 0 (run to completion), then ``trials`` killed runs."""
-    rng = random.Random(seed)
+def command_duration(family: KillFamily, work: Path, timeout: float) -> float:
+    """Seconds the family's command takes run to completion once (trial 0), from which the
+    moments of the kills or signals of its trials are drawn."""
     work.mkdir(parents=True, exist_ok=True)
     timing_dir = work / "timing"
     timing: CliRun = run_cli(family.prepare(0, timing_dir), timeout=timeout, workdir=work)
     if timing.returncode != 0:
         log(f"  {family.name}: the timing run failed: {timing.stderr_tail()}")
-    duration = timing.seconds
     shutil.rmtree(timing_dir, ignore_errors=True)
+    return timing.seconds
+
+
+def run_family(
+    family: KillFamily, trials: int, work: Path, seed: int, timeout: float
+) -> dict[str, Any]:
+    """Measure the command once on trial 0 (run to completion), then ``trials`` killed runs."""
+    rng = random.Random(seed)
+    duration = command_duration(family, work, timeout)
     log(f"  {family.name}: {duration:.1f} s to completion; {trials} kills within that")
     results = []
     for trial in range(1, trials + 1):
