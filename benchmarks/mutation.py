@@ -2,6 +2,7 @@
 
     python benchmarks/mutation.py                    # every core module, one after another
     python benchmarks/mutation.py --module fusion    # one (repeatable)
+    python benchmarks/mutation.py --module engine --sample 60   # 60 of its mutants, at random
     python benchmarks/mutation.py --report-only      # the report of what was run, no run
 
 The tester is mutmut 3 (``[tool.mutmut]`` in pyproject.toml). It copies the package and the
@@ -18,8 +19,13 @@ child inherits the name of the active mutant from the environment. What a child 
 recorded, though, so such a test runs for a mutant only when it also calls the mutated function
 in the test process itself.
 
+A module whose survivors each take minutes (the search engine: a survivor runs every test
+that searches) can be scored on a sample: ``--sample N`` runs N of its mutants drawn with a
+fixed seed, and a larger N later extends the same draw. The score is then over the mutants run,
+with its 95 % (Wilson) interval.
+
 For each module the table gives the mutants, how they ended (killed, survived, timeout, no
-tests: no test calls the function) and the score, killed / (mutants - equivalent). Mutants
+tests: no test calls the function) and the score, killed / (mutants run - equivalent). Mutants
 judged equivalent (no input can tell them from the original) are listed with the reason in
 ``benchmarks/mutation_equivalent.toml``. The table and the mutants not killed (file, line, the
 change) are written to ``mutants/mutation-report.md``.
@@ -31,7 +37,9 @@ import argparse
 import ast
 import fnmatch
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -222,8 +230,25 @@ def equivalent() -> dict[str, str]:
     return {entry["name"]: entry["reason"] for entry in entries}
 
 
-def run(module: str, max_children: int, max_test_seconds: float) -> float:
-    """Run mutmut over ``module``'s mutants; the wall time in seconds. Its output goes to a log."""
+def sample(module: str, size: int, seed: int) -> list[str]:
+    """``size`` of ``module``'s mutants drawn at random; a larger size extends the same draw."""
+    names = sorted(mutant.name for mutant in results(module).mutants)
+    if not names:
+        raise SystemExit(
+            f"benchmarks/mutation.py: no mutants of {module} generated yet; "
+            "run any module in full once (mutmut generates them all first)"
+        )
+    random.Random(f"{seed}:{module}").shuffle(names)
+    return names[:size]
+
+
+def run(
+    module: str, max_children: int, max_test_seconds: float, names: Sequence[str] = ()
+) -> float:
+    """Run mutmut over ``module``'s mutants (or only ``names``); the wall time in seconds.
+
+    Its output goes to a log.
+    """
     MUTANTS.mkdir(exist_ok=True)  # on PYTHONPATH before mutmut creates it: Python caches a miss
     env = {
         **os.environ,
@@ -231,7 +256,7 @@ def run(module: str, max_children: int, max_test_seconds: float) -> float:
         "MUTATION_MAX_TEST_SECONDS": str(max_test_seconds),
     }
     mutmut = Path(sys.executable).with_name("mutmut")
-    command = [str(mutmut), "run", "--max-children", str(max_children), *globs(module)]
+    command = [str(mutmut), "run", "--max-children", str(max_children), *(names or globs(module))]
     log = MUTANTS / f"mutation-{module}.log"
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as out:
@@ -246,11 +271,32 @@ def run(module: str, max_children: int, max_test_seconds: float) -> float:
     return seconds
 
 
+def _scored(result: ModuleResult, equivalents: dict[str, str]) -> int:
+    """The mutants that count: those run and not judged equivalent."""
+    return sum(
+        1
+        for mutant in result.mutants
+        if mutant.status != "not run" and mutant.name not in equivalents
+    )
+
+
 def score(result: ModuleResult, equivalents: dict[str, str]) -> float | None:
-    """killed / (mutants - equivalent), or None when nothing is left to score."""
-    judged = sum(1 for mutant in result.mutants if mutant.name in equivalents)
-    total = len(result.mutants) - judged
+    """killed / (mutants run - equivalent), or None when nothing is left to score."""
+    total = _scored(result, equivalents)
     return result.count("killed") / total if total else None
+
+
+def interval(result: ModuleResult, equivalents: dict[str, str]) -> tuple[float, float] | None:
+    """The 95 % Wilson interval of the score of a sampled module (None when all were run)."""
+    total = _scored(result, equivalents)
+    if not total or not result.count("not run"):
+        return None
+    z = 1.96
+    share = result.count("killed") / total
+    scale = 1 + z * z / total
+    centre = (share + z * z / (2 * total)) / scale
+    half = z * math.sqrt(share * (1 - share) / total + z * z / (4 * total * total)) / scale
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def table(results: Sequence[ModuleResult], equivalents: dict[str, str]) -> str:
@@ -262,13 +308,17 @@ def table(results: Sequence[ModuleResult], equivalents: dict[str, str]) -> str:
     lines = [head, "|---|" + "---:|" * (head.count("|") - 2)]
     for result in results:
         value = score(result, equivalents)
+        bounds = interval(result, equivalents)
+        value_text = "-" if value is None else f"{value:.1%}"
+        if bounds is not None:
+            value_text += f" ({bounds[0]:.0%}-{bounds[1]:.0%})"
         judged = sum(1 for mutant in result.mutants if mutant.name in equivalents)
         time_text = f"{result.seconds / 60:.1f} min" if result.seconds is not None else "-"
         lines.append(
             f"| {result.module} | {len(result.mutants)} | {result.count('killed')} "
             f"| {result.count('survived')} | {result.count('timeout')} "
             f"| {result.count('no tests')} | {result.count('not run')} | {judged} "
-            f"| {'-' if value is None else f'{value:.1%}'} | {time_text} |"
+            f"| {value_text} | {time_text} |"
         )
     return "\n".join(lines)
 
@@ -390,6 +440,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(default 5; 0 runs them all)",
     )
     parser.add_argument(
+        "--sample",
+        type=int,
+        help="run only this many of each module's mutants, drawn with --seed (default: all)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the draw of --sample (default 0)")
+    parser.add_argument(
         "--report-only", action="store_true", help="print the report of what was run; run nothing"
     )
     parser.add_argument(
@@ -398,10 +454,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_children < 1:
         parser.error("--max-children must be at least 1")
+    if args.sample is not None and args.sample < 1:
+        parser.error("--sample must be at least 1")
     check_config()
     if not args.report_only:
         for module in args.module or list(MODULES):
-            seconds = run(module, args.max_children, args.max_test_seconds)
+            names = sample(module, args.sample, args.seed) if args.sample else ()
+            seconds = run(module, args.max_children, args.max_test_seconds, names)
             print(f"{module}: {seconds / 60:.1f} min", flush=True)
             report(list(MODULES), args.survivors)
     print(report(list(MODULES), args.survivors))

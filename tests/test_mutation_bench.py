@@ -5,7 +5,20 @@ from __future__ import annotations
 
 import fnmatch
 
-from benchmarks.mutation import MODULES, ModuleResult, Mutant, check_config, globs, score, status
+import pytest
+
+from benchmarks import mutation
+from benchmarks.mutation import (
+    MODULES,
+    ModuleResult,
+    Mutant,
+    check_config,
+    globs,
+    interval,
+    sample,
+    score,
+    status,
+)
 
 
 def test_the_module_map_and_the_mutmut_configuration_name_the_same_files() -> None:
@@ -49,3 +62,25 @@ def test_the_score_is_killed_over_the_mutants_not_judged_equivalent() -> None:
     assert [m.status for m in result.mutants] == ["killed", "survived", "survived", "timeout"]
     assert score(result, {}) == 1 / 4
     assert score(result, {"b": "why"}) == 1 / 3
+
+
+def test_a_sampled_module_is_scored_over_the_mutants_run_with_an_interval() -> None:
+    run = [Mutant(f"k{i}", "f.py", status(1)) for i in range(9)] + [Mutant("s", "f.py", status(0))]
+    result = ModuleResult(
+        "engine", [*run, *(Mutant(f"n{i}", "f.py", status(None)) for i in range(90))]
+    )
+    assert score(result, {}) == 9 / 10
+    low, high = interval(result, {})
+    assert 0.55 < low < 0.6 and 0.98 < high < 0.99  # Wilson, 9 of 10
+    assert score(result, {"s": "why"}) == 1.0
+    assert interval(ModuleResult("engine", run), {}) is None
+
+
+def test_a_larger_sample_extends_the_same_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    names = [f"m{i}" for i in range(200)]
+    recorded = ModuleResult("engine", [Mutant(name, "f.py", status(None)) for name in names])
+    monkeypatch.setattr(mutation, "results", lambda module: recorded)
+    small, large = sample("engine", 20, 0), sample("engine", 50, 0)
+    assert large[:20] == small and len(set(large)) == 50 and set(large) <= set(names)
+    assert small != sorted(small) and sample("engine", 20, 1) != small
+    assert sample("passages", 20, 0) != small  # each module draws on its own
