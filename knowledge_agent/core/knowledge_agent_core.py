@@ -45,6 +45,7 @@ from knowledge_agent.ingest.web import WebCollector
 from knowledge_agent.models import KnowledgeItem, ScoreExplanation, SearchResult
 from knowledge_agent.models.evidence import chunk_hash, lines_label
 from knowledge_agent.models.knowledge_item import utc_now
+from knowledge_agent.protocols import Storage
 from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
 from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
@@ -225,7 +226,7 @@ class KnowledgeAgentCore:
         self._watchers: list[FolderWatcher] = []
         db_path = ":memory:" if self.data_dir is None else self.data_dir / DATABASE_FILE
         faults = Faults.from_environment()  # a testing hook: unset, it does nothing
-        self.storage = SQLiteStorageManager(db_path, faults=faults)
+        self.storage: Storage = SQLiteStorageManager(db_path, faults=faults)
         try:
             self._indexes = SharedIndexes(
                 self.data_dir,

@@ -63,10 +63,10 @@ from knowledge_agent.search.search_engine_impl import SearchEngineImpl
 from knowledge_agent.search.search_index_manager import SearchIndexManager, verify_keyword_folder
 from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.search.tfidf_store import verify_tfidf_folder
-from knowledge_agent.storage import SQLiteStorageManager
 
 if TYPE_CHECKING:
     from knowledge_agent.embeddings import Embedder
+    from knowledge_agent.protocols import Storage
 
 __all__ = ["INDEX_LABELS", "REPAIR_HINT", "SharedIndexes"]
 
@@ -102,7 +102,7 @@ class SharedIndexes:
     def __init__(
         self,
         data_dir: Path | None,
-        storage: SQLiteStorageManager,
+        storage: Storage,
         analyzer: TextAnalyzer,
         search_config: SearchConfig,
         *,

@@ -56,13 +56,16 @@ from knowledge_agent.search.passages import (
     passage_evidence,
     unseen_share,
 )
-from knowledge_agent.search.search_index_manager import SearchIndexManager
-from knowledge_agent.search.semantic_searcher import SemanticSearcher
-from knowledge_agent.storage import SQLiteStorageManager
 
 if TYPE_CHECKING:
     from knowledge_agent.embeddings import Reranker
-    from knowledge_agent.search.dense_index import DenseIndex
+    from knowledge_agent.protocols import (
+        DenseVectorIndex,
+        IndexState,
+        KeywordIndex,
+        Storage,
+        VectorIndex,
+    )
 
 __all__ = ["LEVELS", "MODES", "SearchConfig", "SearchEngineImpl"]
 
@@ -167,12 +170,12 @@ class SearchEngineImpl:
 
     def __init__(
         self,
-        storage: SQLiteStorageManager,
-        keyword_index: SearchIndexManager,
-        semantic_searcher: SemanticSearcher,
+        storage: Storage,
+        keyword_index: KeywordIndex,
+        semantic_searcher: VectorIndex[Sequence[str]],
         analyzer: TextAnalyzer | None = None,
         config: SearchConfig | None = None,
-        dense_index: DenseIndex | None = None,
+        dense_index: DenseVectorIndex | None = None,
         *,
         faults: Faults | None = None,
     ) -> None:
@@ -249,11 +252,9 @@ class SearchEngineImpl:
         """
         seq = self.storage.last_journal_seq()
         analyzer = self.keyword_index.analyzer
-        refits = [
-            index.refit(reuse=reuse_vectors) if name == "dense" else index.refit()
-            for name, index in self._derived()
-            if name != "keyword"
-        ]
+        refits = [self.semantic_searcher.refit()]
+        if self.dense_index is not None:
+            refits.append(self.dense_index.refit(reuse=reuse_vectors))
 
         def batches() -> Iterator[AnalysedBatch]:
             size = self.keyword_index.rebuild_commit_every
@@ -305,9 +306,10 @@ class SearchEngineImpl:
         dense.set_applied_seq(seq)
         logger.info("embedded %d chunks", count)
 
-    def _derived(self) -> list[tuple[str, Any]]:
-        """The indexes derived from SQLite, by name: keyword, semantic, and dense if any."""
-        found: list[tuple[str, Any]] = [
+    def _derived(self) -> list[tuple[str, IndexState]]:
+        """The indexes derived from the storage, by name: keyword, semantic, and dense if
+        any."""
+        found: list[tuple[str, IndexState]] = [
             ("keyword", self.keyword_index),
             ("semantic", self.semantic_searcher),
         ]
