@@ -38,9 +38,9 @@ from threadpoolctl import threadpool_limits
 from tokenizers import Tokenizer
 
 from benchmarks.datasets import default_datasets_dir, load_dataset
+from knowledge_agent.backends.local.dense.index import MAX_TEXT_CHARS
 from knowledge_agent.chunking.content_chunker import ChunkConfig, ContentChunker
 from knowledge_agent.embeddings import MiniLMEmbedder
-from knowledge_agent.search.dense_index import MAX_TEXT_CHARS
 
 AGREEMENT = 0.999
 QUERIES = 50

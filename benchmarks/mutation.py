@@ -78,9 +78,9 @@ _ENGINE_CONFIDENCE = ("SearchEngineImpl._confidence", "SearchEngineImpl._known_i
 
 # The core modules, by the name the report uses. A mutant belongs to exactly one of them.
 MODULES: dict[str, tuple[Part, ...]] = {
-    "fusion": (Part("knowledge_agent/search/fusion.py"),),
+    "fusion": (Part("knowledge_agent/search/ranking/fusion.py"),),
     "confidence": (
-        Part("knowledge_agent/search/passages.py", only=_CONFIDENCE),
+        Part("knowledge_agent/search/ranking/passages.py", only=_CONFIDENCE),
         Part("knowledge_agent/search/search_engine_impl.py", only=_ENGINE_CONFIDENCE),
     ),
     "citations": (Part("knowledge_agent/core/citations.py"),),
@@ -92,10 +92,10 @@ MODULES: dict[str, tuple[Part, ...]] = {
         Part("knowledge_agent/crawl/urls.py"),
         Part("knowledge_agent/crawl/robots.py"),
     ),
-    "boosts": (Part("knowledge_agent/search/boosts.py"),),
+    "boosts": (Part("knowledge_agent/search/ranking/boosts.py"),),
     "passages": (
-        Part("knowledge_agent/search/passages.py", skip=_CONFIDENCE),
-        Part("knowledge_agent/search/locate.py"),
+        Part("knowledge_agent/search/ranking/passages.py", skip=_CONFIDENCE),
+        Part("knowledge_agent/search/ranking/locate.py"),
     ),
     # The two-stage search: candidates, fusion weights, grouping per item, context, item level.
     "engine": (Part("knowledge_agent/search/search_engine_impl.py", skip=_ENGINE_CONFIDENCE),),
@@ -107,7 +107,7 @@ MODULES: dict[str, tuple[Part, ...]] = {
         Part("knowledge_agent/crawl/fetch.py"),
         Part("knowledge_agent/crawl/transport.py"),
     ),
-    "write_behind": (Part("knowledge_agent/core/shared_indexes.py"),),
+    "write_behind": (Part("knowledge_agent/backends/local/shared_indexes.py"),),
     "analysis": (Part("knowledge_agent/analysis.py"),),
     "storage": (
         Part("knowledge_agent/storage/connection.py"),

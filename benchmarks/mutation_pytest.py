@@ -19,9 +19,6 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-settings.register_profile("mutation", derandomize=True, deadline=None, database=None)
-settings.load_profile("mutation")
-
 # mutmut's record, in its working copy (this file runs from mutants/benchmarks/).
 _STATS = Path(__file__).resolve().parents[1] / "mutmut-stats.json"
 # MUTANT_UNDER_TEST values that are not a mutant's name.
@@ -29,7 +26,8 @@ _PHASES = {"stats", "fail", "list_all_tests", "mutant_generation"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """While mutmut records which tests call which function, child processes do not record.
+    """Hypothesis in the mutation profile; and while mutmut records which tests call which
+    function, child processes do not record.
 
     mutmut keeps the recording mode in this process as well as in the environment; a child
     inheriting it would record too, and fails when its working folder holds no mutmut
@@ -37,6 +35,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if os.environ.get("MUTANT_UNDER_TEST") == "stats":
         del os.environ["MUTANT_UNDER_TEST"]
+    settings.register_profile("mutation", derandomize=True, deadline=None, database=None)
+    settings.load_profile("mutation")
 
 
 def slow_tests(limit: float) -> set[str]:
@@ -56,3 +56,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         items[:] = [item for item in items if item.nodeid not in slow]
         config.hook.pytest_deselected(items=dropped)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
+    """Name a parametrised test with a backslash or a non-ASCII character in its id by its
+    function: mutmut passes the ids it recorded, and pytest's escaping of such ids differs
+    between the run that recorded them and a run that selects them ("not found")."""
+    seen: set[str] = set()
+    kept = []
+    for arg in args:
+        name, bracket, _ = arg.partition("[")
+        if "::" in name and bracket and ("\\" in arg or not arg.isascii()):
+            if name in seen:
+                continue
+            seen.add(name)
+            arg = name
+        kept.append(arg)
+    args[:] = kept

@@ -920,7 +920,7 @@ DAMAGES: tuple[tuple[str, str, Callable[[Path], None]], ...] = (
 
 
 def damage_cases(work: Path) -> Iterator[Case]:
-    from knowledge_agent.core.folder_lock import FolderLock
+    from knowledge_agent.backends.local.folder_lock import FolderLock
 
     root = work / "damage"
     docs = root / "docs"

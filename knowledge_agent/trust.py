@@ -23,8 +23,8 @@ from pathlib import Path
 
 import platformdirs
 
+from knowledge_agent.backends.local.atomic_files import fsync_directory, write_atomically
 from knowledge_agent.errors import ConfigError
-from knowledge_agent.search.atomic_files import fsync_directory, write_atomically
 
 __all__ = ["ENV_CONFIG_DIR", "TrustRecord", "TrustStore", "content_digest", "user_config_dir"]
 

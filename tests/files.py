@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from knowledge_agent.core.folder_lock import FolderLock
+from knowledge_agent.backends.local.folder_lock import FolderLock
 
 
 def write(path: Path, text: str | bytes) -> Path:

@@ -20,10 +20,10 @@ from whoosh.scoring import TF_IDF
 from whoosh.searching import Searcher
 from whoosh.writing import NO_MERGE
 
-from knowledge_agent.search import whoosh_internals
-from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
-from knowledge_agent.search.whoosh_internals import column_values, field_lengths
-from knowledge_agent.search.whoosh_schema import LuceneBM25F
+from knowledge_agent.backends.local.keyword import internals as whoosh_internals
+from knowledge_agent.backends.local.keyword.bm25_scan import Clause, ScanCache, top_docs
+from knowledge_agent.backends.local.keyword.internals import column_values, field_lengths
+from knowledge_agent.backends.local.keyword.schema import LuceneBM25F
 
 # Every check runs on the fast paths (Whoosh's private block attributes) and on the public
 # matcher interface that replaces them on an untested Whoosh version.

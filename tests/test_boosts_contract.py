@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from knowledge_agent.search.boosts import cosine, mmr_order, time_boost
+from knowledge_agent.search.ranking.boosts import cosine, mmr_order, time_boost
 
 
 def test_time_boost_multiplies_the_recency_boost_by_the_decay() -> None:

@@ -18,8 +18,8 @@ from web_site import SECTIONED_PAGE, SiteServer
 
 from knowledge_agent import KnowledgeAgentCore, KnowledgeChunk
 from knowledge_agent import cli_render as render
+from knowledge_agent.backends.local.folder_lock import FolderLock
 from knowledge_agent.cli import _watch_printer, cli, watch
-from knowledge_agent.core.folder_lock import FolderLock
 from knowledge_agent.core.text_search import TextMatch, linked
 from knowledge_agent.ingest.report import CollectReport, FileIssue
 

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from knowledge_agent import KnowledgeAgentCore, SearchResult
-from knowledge_agent.search.passages import PassageEvidence, confidence, unseen_share
+from knowledge_agent.search.ranking.passages import PassageEvidence, confidence, unseen_share
 
 OpenKb = Callable[..., KnowledgeAgentCore]
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.backends.local.checksums import read_json_file
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.faults import FAULT_ENV, Faults
-from knowledge_agent.search.checksums import read_json_file
 from knowledge_agent.storage import DATABASE_FILE, SQLiteStorageManager
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL and process groups")
@@ -209,7 +209,7 @@ def test_kill_mid_rebuild_rebuilds_on_open(tmp_path: Path) -> None:
     data_dir = tmp_path / "kb"
     add_notes(data_dir, range(20))
     body = """
-        from knowledge_agent.search.search_index_manager import SearchIndexManager
+        from knowledge_agent.backends.local.keyword.index import SearchIndexManager
         SearchIndexManager.rebuild_commit_every = 4  # the keyword index commits as it goes
         core.rebuild_index()
     """
@@ -230,7 +230,7 @@ def tfidf_files(data_dir: Path) -> tuple[set[str], set[str]]:
 def test_kill_mid_merge_of_tfidf_segments(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     data_dir = tmp_path / "kb"
     body = f"""
-        from knowledge_agent.search.semantic_searcher import SemanticSearcher
+        from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
         SemanticSearcher.max_segments = 1  # the second update merges the first one's away
         notes = {[note(n) for n in range(6)]!r}
         for batch in (notes[:3], notes[3:]):

@@ -24,9 +24,7 @@ from whoosh.filedb.compound import CompoundStorage
 from whoosh.filedb.filestore import FileStorage
 
 from knowledge_agent import KnowledgeAgentCore
-from knowledge_agent.cli import cli
-from knowledge_agent.errors import DamagedIndexError
-from knowledge_agent.search.checksums import (
+from knowledge_agent.backends.local.checksums import (
     FileSum,
     VerifiedFiles,
     file_sum,
@@ -34,6 +32,8 @@ from knowledge_agent.search.checksums import (
     seal_json,
     unseal_json,
 )
+from knowledge_agent.cli import cli
+from knowledge_agent.errors import DamagedIndexError
 
 HINT = "knowledge-agent check --repair"
 WORDS = ["harbour", "lighthouse", "ferry", "anchor", "tide", "beacon", "pier"]

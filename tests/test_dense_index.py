@@ -17,18 +17,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.errors import ConfigError, EmbeddingError, SearchIndexError
-from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
-from knowledge_agent.search.analysed_batch import AnalysedBatch
-from knowledge_agent.search.atomic_files import write_sealed
-from knowledge_agent.search.checksums import read_sealed_json
-from knowledge_agent.search.dense_index import (
+from knowledge_agent.backends.local.atomic_files import write_sealed
+from knowledge_agent.backends.local.checksums import read_sealed_json
+from knowledge_agent.backends.local.dense.index import (
     MAX_TEXT_CHARS,
     DenseIndex,
     chunk_text,
     item_text,
 )
-from knowledge_agent.search.dense_store import stored_config
+from knowledge_agent.backends.local.dense.store import stored_config
+from knowledge_agent.errors import ConfigError, EmbeddingError, SearchIndexError
+from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.filters import SearchFilters
 
 BASE_TIME = datetime(2024, 1, 1, tzinfo=timezone.utc)

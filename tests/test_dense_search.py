@@ -103,7 +103,7 @@ def test_an_embedder_set_later_or_changed_embeds_every_chunk_once(tmp_path: Path
 
 
 def test_embedding_again_on_open_reports_its_progress(tmp_path: Path, monkeypatch) -> None:
-    from knowledge_agent.core import shared_indexes
+    from knowledge_agent.backends.local import shared_indexes
 
     monkeypatch.setattr(shared_indexes, "_STATUS_MIN_CHUNKS", 1)  # any size is "long" here
     data = tmp_path / "kb"

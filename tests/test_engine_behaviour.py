@@ -23,7 +23,7 @@ from knowledge_agent import KnowledgeAgentCore, SearchResult
 from knowledge_agent.errors import QueryError
 from knowledge_agent.models.evidence import EvidenceRef, chunk_hash
 from knowledge_agent.search.config import SearchConfig
-from knowledge_agent.search.fusion import fuse, reciprocal_rank_fusion
+from knowledge_agent.search.ranking.fusion import fuse, reciprocal_rank_fusion
 
 OpenKb = Callable[..., KnowledgeAgentCore]
 

@@ -6,7 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from knowledge_agent.search.fusion import fuse, reciprocal_rank_fusion, weighted_score_fusion
+from knowledge_agent.search.ranking.fusion import (
+    fuse,
+    reciprocal_rank_fusion,
+    weighted_score_fusion,
+)
 
 
 def test_rrf_rewards_agreement_and_scales_to_one() -> None:

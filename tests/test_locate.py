@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.models.evidence import EvidenceRef
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
-from knowledge_agent.search.locate import blocks, locate, passage_span
+from knowledge_agent.search.ranking.locate import blocks, locate, passage_span
 
 GUIDE = """# Deploying
 

@@ -32,8 +32,8 @@ def test_every_module_names_only_functions_that_exist() -> None:
 
 def test_a_mutant_belongs_to_one_module_even_where_modules_share_a_file() -> None:
     names = [
-        "knowledge_agent.search.passages.x_confidence__mutmut_3",
-        "knowledge_agent.search.passages.x_passage_evidence__mutmut_3",
+        "knowledge_agent.search.ranking.passages.x_confidence__mutmut_3",
+        "knowledge_agent.search.ranking.passages.x_passage_evidence__mutmut_3",
         "knowledge_agent.search.search_engine_impl.xǁSearchEngineImplǁ_confidence__mutmut_1",
         "knowledge_agent.search.search_engine_impl.xǁSearchEngineImplǁ_chunk_search__mutmut_1",
     ]
@@ -84,3 +84,30 @@ def test_a_larger_sample_extends_the_same_draw(monkeypatch: pytest.MonkeyPatch) 
     assert large[:20] == small and len(set(large)) == 50 and set(large) <= set(names)
     assert small != sorted(small) and sample("engine", 20, 1) != small
     assert sample("passages", 20, 0) != small  # each module draws on its own
+
+
+def test_test_ids_pytest_escapes_differently_are_selected_by_their_function() -> None:
+    from benchmarks.mutation_pytest import pytest_load_initial_conftests
+
+    args = [
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:random-order",
+        "tests/t.py::test_odd[memory-'\\\\\\\\']",
+        "tests/t.py::test_odd[disk-'\\u91cd']",
+        "tests/t.py::test_odd[disk-'AND']",
+        "tests/t.py::test_other[\U0001f600]",
+        "tests/t.py::test_plain",
+    ]
+    pytest_load_initial_conftests(None, None, args)  # type: ignore[arg-type]
+    assert args == [
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:random-order",
+        "tests/t.py::test_odd",
+        "tests/t.py::test_odd[disk-'AND']",
+        "tests/t.py::test_other",
+        "tests/t.py::test_plain",
+    ]

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import QueryError
-from knowledge_agent.search.expansion import expanded_query
-from knowledge_agent.search.passages import (
+from knowledge_agent.search.ranking.expansion import expanded_query
+from knowledge_agent.search.ranking.passages import (
     PassageEvidence,
     confidence,
     passage_evidence,

@@ -14,6 +14,9 @@ import numpy as np
 import pytest
 
 from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.backends.local.dense.index import DenseIndex
+from knowledge_agent.backends.local.keyword.index import SearchIndexManager
+from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
 from knowledge_agent.protocols import (
     DenseVectorIndex,
     DocSources,
@@ -23,9 +26,6 @@ from knowledge_agent.protocols import (
     Storage,
     VectorIndex,
 )
-from knowledge_agent.search.dense_index import DenseIndex
-from knowledge_agent.search.search_index_manager import SearchIndexManager
-from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import SQLiteStorageManager
 from knowledge_agent.storage.doc_sources import DocSourceStore
 from knowledge_agent.storage.sources import SourceStore
@@ -151,9 +151,9 @@ def test_the_engine_imports_no_backend_module() -> None:
     backends = {
         "knowledge_agent.storage",
         "knowledge_agent.storage.sqlite_storage",
-        "knowledge_agent.search.search_index_manager",
-        "knowledge_agent.search.semantic_searcher",
-        "knowledge_agent.search.dense_index",
+        "knowledge_agent.backends.local.keyword.index",
+        "knowledge_agent.backends.local.tfidf.index",
+        "knowledge_agent.backends.local.dense.index",
     }
     assert imported & backends == set()
     assert "knowledge_agent.protocols" in imported

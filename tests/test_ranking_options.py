@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.errors import ConfigError, NotFoundError, QueryError
 from knowledge_agent.models.evidence import EvidenceRef, chunk_hash, evidence_ref
-from knowledge_agent.search.boosts import age_days, cosine, mmr_order, time_boost
+from knowledge_agent.search.ranking.boosts import age_days, cosine, mmr_order, time_boost
 
 ROTATION = "Rotate the signing keys every quarter, and after any incident that exposed them."
 

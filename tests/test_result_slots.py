@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from test_dense_search import FakeEmbedder
 
 from knowledge_agent import KnowledgeAgentCore
-from knowledge_agent.search.search_index_manager import SearchIndexManager
-from knowledge_agent.search.semantic_searcher import SemanticSearcher
+from knowledge_agent.backends.local.keyword.index import SearchIndexManager
+from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
 from knowledge_agent.search.topk import best_rows, capped_best_rows
 
 QUERY = "lifespan events router middleware"

@@ -22,16 +22,16 @@ from hypothesis import strategies as st
 from whoosh import index as whoosh_index
 
 from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer
+from knowledge_agent.backends.local.checksums import read_sealed_json, seal_json
+from knowledge_agent.backends.local.keyword import internals
+from knowledge_agent.backends.local.keyword.index import SearchIndexManager, verify_keyword_folder
+from knowledge_agent.backends.local.keyword.schema import LuceneBM25F
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.errors import ConfigError, DamagedIndexError, QueryError, SearchIndexError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
-from knowledge_agent.search import whoosh_internals
 from knowledge_agent.search.analysed_batch import AnalysedBatch
-from knowledge_agent.search.checksums import read_sealed_json, seal_json
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
-from knowledge_agent.search.search_index_manager import SearchIndexManager, verify_keyword_folder
-from knowledge_agent.search.whoosh_schema import LuceneBM25F
 
 ANALYZER = TextAnalyzer()
 BASE_TIME = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
@@ -926,15 +926,15 @@ def test_public_whoosh_paths_give_the_same_hits(tmp_path: Path) -> None:
     queries = [rng.sample(words, 3) for _ in range(20)]
     found = []
     for fast in (True, False):
-        saved = whoosh_internals.FAST_PATHS
-        whoosh_internals.FAST_PATHS = fast
+        saved = internals.FAST_PATHS
+        internals.FAST_PATHS = fast
         try:
             with SearchIndexManager(tmp_path / str(fast)) as mgr:
                 mgr.update(pairs[:30])
                 mgr.update(pairs[30:], deletes=["i3"])
                 found.append([mgr.search_chunks(q, 10) for q in queries])
         finally:
-            whoosh_internals.FAST_PATHS = saved
+            internals.FAST_PATHS = saved
     assert found[0] == found[1] and found[0][0]
 
 

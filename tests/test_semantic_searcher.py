@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.backends.local.atomic_files import write_sealed
+from knowledge_agent.backends.local.checksums import read_sealed_json
+from knowledge_agent.backends.local.tfidf import collection as tfidf_collection
+from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
 from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
-from knowledge_agent.search import tfidf_collection
-from knowledge_agent.search.atomic_files import write_sealed
-from knowledge_agent.search.checksums import read_sealed_json
 from knowledge_agent.search.filters import SearchFilters
-from knowledge_agent.search.semantic_searcher import SemanticSearcher
 
 BASE_TIME = datetime(2024, 1, 1, tzinfo=timezone.utc)
 ANALYZER = TextAnalyzer()
@@ -328,7 +328,7 @@ def test_incremental_updates_equal_a_fresh_fit(ops: list) -> None:
 
 def test_fit_chunks_streams_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """A rebuild vectorises bounded batches and still equals one big fit."""
-    monkeypatch.setattr("knowledge_agent.search.semantic_searcher._FIT_BATCH", 7)
+    monkeypatch.setattr("knowledge_agent.backends.local.tfidf.index._FIT_BATCH", 7)
     rng = random.Random(3)
     pairs = [make_item(f"d{i}", [filler(rng, 6) for _ in range(3)]) for i in range(20)]
     sizes: list[int] = []

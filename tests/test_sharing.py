@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from knowledge_agent import KnowledgeAgentCore, KnowledgeChunk, KnowledgeItem
-from knowledge_agent.core.folder_lock import FolderLock
+from knowledge_agent.backends.local.checksums import read_sealed_json
+from knowledge_agent.backends.local.folder_lock import FolderLock
 from knowledge_agent.errors import DamagedIndexError, LockTimeoutError
-from knowledge_agent.search.checksums import read_sealed_json
 
 # A child process: runs ``body`` with ``core`` open on DATA and prints one JSON line.
 _CHILD = """

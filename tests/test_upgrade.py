@@ -67,15 +67,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.backends.local.checksums import VerifiedFiles, read_json_file, read_sealed_json
+from knowledge_agent.backends.local.dense.store import verify_dense_folder
+from knowledge_agent.backends.local.keyword.index import SearchIndexManager, verify_keyword_folder
+from knowledge_agent.backends.local.keyword.state import read_state
+from knowledge_agent.backends.local.segments import store as segment_store
+from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
+from knowledge_agent.backends.local.tfidf.store import verify_tfidf_folder
 from knowledge_agent.embeddings import OpenAIEmbedder
 from knowledge_agent.errors import DamagedIndexError
-from knowledge_agent.search import segment_store
-from knowledge_agent.search.checksums import VerifiedFiles, read_json_file, read_sealed_json
-from knowledge_agent.search.dense_store import verify_dense_folder
-from knowledge_agent.search.keyword_state import read_state
-from knowledge_agent.search.search_index_manager import SearchIndexManager, verify_keyword_folder
-from knowledge_agent.search.semantic_searcher import SemanticSearcher
-from knowledge_agent.search.tfidf_store import verify_tfidf_folder
 
 LEGACY = Path(__file__).parent / "data" / "legacy-base"
 EXPECTED: dict[str, list[list]] = json.loads((LEGACY / "answers.json").read_text())

@@ -22,25 +22,26 @@ from whoosh.reading import SegmentReader
 from whoosh.writing import CLEAR, NO_MERGE, SegmentWriter
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
-from knowledge_agent.search import whoosh_batch, whoosh_bulk_write
-from knowledge_agent.search.analysed_batch import AnalysedBatch
-from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
-from knowledge_agent.search.keyword_blocks import chunk_block, item_block
-from knowledge_agent.search.whoosh_batch import delete_terms
-from knowledge_agent.search.whoosh_bulk import BulkSegmentWriter, supports_bulk
-from knowledge_agent.search.whoosh_bulk_columns import StoredValues, stored_column
-from knowledge_agent.search.whoosh_parts import Codec
-from knowledge_agent.search.whoosh_safe import SafeFileStorage, open_file_index
-from knowledge_agent.search.whoosh_schema import (
+from knowledge_agent.backends.local.keyword import batch as whoosh_batch
+from knowledge_agent.backends.local.keyword import bulk_write as whoosh_bulk_write
+from knowledge_agent.backends.local.keyword.batch import delete_terms
+from knowledge_agent.backends.local.keyword.blocks import chunk_block, item_block
+from knowledge_agent.backends.local.keyword.bm25_scan import Clause, ScanCache, top_docs
+from knowledge_agent.backends.local.keyword.bulk import BulkSegmentWriter, supports_bulk
+from knowledge_agent.backends.local.keyword.bulk_columns import StoredValues, stored_column
+from knowledge_agent.backends.local.keyword.parts import Codec
+from knowledge_agent.backends.local.keyword.safe import SafeFileStorage, open_file_index
+from knowledge_agent.backends.local.keyword.schema import (
     LuceneBM25F,
     chunk_documents,
     chunk_schema,
     item_document,
     item_schema,
 )
-from knowledge_agent.search.whoosh_segment_arrays import read_terms
-from knowledge_agent.search.whoosh_storage import PrivateRamStorage
+from knowledge_agent.backends.local.keyword.segment_arrays import read_terms
+from knowledge_agent.backends.local.keyword.storage import PrivateRamStorage
+from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+from knowledge_agent.search.analysed_batch import AnalysedBatch
 
 ANALYZER = TextAnalyzer()
 WORDS = [f"w{n}" for n in range(40)] + ["naïve", "重置密码", "getUserName", "x" * 70, "ab"]

@@ -15,7 +15,7 @@ from whoosh.reading import SegmentReader
 from whoosh.writing import NO_MERGE
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.search.whoosh_parts import (
+from knowledge_agent.backends.local.keyword.parts import (
     Codec,
     CountedText,
     PostingTable,

@@ -26,16 +26,16 @@ from whoosh.system import pack_int, unpack_int
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.errors import DamagedIndexError
-from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
-from knowledge_agent.search import whoosh_safe
-from knowledge_agent.search.atomic_files import write_sealed
-from knowledge_agent.search.bm25_scan import Clause, ScanCache, top_docs
-from knowledge_agent.search.checksums import file_sum
-from knowledge_agent.search.search_index_manager import SearchIndexManager
-from knowledge_agent.search.whoosh_parts import Codec
-from knowledge_agent.search.whoosh_safe import (
+from knowledge_agent.backends.local.atomic_files import write_sealed
+from knowledge_agent.backends.local.checksums import file_sum
+from knowledge_agent.backends.local.keyword import safe as whoosh_safe
+from knowledge_agent.backends.local.keyword.bm25_scan import Clause, ScanCache, top_docs
+from knowledge_agent.backends.local.keyword.index import SearchIndexManager
+from knowledge_agent.backends.local.keyword.parts import Codec, CountedText
+from knowledge_agent.backends.local.keyword.safe import (
     DATA_GLOBALS,
+    SCHEMA_GLOBALS,
+    SEGMENT_GLOBALS,
     SafeFileStorage,
     UnsafePickleError,
     open_file_index,
@@ -43,8 +43,14 @@ from knowledge_agent.search.whoosh_safe import (
     restricted_loads,
     stored_schema,
 )
-from knowledge_agent.search.whoosh_schema import LuceneBM25F, chunk_schema, schema_signature
-from knowledge_agent.search.whoosh_sums import verified_toc
+from knowledge_agent.backends.local.keyword.schema import (
+    LuceneBM25F,
+    chunk_schema,
+    schema_signature,
+)
+from knowledge_agent.backends.local.keyword.sums import verified_toc
+from knowledge_agent.errors import DamagedIndexError
+from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 
 ANALYZER = TextAnalyzer()
 SCHEMA = chunk_schema(ANALYZER)
@@ -301,7 +307,7 @@ SITES = [
 
 
 def _safe_readers(folder: Path) -> list[SegmentReader]:
-    """Open the way SearchIndexManager opens, through whoosh_safe."""
+    """Open the way SearchIndexManager opens, through the safe loader."""
     storage = SafeFileStorage(str(folder))
     assert schema_signature(stored_schema(storage)) == schema_signature(SCHEMA)
     ix = open_file_index(storage, SCHEMA)
@@ -349,7 +355,7 @@ def test_a_planted_pickle_is_refused_not_run(site: Site, chunks: Path, tmp_path:
 
 
 def test_every_site_is_planted() -> None:
-    """One plant per kind of pickle whoosh_safe's docstring lists."""
+    """One plant per kind of pickle the safe loader's docstring lists."""
     assert len({site.name for site in SITES}) == 8
 
 
@@ -490,3 +496,15 @@ def test_a_toc_replaced_while_it_is_opened_gives_the_newer_one(
 
     monkeypatch.setattr(whoosh_safe, "verified_toc", writer_replaced_it)
     assert read_toc(storage).generation == latest and vanished
+
+
+def test_a_toc_written_before_the_classes_moved_names_their_old_module_and_still_loads() -> None:
+    old = b"knowledge_agent.search.whoosh_parts"
+    for cls, allowed in ((CountedText, SCHEMA_GLOBALS), (Codec, SEGMENT_GLOBALS)):
+        data = pickle.dumps(cls, protocol=2)
+        assert cls.__module__.encode() in data
+        written_then = data.replace(cls.__module__.encode(), old)
+        assert restricted_loads(written_then, allowed) is cls
+    other = pickle.dumps(Codec, protocol=2).replace(Codec.__module__.encode(), old)
+    with pytest.raises(UnsafePickleError):  # the old path lets through only the classes it had
+        restricted_loads(other.replace(b"Codec", b"Other"), SEGMENT_GLOBALS)

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from knowledge_agent import KnowledgeAgentCore
-from knowledge_agent.core import shared_indexes
-from knowledge_agent.core.folder_lock import FolderLock
+from knowledge_agent.backends.local import shared_indexes
+from knowledge_agent.backends.local.folder_lock import FolderLock
 
 # Operations on a base of at most five texts: ("add", slot), ("replace", slot), ("delete", slot).
 _OPS = st.lists(

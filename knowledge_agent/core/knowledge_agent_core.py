@@ -15,9 +15,11 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer
+from knowledge_agent.backends.local.keyword.index import SearchIndexManager
+from knowledge_agent.backends.local.shared_indexes import SharedIndexes
+from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.core.citations import CitationCheck, check_citation
-from knowledge_agent.core.shared_indexes import SharedIndexes
 from knowledge_agent.core.status import ChunkContext, IndexDamage, IndexStatus
 from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
 from knowledge_agent.crawl import CrawlOptions, UrlPolicy, normalize_url
@@ -47,11 +49,9 @@ from knowledge_agent.models.evidence import chunk_hash, lines_label
 from knowledge_agent.models.knowledge_item import utc_now
 from knowledge_agent.protocols import Storage
 from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
-from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
+from knowledge_agent.search.ranking.explain import FieldMatches
 from knowledge_agent.search.search_engine_impl import NO_BOOST, SearchEngineImpl
-from knowledge_agent.search.search_index_manager import SearchIndexManager
-from knowledge_agent.search.semantic_searcher import SemanticSearcher
 from knowledge_agent.storage import DATABASE_FILE, SQLiteStorageManager
 from knowledge_agent.storage.doc_sources import DEFAULT_REFRESH_INTERVAL, DocSource
 from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot, path_to_db
@@ -170,7 +170,7 @@ class KnowledgeAgentCore:
     once a thousand are pending, at the end of :meth:`batch` or at :meth:`close`.
 
     **Sharing a data folder.** Any number of processes may open one data folder
-    (:mod:`~knowledge_agent.core.shared_indexes` has the protocol). Every write holds the
+    (:mod:`~knowledge_agent.backends.local.shared_indexes` has the protocol). Every write holds the
     folder's write lock; another writer waits for it — up to ``lock_timeout`` seconds (None:
     as long as it takes), calling ``on_lock_wait`` once with a message; long upkeep on
     open (an index embedded again for a new embedder) reports to ``on_status``. A crawl holds

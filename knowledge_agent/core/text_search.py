@@ -8,7 +8,7 @@ from typing import Any
 
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.patterns import Match, TextPattern
-from knowledge_agent.search.locate import link_at
+from knowledge_agent.search.ranking.locate import link_at
 
 __all__ = ["TextMatch", "compile_pattern", "linked", "matching_lines"]
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from knowledge_agent.errors import ConfigError
-from knowledge_agent.search.boosts import DEFAULT_DOC_TYPE_WEIGHTS
-from knowledge_agent.search.fusion import FUSION_METHODS
+from knowledge_agent.search.ranking.boosts import DEFAULT_DOC_TYPE_WEIGHTS
+from knowledge_agent.search.ranking.fusion import FUSION_METHODS
 
 __all__ = ["KeywordIndexConfig", "SearchConfig", "TfidfConfig"]
 

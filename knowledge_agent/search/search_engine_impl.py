@@ -42,15 +42,15 @@ from knowledge_agent.models import (
 )
 from knowledge_agent.models.evidence import evidence_ref, lines_label
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
-from knowledge_agent.search.boosts import age_days, mmr_order, time_boost
 from knowledge_agent.search.config import SearchConfig
-from knowledge_agent.search.expansion import expanded_query
-from knowledge_agent.search.explain import FieldMatches
 from knowledge_agent.search.filters import SearchFilters
-from knowledge_agent.search.fusion import fuse
 from knowledge_agent.search.hits import ChunkHit, ItemHit
-from knowledge_agent.search.locate import heading_only, locate
-from knowledge_agent.search.passages import (
+from knowledge_agent.search.ranking.boosts import age_days, mmr_order, time_boost
+from knowledge_agent.search.ranking.expansion import expanded_query
+from knowledge_agent.search.ranking.explain import FieldMatches
+from knowledge_agent.search.ranking.fusion import fuse
+from knowledge_agent.search.ranking.locate import heading_only, locate
+from knowledge_agent.search.ranking.passages import (
     PassageEvidence,
     confidence,
     passage_evidence,

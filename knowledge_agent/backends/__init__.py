@@ -1,0 +1,1 @@
+"""Backends: where a knowledge base is stored and indexed, behind knowledge_agent.protocols."""

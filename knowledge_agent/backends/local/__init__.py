@@ -1,0 +1,2 @@
+"""The default backend: a data folder (SQLite, Whoosh, TF-IDF and dense segment stores),
+shared by several processes (SharedIndexes)."""

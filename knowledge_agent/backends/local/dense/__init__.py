@@ -1,0 +1,1 @@
+"""The dense index: an embedder's vectors in immutable segments, cosine similarity."""

@@ -1,0 +1,1 @@
+"""The TF-IDF index: hashed term counts in immutable segments, cosine similarity."""
