@@ -70,14 +70,13 @@ from knowledge_agent.cli_formats import FORMATS, write_results
 from knowledge_agent.core.status import ChunkContext
 from knowledge_agent.core.text_search import compile_pattern, linked
 from knowledge_agent.errors import (
-    CollectInterrupted,
     ConfigError,
     IngestError,
     KnowledgeAgentError,
     NotFoundError,
     QueryError,
 )
-from knowledge_agent.ingest.report import CollectProgress, CollectReport
+from knowledge_agent.ingest.report import CollectInterrupted, CollectProgress, CollectReport
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.patterns import check_glob, glob_regex
 from knowledge_agent.settings import (

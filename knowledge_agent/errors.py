@@ -16,19 +16,14 @@ errors from SQLite, Whoosh or the file system are mapped at the boundary with
     ├── NotFoundError        an item, chunk or knowledge base that does not exist
     └── EmbeddingError       an embedding or rerank service failed (names the URL and why)
 
-Ctrl-C during a collection run raises ``CollectInterrupted``, a ``KeyboardInterrupt``
-(so code that stops on Ctrl-C keeps doing so) carrying the report of what was committed.
+Ctrl-C during a collection run raises
+:class:`~knowledge_agent.ingest.report.CollectInterrupted`, a ``KeyboardInterrupt`` (so code
+that stops on Ctrl-C keeps doing so) carrying the report of what was committed.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from knowledge_agent.ingest.report import CollectReport
-
 __all__ = [
-    "CollectInterrupted",
     "ConfigError",
     "DamagedIndexError",
     "EmbeddingError",
@@ -92,18 +87,6 @@ class QueryError(KnowledgeAgentError):
 
 class NotFoundError(KnowledgeAgentError, LookupError):
     """The requested item, chunk or knowledge base does not exist."""
-
-
-class CollectInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped a collection run; ``report`` counts the files committed before it.
-
-    Every file is committed in its own transaction, so what the report lists is in the
-    database and the rest is picked up by the next run.
-    """
-
-    def __init__(self, report: CollectReport) -> None:
-        super().__init__(f"interrupted after {report.processed} files")
-        self.report = report
 
 
 class EmbeddingError(KnowledgeAgentError):

@@ -21,9 +21,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from knowledge_agent import KnowledgeAgentCore
-from knowledge_agent.errors import CollectInterrupted
 from knowledge_agent.ingest import interrupts
-from knowledge_agent.ingest.report import CollectProgress
+from knowledge_agent.ingest.report import CollectInterrupted, CollectProgress
 
 GUARD_S = 60.0  # hang guard: nothing here waits this long when the behaviour holds
 CRAWL = {"max_depth": 1, "timeout": 2 * GUARD_S}  # a blocked request outlives every guard

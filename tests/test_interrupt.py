@@ -19,11 +19,10 @@ from files import write
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent import cli as cli_module
 from knowledge_agent.chunking import ChunkConfig
-from knowledge_agent.errors import CollectInterrupted
 from knowledge_agent.ingest import collector as collector_module
 from knowledge_agent.ingest import interrupts as interrupts_module
 from knowledge_agent.ingest.collector import Collector, graceful_interrupts
-from knowledge_agent.ingest.report import CollectProgress
+from knowledge_agent.ingest.report import CollectInterrupted, CollectProgress
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.ingest.watcher import ChangeSet, FolderWatcher
 from knowledge_agent.storage import SQLiteStorageManager

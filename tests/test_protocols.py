@@ -1,10 +1,8 @@
 """The seams of knowledge_agent.protocols: the local backend provides every member each
-protocol names, with a signature that accepts every call the protocol allows, and the engine
-names no backend class."""
+protocol names, with a signature that accepts every call the protocol allows."""
 
 from __future__ import annotations
 
-import ast
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,22 +136,3 @@ def test_the_local_objects_are_instances_of_the_protocols(tmp_path: Path) -> Non
         assert not isinstance(engine.keyword_index, DenseVectorIndex)
     finally:
         core.close()
-
-
-def test_the_engine_imports_no_backend_module() -> None:
-    source = Path(inspect.getfile(KnowledgeAgentCore)).parents[1] / "search/search_engine_impl.py"
-    tree = ast.parse(source.read_text(encoding="utf-8"))
-    imported = {
-        node.module
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module is not None
-    }
-    backends = {
-        "knowledge_agent.storage",
-        "knowledge_agent.storage.sqlite_storage",
-        "knowledge_agent.backends.local.keyword.index",
-        "knowledge_agent.backends.local.tfidf.index",
-        "knowledge_agent.backends.local.dense.index",
-    }
-    assert imported & backends == set()
-    assert "knowledge_agent.protocols" in imported

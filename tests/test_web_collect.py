@@ -15,9 +15,9 @@ from web_site import DocSite, SiteServer, make_doc_site
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.cli import cli
 from knowledge_agent.crawl import CrawlOptions, UrlPolicy
-from knowledge_agent.errors import CollectInterrupted, ConfigError, IngestError, NotFoundError
+from knowledge_agent.errors import ConfigError, IngestError, NotFoundError
 from knowledge_agent.ingest import interrupts, web
-from knowledge_agent.ingest.report import CollectProgress
+from knowledge_agent.ingest.report import CollectInterrupted, CollectProgress
 
 PDF = Path(__file__).resolve().parents[1] / "knowledge_agent" / "samples"
 

@@ -15,8 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from knowledge_agent.errors import CollectInterrupted
-from knowledge_agent.ingest.report import CollectReport
+from knowledge_agent.ingest.report import CollectInterrupted, CollectReport
 
 __all__ = [
     "check_interrupt",

@@ -296,3 +296,15 @@ class CollectReport:
             "item_ids": list(self.item_ids),
             "stopped_by": list(self.stopped_by),
         }
+
+
+class CollectInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a collection run; ``report`` counts the files committed before it.
+
+    Every file is committed in its own transaction, so what the report lists is in the
+    database and the rest is picked up by the next run.
+    """
+
+    def __init__(self, report: CollectReport) -> None:
+        super().__init__(f"interrupted after {report.processed} files")
+        self.report = report
