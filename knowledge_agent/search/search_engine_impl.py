@@ -93,6 +93,47 @@ class _Candidate:
 
 
 @dataclass
+class _ChunkQuery:
+    """One query's chunk stage: what every stage reads, and what they learn on the way."""
+
+    query: str
+    terms: list[str]
+    limit: int
+    filters: SearchFilters
+    mode: str
+    count: int  # chunks each engine ranks
+    cap: int  # of which at most this many of one item
+    idf: dict[str, float]
+    best_possible: float
+    unknown: float
+    located: dict[str, tuple[str, int]] = field(default_factory=dict)  # chunk -> item, index
+    loaded: dict[str, KnowledgeChunk] = field(default_factory=dict)  # read for this query
+
+
+@dataclass
+class _RankedChunks:
+    """Stage one's outcome: the rankings, the fused scores with the evidence, and the query
+    as asked (``as_asked``, ``first_keyword``) when it was widened."""
+
+    rankings: _Rankings
+    fused: dict[str, float]
+    evidence: dict[str, PassageEvidence]
+    documents: dict[str, float]
+    as_asked: dict[str, float]
+    first_keyword: dict[str, float]
+
+
+@dataclass
+class _Grouped:
+    """Stage two's outcome: the items best first, their boosts, and the order of an item's
+    chunks."""
+
+    items: list[_Candidate]
+    boosts: dict[str, Boost]
+    order: Callable[[tuple[float, str]], tuple[float, float, int]]
+
+
+@dataclass
 class _Rankings:
     """Both engines' scores for one query, keyed by chunk id (or item id), and their fusion."""
 
@@ -524,14 +565,43 @@ class SearchEngineImpl:
         min_score: float | None,
         min_confidence: float | None,
     ) -> list[SearchResult]:
+        """The chunk stage: rank chunks, group them per item, hydrate the best items."""
+        ask = self._chunk_query(query, terms, limit, filters, mode)
+        ranked = self._rank_chunks(ask)
+        grouped = self._group(ask, ranked, min_score)
+        results = self._hydrate(ask, ranked, grouped, context_window, min_confidence)
+        if self.config.mmr_lambda == 0:
+            # The documents' scores may have grown with the evidence of more of their chunks.
+            results.sort(key=lambda result: -result.relevance_score)
+        return results
+
+    def _chunk_query(
+        self, query: str, terms: list[str], limit: int, filters: SearchFilters, mode: str
+    ) -> _ChunkQuery:
         count = self._candidate_count(limit)
-        # One document, one slot: no document holds more than its share of the pool, so
-        # a changelog with thousands of matching sections leaves room for `limit` others.
-        cap = max(self.config.max_chunks_per_item, count // max(limit, 1))
-        located: dict[str, tuple[str, int]] = {}
+        idf = self.keyword_index.idf(terms)
+        return _ChunkQuery(
+            query=query,
+            terms=terms,
+            limit=limit,
+            filters=filters,
+            mode=mode,
+            count=count,
+            # One document, one slot: no document holds more than its share of the pool, so
+            # a changelog with thousands of matching sections leaves room for `limit` others.
+            cap=max(self.config.max_chunks_per_item, count // max(limit, 1)),
+            idf=idf,
+            best_possible=self.keyword_index.best_possible_score(terms, idf),
+            unknown=unseen_share(terms, idf, self.keyword_index.unseen(terms)),
+        )
+
+    def _rank_chunks(self, ask: _ChunkQuery) -> _RankedChunks:
+        """Stage one: each engine's best chunks, fused, re-scored by the passage, document
+        and dense evidence; the query widened (RM3) when nothing matched with confidence."""
+        terms, count, filters, cap = ask.terms, ask.count, ask.filters, ask.cap
 
         def chunk_key(hit: ChunkHit) -> str:
-            located[hit.chunk_id] = (hit.item_id, hit.chunk_index)
+            ask.located[hit.chunk_id] = (hit.item_id, hit.chunk_index)
             return hit.chunk_id
 
         # The semantic engine does not see a widened query: it runs once.
@@ -542,27 +612,31 @@ class SearchEngineImpl:
             lambda: self.keyword_index.search_chunks(terms, count, filters, per_item=cap)
         )
         dense = self._dense(
-            query,
-            mode,
-            lambda: self.dense_index.search_chunks(query, count, 0.0, filters, per_item=cap),  # type: ignore[union-attr]
+            ask.query,
+            ask.mode,
+            lambda: self.dense_index.search_chunks(ask.query, count, 0.0, filters, per_item=cap),  # type: ignore[union-attr]
         )
-        idf = self.keyword_index.idf(terms)
-        best_possible = self.keyword_index.best_possible_score(terms, idf)
-        unknown = unseen_share(terms, idf, self.keyword_index.unseen(terms))
-        known_item = mode == "hybrid" and self._known_item(keyword(), best_possible)
+        known_item = ask.mode == "hybrid" and self._known_item(keyword(), ask.best_possible)
         rankings = self._rankings(
-            keyword, semantic, chunk_key, "keyword" if known_item else mode, dense
+            keyword, semantic, chunk_key, "keyword" if known_item else ask.mode, dense
         )
         if known_item:
-            rankings.details.update(mode=mode, known_item=True)
-        loaded: dict[str, KnowledgeChunk] = {}  # chunks read from SQLite for this query
-        fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf, loaded)
+            rankings.details.update(mode=ask.mode, known_item=True)
+        fused, evidence = self._with_passage_evidence(rankings.fused, terms, ask.idf, ask.loaded)
         # Confidence is judged on the query as asked, even when it is widened below, and so
         # is which of a document's chunks answer.
         first_keyword = rankings.keyword
         as_asked: dict[str, float] = {}
         widened = self._widened(
-            query, terms, rankings, fused, evidence, idf, best_possible, unknown, loaded
+            ask.query,
+            terms,
+            rankings,
+            fused,
+            evidence,
+            ask.idf,
+            ask.best_possible,
+            ask.unknown,
+            ask.loaded,
         )
         if widened is not None:
             as_asked = fused
@@ -570,20 +644,28 @@ class SearchEngineImpl:
                 lambda: self.keyword_index.search_chunks(widened, count, filters, per_item=cap),
                 semantic,
                 chunk_key,
-                mode,
+                ask.mode,
                 dense,
             )  # a widened query is not a known item: it found no confident match
             rankings.details["expanded_with"] = [t for t in widened if t not in terms]
-            fused, evidence = self._with_passage_evidence(rankings.fused, terms, idf, loaded)
+            fused, evidence = self._with_passage_evidence(
+                rankings.fused, terms, ask.idf, ask.loaded
+            )
         documents = (
-            self._document_shares(terms, count, filters) if mode in ("hybrid", "keyword") else {}
+            self._document_shares(terms, count, filters)
+            if ask.mode in ("hybrid", "keyword")
+            else {}
         )
-        fused = self._with_document_evidence(fused, documents, located)
+        fused = self._with_document_evidence(fused, documents, ask.located)
         fused = self._with_dense_evidence(fused, rankings.dense)
+        return _RankedChunks(rankings, fused, evidence, documents, as_asked, first_keyword)
 
+    def _group(self, ask: _ChunkQuery, ranked: _RankedChunks, min_score: float | None) -> _Grouped:
+        """Stage two: the chunks per item, an item scoring as its best chunk (R5.2) times
+        its document and recency boosts; the items best first."""
         candidates: dict[str, _Candidate] = {}
-        for chunk_id, score in fused.items():
-            item_id = located[chunk_id][0]
+        for chunk_id, score in ranked.fused.items():
+            item_id = ask.located[chunk_id][0]
             candidates.setdefault(item_id, _Candidate(item_id)).chunks.append((score, chunk_id))
         boosts = self.item_boosts(candidates)
         for item_id, candidate in candidates.items():
@@ -593,7 +675,7 @@ class SearchEngineImpl:
         document_score = {item_id: max(c.chunks)[0] for item_id, c in candidates.items()}
 
         def order(entry: tuple[float, str]) -> tuple[float, float, int]:
-            return (-as_asked.get(entry[1], 0.0), -entry[0], located[entry[1]][1])
+            return (-ranked.as_asked.get(entry[1], 0.0), -entry[0], ask.located[entry[1]][1])
 
         weighed = max(self.config.max_chunks_per_item, self.config.passage_candidates)
         for candidate in candidates.values():
@@ -601,123 +683,137 @@ class SearchEngineImpl:
             del candidate.chunks[weighed:]
         # A stable sort on the score alone: ties keep the engines' order, which follows the
         # index order, so the same corpus and query give the same results every run.
-        ranked = sorted(candidates.values(), key=lambda c: -document_score[c.item_id])
+        items = sorted(candidates.values(), key=lambda c: -document_score[c.item_id])
         if min_score is not None:
-            ranked = [candidate for candidate in ranked if candidate.score >= min_score]
+            items = [candidate for candidate in items if candidate.score >= min_score]
         if self.config.mmr_lambda > 0:
-            ranked = self._diversified(ranked, limit, loaded)
+            items = self._diversified(items, ask.limit, ask.loaded)
+        return _Grouped(items, boosts, order)
 
+    def _hydrate(
+        self,
+        ask: _ChunkQuery,
+        ranked: _RankedChunks,
+        grouped: _Grouped,
+        context_window: int,
+        min_confidence: float | None,
+    ) -> list[SearchResult]:
+        """The results, read from the storage a page at a time: a hit whose item or chunk
+        is gone is dropped, and so is one below ``min_confidence``."""
         results: list[SearchResult] = []
-        marked = highlight_terms(terms, self.analyzer)  # once, not once per highlighted chunk
-        # Hydrate a page at a time: a hit whose item or chunk is gone from SQLite is dropped.
-        for start in range(0, len(ranked), limit):
-            page = ranked[start : start + limit]
+        marked = highlight_terms(ask.terms, self.analyzer)  # once, not once per chunk
+        limit = ask.limit
+        for start in range(0, len(grouped.items), limit):
+            page = grouped.items[start : start + limit]
             items = self.storage.get_item_summaries(candidate.item_id for candidate in page)
             chunks = self._read_chunks(
-                [chunk_id for candidate in page for _, chunk_id in candidate.chunks], loaded
+                [chunk_id for candidate in page for _, chunk_id in candidate.chunks], ask.loaded
             )
             for candidate in page:
                 item = items.get(candidate.item_id)
-                factor = boosts[candidate.item_id].factor if candidate.item_id in boosts else 1.0
-                matched = self._weighed(
-                    [
-                        (score, chunk_id)
-                        for score, chunk_id in candidate.chunks
-                        if chunk_id in chunks
-                    ],
-                    order,
-                    factor,
-                    terms,
-                    idf,
-                    evidence,
-                    fused,
-                    chunks,
-                )
-                if item is None or not matched:
+                if item is None:
                     continue
-                best_score, best = matched[0]
-                sure = self._confidence(
-                    first_keyword,
-                    best.id,
-                    best.content,
-                    terms,
-                    idf,
-                    best_possible,
-                    evidence,
-                    unknown,
+                result = self._chunk_result(
+                    ask, ranked, grouped, item, candidate, chunks, marked, context_window
                 )
-                if min_confidence is not None and sure < min_confidence:
+                if result is None:
                     continue
-                boost = boosts.get(item.id, NO_BOOST)
-                found = FieldMatches(
-                    self.analyzer,
-                    terms,
-                    {"title": item.title, "heading": best.heading, "content": best.content},
-                )
-                views = [
-                    self._matched_view(
-                        chunk,
-                        score,
-                        item,
-                        rankings.explain(
-                            chunk.id,
-                            (
-                                found
-                                if chunk is best
-                                else FieldMatches(
-                                    self.analyzer,
-                                    terms,
-                                    {"heading": chunk.heading, "content": chunk.content},
-                                )
-                            ).terms("heading", "content"),
-                            fused=fused[chunk.id],
-                            boost=boost,
-                            chunk_id=chunk.id,
-                            **self._evidence_details(
-                                evidence.get(chunk.id),
-                                documents.get(item.id, 0.0),
-                                rankings.dense.get(chunk.id, 0.0),
-                                sure
-                                if chunk is best
-                                else self._confidence(
-                                    first_keyword,
-                                    chunk.id,
-                                    chunk.content,
-                                    terms,
-                                    idf,
-                                    best_possible,
-                                    evidence,
-                                    unknown,
-                                ),
-                            ),
-                        ),
-                        evidence.get(chunk.id),
-                    )
-                    for score, chunk in matched
-                ]
-                results.append(
-                    SearchResult(
-                        item=item,
-                        relevance_score=best_score,
-                        confidence=sure,
-                        matched_fields=found.fields(),
-                        highlights=[
-                            highlight(c.content, marked, self.analyzer) for _, c in matched
-                        ],
-                        matched_chunks=views,
-                        context_chunks=self._context(item, matched, context_window),
-                        explanation=views[0].explanation,
-                        search_mode="chunk",
-                    )
-                )
+                if min_confidence is not None and result.confidence < min_confidence:
+                    continue
+                results.append(result)
                 if len(results) == limit:
-                    break
-            if len(results) == limit:
-                break
-        if self.config.mmr_lambda == 0:
-            # The documents' scores may have grown with the evidence of more of their chunks.
-            results.sort(key=lambda result: -result.relevance_score)
+                    return results
         return results
+
+    def _chunk_result(
+        self,
+        ask: _ChunkQuery,
+        ranked: _RankedChunks,
+        grouped: _Grouped,
+        item: ItemSummary,
+        candidate: _Candidate,
+        chunks: dict[str, KnowledgeChunk],
+        marked: frozenset[str],
+        context_window: int,
+    ) -> SearchResult | None:
+        """One item's result: its best chunks weighed, explained and with their context."""
+        terms, idf, evidence, fused = ask.terms, ask.idf, ranked.evidence, ranked.fused
+        factor = grouped.boosts[item.id].factor if item.id in grouped.boosts else 1.0
+        matched = self._weighed(
+            [(score, chunk_id) for score, chunk_id in candidate.chunks if chunk_id in chunks],
+            grouped.order,
+            factor,
+            terms,
+            idf,
+            evidence,
+            fused,
+            chunks,
+        )
+        if not matched:
+            return None
+
+        def sure_of(chunk: KnowledgeChunk) -> float:
+            return self._confidence(
+                ranked.first_keyword,
+                chunk.id,
+                chunk.content,
+                terms,
+                idf,
+                ask.best_possible,
+                evidence,
+                ask.unknown,
+            )
+
+        best_score, best = matched[0]
+        sure = sure_of(best)
+        boost = grouped.boosts.get(item.id, NO_BOOST)
+        found = FieldMatches(
+            self.analyzer,
+            terms,
+            {"title": item.title, "heading": best.heading, "content": best.content},
+        )
+        rankings = ranked.rankings
+        views = [
+            self._matched_view(
+                chunk,
+                score,
+                item,
+                rankings.explain(
+                    chunk.id,
+                    (
+                        found
+                        if chunk is best
+                        else FieldMatches(
+                            self.analyzer,
+                            terms,
+                            {"heading": chunk.heading, "content": chunk.content},
+                        )
+                    ).terms("heading", "content"),
+                    fused=fused[chunk.id],
+                    boost=boost,
+                    chunk_id=chunk.id,
+                    **self._evidence_details(
+                        evidence.get(chunk.id),
+                        ranked.documents.get(item.id, 0.0),
+                        rankings.dense.get(chunk.id, 0.0),
+                        sure if chunk is best else sure_of(chunk),
+                    ),
+                ),
+                evidence.get(chunk.id),
+            )
+            for score, chunk in matched
+        ]
+        return SearchResult(
+            item=item,
+            relevance_score=best_score,
+            confidence=sure,
+            matched_fields=found.fields(),
+            highlights=[highlight(c.content, marked, self.analyzer) for _, c in matched],
+            matched_chunks=views,
+            context_chunks=self._context(item, matched, context_window),
+            explanation=views[0].explanation,
+            search_mode="chunk",
+        )
 
     def _weighed(
         self,
