@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from postgres import PostgresServer, started
 from web_site import SiteServer
 
 from knowledge_agent import KnowledgeAgentCore
@@ -30,6 +31,20 @@ def storage() -> Iterator[SQLiteStorageManager]:
     """An empty in-memory SQLiteStorageManager; closed after."""
     with SQLiteStorageManager() as manager:
         yield manager
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the session (``tests/postgres.py``)."""
+    yield from started()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """The URL of an empty database of its own for one test; dropped after."""
+    url = postgres_server.new_database()
+    yield url
+    postgres_server.drop_database(url)
 
 
 @pytest.fixture
