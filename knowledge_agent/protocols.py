@@ -16,22 +16,26 @@ is stated here, once:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from knowledge_agent.analysis import TextAnalyzer
+    from knowledge_agent.core.status import IndexDamage
     from knowledge_agent.embeddings import Embedder
     from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
     from knowledge_agent.search.analysed_batch import AnalysedBatch, Pair
     from knowledge_agent.search.filters import SearchFilters
     from knowledge_agent.search.hits import ChunkHit, ItemHit
+    from knowledge_agent.search.search_engine_impl import SearchEngineImpl
     from knowledge_agent.storage.doc_sources import DocPage, DocSource
     from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRecord, SourceRoot
     from knowledge_agent.storage.sqlite_storage import ItemFacts
 
 __all__ = [
+    "Backend",
     "DenseVectorIndex",
     "DocSources",
     "IndexState",
@@ -43,6 +47,7 @@ __all__ = [
 ]
 
 Query = TypeVar("Query", contravariant=True)
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -270,3 +275,47 @@ class DenseVectorIndex(VectorIndex[str], Protocol):
 
     def fit_chunks(self, pairs: Iterable[Pair | AnalysedBatch]) -> int:
         """Embed every pair into an empty index; the number of chunks."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A knowledge base as :class:`~knowledge_agent.KnowledgeAgentCore` holds it: the storage,
+    the engine over its indexes, and when writes become searchable.
+
+    The local backend (a data folder) indexes writes behind, from the storage's journal, and
+    shares the folder between processes; a server backend indexes in the write's transaction,
+    so most of these are immediate there.
+    """
+
+    storage: Storage
+    engine: SearchEngineImpl
+    lock: threading.RLock  # one reader or writer of this object at a time (a watcher's thread)
+    lock_timeout: float | None  # seconds a write waits for another process's (None: no limit)
+
+    def open(self) -> None:
+        """Check what is there, and repair what needs it when that is allowed."""
+
+    def writing(self) -> AbstractContextManager[None]:
+        """Around every write: the right to write (another process's writes first)."""
+
+    def defer(self, chars: int = 0) -> None:
+        """Inside :meth:`writing`: a change to make searchable before the next search."""
+
+    def flush(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """Make every write so far searchable now."""
+
+    def before_reading(self) -> None:
+        """Before a query, outside :attr:`lock`: this process's writes made searchable."""
+
+    def reading(self) -> None:
+        """Before a query, under :attr:`lock`: other processes' writes picked up."""
+
+    def answer(self, run: Callable[[], _T], mode: str = "hybrid") -> _T:
+        """``run()``, a query in ``mode``, with damage repaired or reported, never around."""
+
+    def damage(self, *, full: bool = True) -> list[IndexDamage]: ...
+    def repair(self, damaged: Collection[str]) -> None:
+        """Rebuild the indexes named (``keyword``, ``semantic``, ``dense``)."""
+
+    def rebuild(self, *, reuse_vectors: bool = False) -> int: ...
+    def close(self) -> None: ...

@@ -88,7 +88,7 @@ def test_an_embedder_set_later_or_changed_embeds_every_chunk_once(tmp_path: Path
     first = FakeEmbedder("fake:1")
     with KnowledgeAgentCore(data, embedder=first) as core:
         assert core.keyword_index.item_count() == 2
-        dense = core._indexes.engine.dense_index
+        dense = core._backend.engine.dense_index
         assert dense is not None and dense.chunk_count() == chunks
         assert first.embedded == chunks
         assert core.search("reset forgotten password", mode="dense")[0].item.title.startswith("A")
@@ -97,7 +97,7 @@ def test_an_embedder_set_later_or_changed_embeds_every_chunk_once(tmp_path: Path
         assert again.embedded == 0  # the vectors on disk are used as they are
     other = FakeEmbedder("fake:2")
     with KnowledgeAgentCore(data, embedder=other) as core:
-        dense = core._indexes.engine.dense_index
+        dense = core._backend.engine.dense_index
         assert dense is not None and dense.embedder_name == "fake:2"
         assert other.embedded == chunks and dense.chunk_count() == chunks
 

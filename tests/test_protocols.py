@@ -14,8 +14,10 @@ import pytest
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.backends.local.dense.index import DenseIndex
 from knowledge_agent.backends.local.keyword.index import SearchIndexManager
+from knowledge_agent.backends.local.shared_indexes import SharedIndexes
 from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
 from knowledge_agent.protocols import (
+    Backend,
     DenseVectorIndex,
     DocSources,
     IndexState,
@@ -40,6 +42,7 @@ class OneHotEmbedder:
 
 
 PAIRS = [
+    (Backend, SharedIndexes),
     (Storage, SQLiteStorageManager),
     (Sources, SourceStore),
     (DocSources, DocSourceStore),
@@ -125,6 +128,7 @@ def test_the_local_objects_are_instances_of_the_protocols(tmp_path: Path) -> Non
     try:
         core.add_text("alpha beta", title="one")
         engine = core.engine
+        assert isinstance(core._backend, Backend)
         assert isinstance(engine.storage, Storage)
         assert isinstance(engine.storage.sources, Sources)
         assert isinstance(engine.storage.doc_sources, DocSources)

@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from knowledge_agent.analysis import AnalyzerConfig, TextAnalyzer
+from knowledge_agent.backends import backend_label
 from knowledge_agent.backends.local.keyword.index import SearchIndexManager
 from knowledge_agent.backends.local.shared_indexes import SharedIndexes
 from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
@@ -47,7 +48,7 @@ from knowledge_agent.ingest.web import WebCollector
 from knowledge_agent.models import KnowledgeItem, ScoreExplanation, SearchResult
 from knowledge_agent.models.evidence import chunk_hash, lines_label
 from knowledge_agent.models.knowledge_item import utc_now
-from knowledge_agent.protocols import Storage
+from knowledge_agent.protocols import Backend, Storage
 from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.ranking.explain import FieldMatches
@@ -189,6 +190,11 @@ class KnowledgeAgentCore:
     ``rebuild_unreadable=False`` rebuilds nothing on its own (what ``check`` opens with, to
     report the damage it finds rather than repair it unasked).
 
+    **A server instead of a folder.** ``backend`` is ``"local"`` (the default: the data
+    folder above) or a ``postgresql://`` URL (the ``[postgres]`` extra): the knowledge base
+    is then one database on that server, every write indexed in its own transaction, and
+    ``data_dir`` is not used. :attr:`backend_url` names it (without a password).
+
     A testing hook: ``KNOWLEDGE_AGENT_FAULT`` set when the core is created makes the process
     kill itself at a named step of a write (:mod:`knowledge_agent.faults`).
     """
@@ -210,6 +216,7 @@ class KnowledgeAgentCore:
         reranker: Reranker | Mapping[str, Any] | None = None,
         embedder: Embedder | Mapping[str, Any] | None = None,
         rebuild_unreadable: bool = True,
+        backend: str | None = None,
     ) -> None:
         self.reranker = (
             reranker_from_config(reranker) if isinstance(reranker, Mapping) else reranker
@@ -224,26 +231,44 @@ class KnowledgeAgentCore:
             raise ConfigError(f"lock_timeout must be None or >= 0, got {lock_timeout!r}")
         config = _config(search_config, SearchConfig, "search_config")
         self._watchers: list[FolderWatcher] = []
-        db_path = ":memory:" if self.data_dir is None else self.data_dir / DATABASE_FILE
         faults = Faults.from_environment()  # a testing hook: unset, it does nothing
-        self.storage: Storage = SQLiteStorageManager(db_path, faults=faults)
-        try:
-            self._indexes = SharedIndexes(
-                self.data_dir,
-                self.storage,
+        keyword = _config(keyword_config, KeywordIndexConfig, "keyword_config")
+        tfidf = _config(tfidf_config, TfidfConfig, "tfidf_config")
+        self.backend_url = backend_label(backend)
+        self._backend: Backend
+        if self.backend_url != "local":
+            from knowledge_agent.backends.postgres.backend import PostgresBackend
+
+            self._backend = PostgresBackend(
+                str(backend),
                 self.analyzer,
                 config,
-                keyword_config=_config(keyword_config, KeywordIndexConfig, "keyword_config"),
-                tfidf_config=_config(tfidf_config, TfidfConfig, "tfidf_config"),
-                lock_timeout=lock_timeout,
-                on_lock_wait=on_lock_wait,
+                keyword_config=keyword,
+                tfidf_config=tfidf,
                 embedder=embedder,
-                on_status=on_status,
-                rebuild_unreadable=rebuild_unreadable,
-                faults=faults,
             )
+            self.storage: Storage = self._backend.storage
+        else:
+            db_path = ":memory:" if self.data_dir is None else self.data_dir / DATABASE_FILE
+            self.storage = SQLiteStorageManager(db_path, faults=faults)
+        try:
+            if self.backend_url == "local":
+                self._backend = SharedIndexes(
+                    self.data_dir,
+                    self.storage,
+                    self.analyzer,
+                    config,
+                    keyword_config=keyword,
+                    tfidf_config=tfidf,
+                    lock_timeout=lock_timeout,
+                    on_lock_wait=on_lock_wait,
+                    embedder=embedder,
+                    on_status=on_status,
+                    rebuild_unreadable=rebuild_unreadable,
+                    faults=faults,
+                )
             # One reader or writer at a time: the watcher calls in from its own thread.
-            self._lock = self._indexes.lock
+            self._lock = self._backend.lock
             self.collector = Collector(
                 self.storage,
                 self.chunker.config,
@@ -253,7 +278,7 @@ class KnowledgeAgentCore:
             self.web_collector = WebCollector(
                 self.storage, self.chunker.config, doc_type_rules=doc_type_rules
             )
-            self._indexes.open()
+            self._backend.open()
         except BaseException:
             self.close()
             raise
@@ -261,22 +286,22 @@ class KnowledgeAgentCore:
     @property
     def engine(self) -> SearchEngineImpl:
         """The two-stage search over both indexes."""
-        return self._indexes.engine
+        return self._backend.engine
 
     @property
     def keyword_index(self) -> SearchIndexManager:
         """The Whoosh BM25F index over chunks and items."""
-        return self._indexes.keyword_index
+        return self._backend.keyword_index
 
     @property
     def semantic_searcher(self) -> SemanticSearcher:
         """The TF-IDF index over chunks and items."""
-        return self._indexes.semantic_searcher
+        return self._backend.semantic_searcher
 
     @property
     def lock_timeout(self) -> float | None:
         """Seconds a write waits for another process's (None: as long as it takes)."""
-        return self._indexes.lock_timeout
+        return self._backend.lock_timeout
 
     # -- writing -------------------------------------------------------------------------
 
@@ -304,7 +329,7 @@ class KnowledgeAgentCore:
             raise IngestError(where, f"content must be a string, got {type(content).__name__}")
         _kb_name(kb)
         chunks = self.chunker.chunk(content, title=title)
-        with self._indexes.writing():
+        with self._backend.writing():
             item = build_item(
                 self.storage,
                 content,
@@ -319,7 +344,7 @@ class KnowledgeAgentCore:
                 kb=kb,
             )
             self.storage.save_item_with_chunks(item, chunks)
-            self._indexes.defer(len(content))
+            self._backend.defer(len(content))
         return item
 
     def collect_text(self, text: str, *, title: str = "", kb: str = "default") -> CollectReport:
@@ -340,10 +365,10 @@ class KnowledgeAgentCore:
 
     def delete_knowledge_item(self, item_id: str) -> bool:
         """Delete an item from SQLite and both indexes (R4.4); True if it existed."""
-        with self._indexes.writing():
+        with self._backend.writing():
             existed = self.storage.delete_item(item_id)
             if existed:
-                self._indexes.defer()
+                self._backend.defer()
         return existed
 
     # -- collecting ------------------------------------------------------------------------
@@ -423,7 +448,7 @@ class KnowledgeAgentCore:
         if policy is not None and (refusal := policy.refusal(start)) is not None:
             raise IngestError(start, refusal)
         started = time.perf_counter()
-        with self._indexes.writing():
+        with self._backend.writing():
             known = self.storage.doc_sources.get_doc_source(kb, start)
             source = DocSource(
                 kb=kb,
@@ -466,13 +491,13 @@ class KnowledgeAgentCore:
     def _index_with_progress(self, progress: ProgressCallback | None) -> None:
         """Bring the indexes up to date now, reporting ``indexing`` events (chunks done)."""
         if progress is None:
-            self._indexes.flush()
+            self._backend.flush()
             return
 
         def indexed(done: int, total: int) -> None:
             progress(CollectProgress("", "indexing", done, total, 0, 0))
 
-        self._indexes.flush(indexed)
+        self._backend.flush(indexed)
 
     def _indexing_along(self, progress: ProgressCallback | None) -> ProgressCallback:
         """A progress callback that also indexes what a collect has stored so far, every
@@ -618,7 +643,7 @@ class KnowledgeAgentCore:
         if isinstance(path, str) and _is_web_url(path):
             return self._remove_doc_source(path, kb)
         full = os.path.abspath(os.path.expanduser(os.fspath(path)))
-        with self._indexes.writing():
+        with self._backend.writing():
             removed: list[str] = []
             roots = [r for r in self.storage.sources.get_roots(kb) if r.root == full]
             for root in roots:
@@ -629,7 +654,7 @@ class KnowledgeAgentCore:
                     removed.extend([item_id] if item_id else [])
             if not roots and not removed:
                 raise NotFoundError(f"nothing collected at {full}")
-            self._indexes.defer()
+            self._backend.defer()
         return len(removed)
 
     def _remove_doc_source(self, url: str, kb: str | None) -> int:
@@ -637,14 +662,14 @@ class KnowledgeAgentCore:
             start = normalize_url(url)
         except ValueError as exc:
             raise NotFoundError(f"no doc source at {url}: {exc}") from exc
-        with self._indexes.writing():
+        with self._backend.writing():
             removed: list[str] = []
             sources = [s for s in self.storage.doc_sources.get_doc_sources(kb) if s.url == start]
             for doc in sources:
                 removed.extend(self.storage.doc_sources.delete_doc_source(doc.kb, doc.url))
             if not sources:
                 raise NotFoundError(f"no doc source at {start}")
-            self._indexes.defer()
+            self._backend.defer()
         return len(removed)
 
     def doc_sources(self, *, kb: str | None = None) -> list[DocSource]:
@@ -657,7 +682,7 @@ class KnowledgeAgentCore:
 
     def create_kb(self, name: str, description: str = "") -> KnowledgeBaseInfo:
         """Create an empty knowledge base; ``ConfigError`` if the name is taken."""
-        with self._indexes.writing():
+        with self._backend.writing():
             if not self.storage.sources.ensure_kb(_kb_name(name), description):
                 raise ConfigError(f"knowledge base {name!r} already exists")
             return self.get_kb(name)
@@ -675,17 +700,17 @@ class KnowledgeAgentCore:
 
     def describe_kb(self, name: str, description: str) -> KnowledgeBaseInfo:
         """Set a knowledge base's description (its intro for agents)."""
-        with self._indexes.writing():
+        with self._backend.writing():
             self.get_kb(name)
             self.storage.sources.ensure_kb(name, description)
             return self.get_kb(name)
 
     def remove_kb(self, name: str) -> int:
         """Delete a knowledge base with its items and tracked sources; returns items deleted."""
-        with self._indexes.writing():
+        with self._backend.writing():
             self.get_kb(name)
             removed = self.storage.sources.delete_kb(name)
-            self._indexes.defer()
+            self._backend.defer()
         return len(removed)
 
     @contextmanager
@@ -703,14 +728,14 @@ class KnowledgeAgentCore:
     @contextmanager
     def _writing_batch(self, progress: ProgressCallback | None) -> Iterator[None]:
         """:meth:`batch`, reporting the indexing at its end as ``indexing`` events."""
-        with self._indexes.writing():
+        with self._backend.writing():
             try:
                 yield
             except KeyboardInterrupt:
                 raise
             except BaseException:
                 try:
-                    self._indexes.flush()
+                    self._backend.flush()
                 except KnowledgeAgentError as exc:  # the block's own error is the one to see
                     logger.warning("the search indexes could not catch up: %s", exc)
                 raise
@@ -718,8 +743,8 @@ class KnowledgeAgentCore:
 
     def rebuild_index(self) -> int:
         """Rebuild both indexes from SQLite (R4.5); returns the number of chunks indexed."""
-        with self._indexes.writing():
-            return self._indexes.rebuild()
+        with self._backend.writing():
+            return self._backend.rebuild()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -845,10 +870,10 @@ class KnowledgeAgentCore:
             updated_after=updated_after,
             updated_before=updated_before,
         )
-        self._indexes.before_reading()
+        self._backend.before_reading()
         with self._lock:
-            self._indexes.reading()
-            return self._indexes.answer(
+            self._backend.reading()
+            return self._backend.answer(
                 lambda: self.engine.search(
                     query,
                     limit=limit,
@@ -965,9 +990,9 @@ class KnowledgeAgentCore:
         return self._status(full=False)
 
     def _status(self, *, full: bool) -> IndexStatus:
-        self._indexes.before_reading()
+        self._backend.before_reading()
         with self._lock:
-            self._indexes.reading()
+            self._backend.reading()
             kbs = self.list_kbs()
             applied = min(self.keyword_index.applied_seq, self.semantic_searcher.applied_seq)
             latest = max(
@@ -987,7 +1012,7 @@ class KnowledgeAgentCore:
                 pending_changes=len(self.storage.journal_since(applied)),
                 last_indexed_at=latest.isoformat() if latest else None,
                 sizes=self._sizes(),
-                damaged=self._indexes.damage(full=full),
+                damaged=self._backend.damage(full=full),
             )
         damaged: dict[str, list[IndexDamage]] = {}
         for damage in status.damaged:
@@ -1018,7 +1043,7 @@ class KnowledgeAgentCore:
         if repair and not status.consistent:
             logger.warning("repairing the search indexes: %s", "; ".join(status.problems))
             if status.damaged:
-                self._indexes.repair({damage.index for damage in status.damaged})
+                self._backend.repair({damage.index for damage in status.damaged})
                 status = self._status(full=True)
             if not status.consistent:
                 self.rebuild_index()
@@ -1050,7 +1075,7 @@ class KnowledgeAgentCore:
         """Stop the watchers, release the indexes and the database; safe to call twice."""
         for watcher in getattr(self, "_watchers", ()):
             watcher.stop()
-        for name in ("_indexes", "storage"):
+        for name in ("_backend", "storage"):
             resource = getattr(self, name, None)
             if resource is not None:
                 resource.close()
