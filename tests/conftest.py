@@ -10,6 +10,7 @@ from postgres import PostgresServer, started
 from web_site import SiteServer
 
 from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.ingest import interrupts
 from knowledge_agent.storage import SQLiteStorageManager
 
 
@@ -52,6 +53,14 @@ def server() -> Iterator[SiteServer]:
     """A local web site on 127.0.0.1 (``tests/web_site.py``) to crawl; stopped after."""
     with SiteServer() as site:
         yield site
+
+
+@pytest.fixture(autouse=True)
+def _no_ctrl_c_left_over() -> Iterator[None]:
+    """A test that plays a Ctrl-C (sets the interrupt event the SIGINT handler sets) never
+    leaves it for the next: outside the command line's handler nothing clears it."""
+    yield
+    interrupts.interrupt_requested_event.clear()
 
 
 @pytest.fixture(autouse=True)
