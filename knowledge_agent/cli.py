@@ -136,6 +136,7 @@ class App:
     data_dir: Path | None = None
     debug: bool = False
     cwd: Path = field(default_factory=Path.cwd)
+    backend: str | None = None
     # For the Ctrl-C message of add, sync and watch: files committed by this invocation.
     collecting: bool = False
     committed: int = 0
@@ -147,7 +148,7 @@ class App:
         What an untrusted project file was refused is said once per command, on stderr
         (stdout is the protocol under ``serve``).
         """
-        settings = resolve_settings(self.data_dir, cwd=self.cwd)
+        settings = resolve_settings(self.data_dir, backend=self.backend, cwd=self.cwd)
         if settings.warning:
             click.echo(f"warning: {settings.warning}", err=True)
         return settings
@@ -165,14 +166,16 @@ class App:
         from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
 
         settings = self.settings
-        if not create and not (settings.data_dir / DATABASE_FILE).exists():
-            raise NotFoundError(
-                f"no knowledge base in {settings.data_dir} (from the {settings.origin}); "
-                "add something first: knowledge-agent add PATH"
-            )
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if settings.backend is None:
+            if not create and not (settings.data_dir / DATABASE_FILE).exists():
+                raise NotFoundError(
+                    f"no knowledge base in {settings.data_dir} (from the {settings.origin}); "
+                    "add something first: knowledge-agent add PATH"
+                )
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
         return KnowledgeAgentCore(
-            settings.data_dir,
+            None if settings.backend else settings.data_dir,
+            backend=settings.backend,
             chunk_config=settings.config.chunk_config,
             search_config=settings.config.search_config,
             doc_type_rules=settings.config.doc_type_rules,
@@ -464,7 +467,8 @@ Examples:
 The data folder is --data-dir, else $KNOWLEDGE_AGENT_HOME, else the nearest
 .knowledge-agent.toml upward (see `knowledge-agent init`; what it names outside its
 folder needs `knowledge-agent trust`), else the data_dir of config.toml in the user
-config folder, else the user data folder.
+config folder, else the user data folder. With --backend postgresql://… (or
+$KNOWLEDGE_AGENT_BACKEND, or [backend] url) it lives in that database instead.
 """
 
 
@@ -478,12 +482,18 @@ config folder, else the user data folder.
     type=click.Path(file_okay=False, path_type=Path),
     help="Folder holding the knowledge base (overrides $KNOWLEDGE_AGENT_HOME and project files).",
 )
+@click.option(
+    "--backend",
+    metavar="URL",
+    help="Keep the knowledge base in this PostgreSQL database (postgresql://…) instead of "
+    "the data folder (overrides $KNOWLEDGE_AGENT_BACKEND and [backend] url).",
+)
 @click.option("--debug", is_flag=True, help="Print tracebacks and debug logging on stderr.")
 @click.version_option(package_name="knowledge-agent", prog_name="knowledge-agent")
 @click.pass_context
-def cli(ctx: click.Context, data_dir: Path | None, debug: bool) -> None:
+def cli(ctx: click.Context, data_dir: Path | None, backend: str | None, debug: bool) -> None:
     """An offline knowledge base: collect files, then search them by meaning and keywords."""
-    ctx.obj = App(data_dir=data_dir, debug=debug)
+    ctx.obj = App(data_dir=data_dir, debug=debug, backend=backend)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -10,17 +10,22 @@ The data folder is the first of:
 4. the ``data_dir`` of the user config file, ``<user config folder>/config.toml``;
 5. the user data folder, ``platformdirs.user_data_dir("knowledge-agent")``.
 
-The other settings (chunk sizes, search fusion, doc type rules, scan paths, default knowledge
-base, ``[embeddings]`` and ``[rerank]``) come from the project file when it chose the data
-folder, else from the user config file (same format, paths relative to it), else the
-defaults: a project file never configures a data folder chosen by ``--data-dir`` or the
-environment. A file with an unknown key or a bad value is a
+The backend is ``--backend URL``, else ``KNOWLEDGE_AGENT_BACKEND``, else the ``[backend] url``
+of the settings file below, else the data folder: a ``postgresql://`` URL keeps the knowledge
+base in that database instead (:mod:`knowledge_agent.backends`).
+
+The other settings (chunk sizes, search fusion, doc type rules, scan paths, default
+knowledge base, ``[embeddings]``, ``[rerank]`` and ``[backend]``) come from the project file
+when it chose the data folder, else from the user config file (same format, paths relative
+to it), else the defaults: a project file never configures a data folder chosen by ``--data-
+dir`` or the environment. A file with an unknown key or a bad value is a
 :class:`~knowledge_agent.errors.ConfigError` whose one-line message names the file and the
 key. ``knowledge-agent init`` writes a file with every setting at its default
 (:func:`default_config_text`).
 
 A project file may come with a cloned repository, so what it names that leaves its folder —
-a network provider under ``[embeddings]`` or ``[rerank]`` (its ``base_url``), an environment
+a database server (``[backend]``), a network provider under ``[embeddings]`` or ``[rerank]``
+(its ``base_url``), an environment
 variable to read (``api_key_env``), a path outside its folder (``data_dir``, a ``[[scan]]``
 path, an embeddings ``cache_dir``; ``..`` and symlinks resolved) — applies only once the user
 trusted the file with ``knowledge-agent trust`` (:mod:`knowledge_agent.trust`); an edited
@@ -42,6 +47,7 @@ from typing import Any
 
 import platformdirs
 
+from knowledge_agent.backends import backend_label
 from knowledge_agent.chunking import ChunkConfig
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.ingest.doc_types import DEFAULT_DOC_TYPE_RULES
@@ -56,6 +62,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 __all__ = [
     "CONFIG_FILE_NAME",
     "ENDPOINT_KEYS",
+    "ENV_BACKEND",
     "ENV_HOME",
     "LOCAL_DATA_DIR",
     "NETWORK_PROVIDERS",
@@ -76,6 +83,7 @@ __all__ = [
 CONFIG_FILE_NAME = ".knowledge-agent.toml"
 USER_CONFIG_NAME = "config.toml"
 ENV_HOME = "KNOWLEDGE_AGENT_HOME"
+ENV_BACKEND = "KNOWLEDGE_AGENT_BACKEND"
 LOCAL_DATA_DIR = ".knowledge-agent"
 APP_NAME = "knowledge-agent"
 
@@ -139,6 +147,8 @@ class ProjectConfig:
     """The ``[embeddings]`` table (``provider = "wordllama"`` …), checked when a core opens."""
     rerank: Mapping[str, Any] | None = field(default=None, hash=False)
     """The ``[rerank]`` table (``provider = "openai"`` …), checked when a core opens."""
+    backend_url: str | None = None
+    """``[backend] url``: a ``postgresql://`` URL (or ``"local"``), checked when read."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +168,9 @@ class Settings:
     config: ProjectConfig = field(default_factory=ProjectConfig)
     ignored: tuple[str, ...] = ()
     warning: str | None = None
+    backend: str | None = None
+    """Where the knowledge base lives when not in ``data_dir``: a server URL (None: the
+    folder)."""
 
 
 # -- finding and resolving ---------------------------------------------------------------
@@ -176,17 +189,41 @@ def find_config(start: str | os.PathLike[str]) -> Path | None:
 def resolve_settings(
     data_dir: str | os.PathLike[str] | None = None,
     *,
+    backend: str | None = None,
     cwd: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
     trust: TrustStore | None = None,
 ) -> Settings:
-    """The data folder and the settings by the rules in the module docstring.
+    """The data folder, the backend and the settings by the rules in the module docstring.
 
     ``trust`` holds the user's trust records; by default those in the user config folder
     (``$KNOWLEDGE_AGENT_CONFIG_DIR`` in ``environ`` overrides it).
     """
-    here = Path(os.path.abspath(cwd if cwd is not None else os.getcwd()))
     env = os.environ if environ is None else environ
+    settings = _folder_settings(data_dir, cwd=cwd, environ=env, trust=trust)
+    for origin, chosen in (
+        ("--backend", backend),
+        (f"${ENV_BACKEND}", env.get(ENV_BACKEND)),
+        (f"[backend] url of {settings.config_file}", settings.config.backend_url),
+    ):
+        if chosen:
+            try:
+                label = backend_label(chosen)
+            except ConfigError as exc:
+                raise ConfigError(f"{origin}: {exc}") from None
+            return settings if label == "local" else dataclasses.replace(settings, backend=chosen)
+    return settings
+
+
+def _folder_settings(
+    data_dir: str | os.PathLike[str] | None,
+    *,
+    cwd: str | os.PathLike[str] | None,
+    environ: Mapping[str, str],
+    trust: TrustStore | None,
+) -> Settings:
+    here = Path(os.path.abspath(cwd if cwd is not None else os.getcwd()))
+    env = environ
     config_dir = user_config_dir(env)
 
     def absolute(path: str | os.PathLike[str]) -> Path:
@@ -257,10 +294,11 @@ def confine_config(
     """``config`` without what leaves ``folder``, and the names of what was left out.
 
     Left out: a ``data_dir`` or ``[[scan]]`` path whose real path (``..`` and symlinks
-    resolved) is outside ``folder``; an ``[embeddings]`` or ``[rerank]`` table that names a
-    network provider, an endpoint or an environment variable (``base_url``, ``api_key_env``)
-    or a ``cache_dir`` outside ``folder`` — the whole table, since part of one is another
-    configuration. Search, chunking, doc types and the default knowledge base always stay.
+    resolved) is outside ``folder``; a ``[backend] url`` naming a server; an
+    ``[embeddings]`` or ``[rerank]`` table that names a network provider, an endpoint or an
+    environment variable (``base_url``, ``api_key_env``) or a ``cache_dir`` outside
+    ``folder`` — the whole table, since part of one is another configuration. Search,
+    chunking, doc types and the default knowledge base always stay.
     """
     base = os.path.realpath(folder)
     ignored: list[str] = []
@@ -281,7 +319,13 @@ def confine_config(
         tables[name] = None if leaving else table
         if leaving:
             ignored.append(f"[{name}] ({', '.join(leaving)})")
-    confined = dataclasses.replace(config, data_dir=data_dir, scan=tuple(scan), **tables)
+    backend_url = config.backend_url
+    if backend_url is not None and backend_label(backend_url) != "local":
+        ignored.append("[backend] url")
+        backend_url = None
+    confined = dataclasses.replace(
+        config, data_dir=data_dir, scan=tuple(scan), backend_url=backend_url, **tables
+    )
     return confined, tuple(ignored)
 
 
@@ -364,6 +408,7 @@ def _project_config(data: dict[str, Any], base: Path) -> ProjectConfig:
         "doc_types",
         "embeddings",
         "rerank",
+        "backend",
     )
     _no_unknown_keys(data, known, "")
     data_dir = _string(data, "data_dir", "")
@@ -376,7 +421,21 @@ def _project_config(data: dict[str, Any], base: Path) -> ProjectConfig:
         doc_type_rules=_doc_types(data.get("doc_types")),
         embeddings=_provider(data, "embeddings", base),
         rerank=_provider(data, "rerank", base),
+        backend_url=_backend_url(data),
     )
+
+
+def _backend_url(data: Mapping[str, Any]) -> str | None:
+    """``[backend] url``, checked: ``"local"`` or a ``postgresql://`` URL."""
+    table = _table(data, "backend")
+    _no_unknown_keys(table, ("url",), "backend.")
+    url = _string(table, "url", "backend.")
+    if url is not None:
+        try:
+            backend_label(url)
+        except ConfigError as exc:
+            raise ConfigError(f"backend.url: {exc}") from None
+    return url
 
 
 def _provider(data: Mapping[str, Any], name: str, base: Path) -> dict[str, Any] | None:
@@ -558,6 +617,11 @@ def default_config_text() -> str:
         '# base_url = "http://127.0.0.1:8080/v1"',
         '# model = "bge-reranker-v2-m3"',
         '# api_key_env = "RERANK_API_KEY"',
+        "",
+        "# The knowledge base in a PostgreSQL database instead of data_dir (pip install",
+        '# "knowledge-agent[postgres]"); from a project file only once you trust it.',
+        "# [backend]",
+        '# url = "postgresql://user@db.example.com/knowledge"',
         "",
         "# Folders `sync` collects (none by default). Paths are relative to this file;",
         "# include / exclude are gitignore-style globs. Repeat the block for more folders.",
