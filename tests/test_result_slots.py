@@ -40,6 +40,9 @@ def core() -> KnowledgeAgentCore:
         core.add_text(changelog(), title="Changelog", source_uri="changelog.md")
         for number in range(15):
             core.add_text(tutorial(number), title=f"Tutorial {number}", source_uri=f"t{number}.md")
+        # Writes are indexed at the next search: make them visible to the tests that read
+        # the engines directly, whichever test of the module runs first.
+        core.search(QUERY, limit=1)
         yield core
 
 
