@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from whoosh import fields, qparser
 from whoosh.analysis import Analyzer
-from whoosh.filedb.filestore import RamStorage
 
 from knowledge_agent.analysis import (
     DEFAULT_STOP_WORDS,
@@ -24,6 +23,7 @@ from knowledge_agent.analysis import (
     highlight,
     matched_spans,
 )
+from knowledge_agent.backends.local.keyword.storage import PrivateRamStorage
 from knowledge_agent.errors import ConfigError
 
 
@@ -391,7 +391,7 @@ def _schema(analyzer: TextAnalyzer) -> fields.Schema:
 
 def test_whoosh_index_finds_chinese_substring_query(analyzer: TextAnalyzer) -> None:
     schema = _schema(analyzer)
-    index = RamStorage().create_index(schema)
+    index = PrivateRamStorage().create_index(schema)
     with index.writer() as writer:
         writer.add_document(id="zh", content="如何重置密码？请打开设置页面。")
         writer.add_document(id="en", content="The HTTPServer handles getUserName requests.")
@@ -413,7 +413,7 @@ def test_whoosh_schema_survives_pickle_round_trip(analyzer: TextAnalyzer) -> Non
     restored = pickle.loads(pickle.dumps(schema, protocol=pickle.HIGHEST_PROTOCOL))
     assert restored == schema
     assert isinstance(restored["content"].analyzer, WhooshTextAnalyzer)
-    index = RamStorage().create_index(restored)
+    index = PrivateRamStorage().create_index(restored)
     with index.writer() as writer:
         writer.add_document(id="zh", content="如何重置密码")
     parser = qparser.QueryParser("content", restored, group=qparser.OrGroup)
@@ -422,7 +422,7 @@ def test_whoosh_schema_survives_pickle_round_trip(analyzer: TextAnalyzer) -> Non
 
 
 def test_whoosh_index_reopened_from_storage_reads_schema(analyzer: TextAnalyzer) -> None:
-    storage = RamStorage()
+    storage = PrivateRamStorage()
     index = storage.create_index(_schema(analyzer))
     with index.writer() as writer:
         writer.add_document(id="a", content="Resetting passwords")

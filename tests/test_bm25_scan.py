@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from whoosh import fields as wf
 from whoosh import query as wq
 from whoosh.columns import NumericColumn
-from whoosh.filedb.filestore import RamStorage
 from whoosh.index import Index
 from whoosh.scoring import TF_IDF
 from whoosh.searching import Searcher
@@ -24,6 +23,7 @@ from knowledge_agent.backends.local.keyword import internals as whoosh_internals
 from knowledge_agent.backends.local.keyword.bm25_scan import Clause, ScanCache, top_docs
 from knowledge_agent.backends.local.keyword.internals import column_values, field_lengths
 from knowledge_agent.backends.local.keyword.schema import LuceneBM25F
+from knowledge_agent.backends.local.keyword.storage import PrivateRamStorage
 
 # Every check runs on the fast paths (Whoosh's private block attributes) and on the public
 # matcher interface that replaces them on an untested Whoosh version.
@@ -54,7 +54,7 @@ def build(seed: int, docs: int, segments: int, deletions: int) -> Index:
         heading=wf.TEXT(phrase=False),
         content=wf.TEXT(phrase=False),
     )
-    ix = RamStorage().create_index(schema)
+    ix = PrivateRamStorage().create_index(schema)
     per_segment = max(1, docs // segments)
     for start in range(0, docs, per_segment):
         with ix.writer() as w:
@@ -165,7 +165,7 @@ class ValuesOnly:
 @PATHS
 def test_column_values_reads_a_whole_column_or_value_by_value(fast: bool) -> None:
     schema = wf.Schema(key=wf.ID(stored=True), when=wf.COLUMN(NumericColumn("d")))
-    ix = RamStorage().create_index(schema)
+    ix = PrivateRamStorage().create_index(schema)
     values = [0.0, 1.5, -2.25, 0.0, 1e12, 0.0, 0.0]  # trailing defaults are not written
     with ix.writer() as w:
         for n, v in enumerate(values):

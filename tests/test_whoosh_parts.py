@@ -23,6 +23,7 @@ from knowledge_agent.backends.local.keyword.parts import (
     _ViewReader,
     spill_to_pool,
 )
+from knowledge_agent.backends.local.keyword.storage import PrivateRamStorage
 
 WORDS = ["alpha", "beta", "running", "runs", "数据库", "索引", "the", "x1", "ünïcode", "a-b"]
 texts = st.lists(st.sampled_from(WORDS), max_size=40).map(" ".join) | st.text(max_size=60)
@@ -62,7 +63,7 @@ def _assert_same_postings(ours: object, theirs: object) -> None:
 
 
 def _index(docs: list[tuple[str, str]], codec: W3Codec) -> tuple[RamStorage, object]:
-    storage = RamStorage()
+    storage = PrivateRamStorage()
     ix = storage.create_index(_schema())
     with ix.writer(codec=codec) as w:
         w.mergetype = NO_MERGE
@@ -187,7 +188,7 @@ def test_compound_segments_are_read_in_place_with_the_same_results(tmp_path: Pat
 def _write(docs: list[tuple[str, str]], deleted: list[str], table: bool) -> object:
     """Two segments, some documents deleted, then merged into one; with or without
     PostingTable as the writers' pool."""
-    ix = RamStorage().create_index(_schema())
+    ix = PrivateRamStorage().create_index(_schema())
     half = len(docs) // 2
     for part in (docs[:half], docs[half:]):
         w = ix.writer(codec=Codec())
