@@ -67,7 +67,6 @@ from knowledge_agent import cli_render as render
 from knowledge_agent.cli_checks import check_filters, check_values
 from knowledge_agent.cli_crawl import crawl_options, crawl_options_from, given, is_url
 from knowledge_agent.cli_formats import FORMATS, write_results
-from knowledge_agent.core.status import ChunkContext
 from knowledge_agent.core.text_search import compile_pattern, linked
 from knowledge_agent.errors import (
     ConfigError,
@@ -78,6 +77,7 @@ from knowledge_agent.errors import (
 )
 from knowledge_agent.ingest.report import CollectInterrupted, CollectProgress, CollectReport
 from knowledge_agent.ingest.walker import WalkOptions
+from knowledge_agent.models.status import ChunkContext
 from knowledge_agent.patterns import check_glob, glob_regex
 from knowledge_agent.settings import (
     CONFIG_FILE_NAME,

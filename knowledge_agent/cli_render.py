@@ -27,7 +27,6 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from knowledge_agent.core.status import ChunkContext, IndexStatus
 from knowledge_agent.core.text_search import TextMatch
 from knowledge_agent.ingest.report import (
     MAX_KEPT_PATHS,
@@ -47,6 +46,7 @@ from knowledge_agent.models import (
     SearchResult,
 )
 from knowledge_agent.models.result_view import chunk_heading, chunk_location, location
+from knowledge_agent.models.status import ChunkContext, IndexStatus
 from knowledge_agent.storage.doc_sources import DocSource
 
 if TYPE_CHECKING:

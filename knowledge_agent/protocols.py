@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from knowledge_agent.analysis import TextAnalyzer
-    from knowledge_agent.core.status import IndexDamage
     from knowledge_agent.embeddings import Embedder
     from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
+    from knowledge_agent.models.status import IndexDamage
     from knowledge_agent.search.analysed_batch import AnalysedBatch, Pair
     from knowledge_agent.search.filters import SearchFilters
     from knowledge_agent.search.hits import ChunkHit, ItemHit

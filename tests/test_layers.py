@@ -46,6 +46,17 @@ def test_the_engine_and_the_ranking_name_no_backend() -> None:
     assert {path: names for path, names in offenders.items() if names} == {}
 
 
+def test_backends_storage_and_models_never_reach_up_to_the_core() -> None:
+    offenders = {
+        str(path.relative_to(PACKAGE)): sorted(
+            name for name in runtime_imports(path) if name.startswith("knowledge_agent.core")
+        )
+        for folder in ("backends", "storage", "models", "search")
+        for path in (PACKAGE / folder).rglob("*.py")
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
 def test_the_exception_tree_and_the_protocols_import_nothing_of_the_package() -> None:
     assert runtime_imports(PACKAGE / "errors.py") == set()
     assert runtime_imports(PACKAGE / "protocols.py") == set()

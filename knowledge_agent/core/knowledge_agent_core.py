@@ -21,7 +21,6 @@ from knowledge_agent.backends.local.shared_indexes import SharedIndexes
 from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.core.citations import CitationCheck, check_citation
-from knowledge_agent.core.status import ChunkContext, IndexDamage, IndexStatus
 from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
 from knowledge_agent.crawl import CrawlOptions, UrlPolicy, normalize_url
 from knowledge_agent.embeddings import (
@@ -48,6 +47,7 @@ from knowledge_agent.ingest.web import WebCollector
 from knowledge_agent.models import KnowledgeItem, ScoreExplanation, SearchResult
 from knowledge_agent.models.evidence import chunk_hash, lines_label
 from knowledge_agent.models.knowledge_item import utc_now
+from knowledge_agent.models.status import ChunkContext, IndexDamage, IndexStatus
 from knowledge_agent.protocols import Backend, Storage
 from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
 from knowledge_agent.search.filters import SearchFilters

@@ -58,9 +58,9 @@ from knowledge_agent.backends.local.folder_lock import FolderLock
 from knowledge_agent.backends.local.keyword.index import SearchIndexManager, verify_keyword_folder
 from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
 from knowledge_agent.backends.local.tfidf.store import verify_tfidf_folder
-from knowledge_agent.core.status import IndexDamage
 from knowledge_agent.errors import DamagedIndexError, KnowledgeAgentError, SearchIndexError
 from knowledge_agent.faults import Faults
+from knowledge_agent.models.status import IndexDamage
 from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
 from knowledge_agent.search.search_engine_impl import SearchEngineImpl
 

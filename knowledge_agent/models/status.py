@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
+from knowledge_agent.models.knowledge_item import KnowledgeItem
 
 __all__ = ["ChunkContext", "IndexDamage", "IndexStatus"]
 
