@@ -6,12 +6,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from postgres import PostgresServer, started
 from web_site import SiteServer
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.ingest import interrupts
 from knowledge_agent.storage import SQLiteStorageManager
+
+# Tests assert behaviour, never time: Hypothesis's per-example deadline (200 ms) would fail a
+# correct test on a loaded machine.
+settings.register_profile("knowledge-agent", deadline=None)
+settings.load_profile("knowledge-agent")
 
 
 @pytest.fixture
