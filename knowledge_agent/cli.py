@@ -974,6 +974,66 @@ def rebuild(app: App, as_json: bool) -> None:
 
 @cli.command(
     epilog="""\b
+Everything goes across: knowledge bases, items and chunks, collected roots and
+tracked files, doc sources and pages; the server indexes each write as it comes.
+An item already on the server is replaced, so a migration that stopped half-way
+is finished by running it again. The data folder is left as it is.
+
+\b
+Example:
+  knowledge-agent migrate --to postgresql://agent@db.example.com/knowledge
+  knowledge-agent --backend postgresql://agent@db.example.com/knowledge search "…"
+
+\b
+--json prints {"to", "knowledge_bases", "items", "chunks", "roots", "sources",
+"doc_sources", "doc_pages"}."""
+)
+@click.option(
+    "--to",
+    "to_url",
+    required=True,
+    metavar="URL",
+    help="The PostgreSQL database to copy into (postgresql://…).",
+)
+@json_option
+@pass_app
+def migrate(app: App, to_url: str, as_json: bool) -> None:
+    """Copy the data folder's knowledge base to a PostgreSQL server."""
+    from knowledge_agent.backends import backend_label
+    from knowledge_agent.backends.migrate import copy_storage
+    from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
+
+    try:
+        target_label = backend_label(to_url)
+    except ConfigError as exc:
+        raise ConfigError(f"--to: {exc}") from None
+    if target_label == "local":
+        raise ConfigError("--to must be a postgresql:// URL: the data folder is the source")
+    if app.settings.backend is not None:
+        raise ConfigError("migrate copies a data folder: leave out --backend (and its setting)")
+    console = _progress_console(as_json)
+    with (
+        app.open_core() as source,
+        KnowledgeAgentCore(
+            backend=to_url,
+            chunk_config=app.settings.config.chunk_config,
+            search_config=app.settings.config.search_config,
+            embedder=app.settings.config.embeddings,
+        ) as target,
+        render.progress_bar(console, "Copying items") as advance,
+    ):
+        report = copy_storage(source.storage, target.storage, progress=advance)
+    if as_json:
+        render.print_json({"to": target_label, **report.to_dict()})
+    else:
+        click.echo(
+            f"Copied {report.items} items ({report.chunks} chunks) in "
+            f"{report.knowledge_bases} knowledge bases to {target_label}."
+        )
+
+
+@cli.command(
+    epilog="""\b
 Every index file is verified against the size and checksum recorded when it was
 written; a damaged index is named with its file. Exit code 1 when an index is
 damaged or disagrees with the database (and was not repaired).

@@ -913,6 +913,24 @@ def _live_progress(
 
 
 @contextmanager
+def progress_bar(
+    console: Console | None, label: str
+) -> Iterator[Callable[[int, int], None] | None]:
+    """A bar fed by ``(done, total)`` calls while the block runs; None: no display."""
+    if console is None:
+        yield None
+        return
+    columns = (TextColumn(label), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"))
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield update
+
+
+@contextmanager
 def spinner(console: Console | None, message: str) -> Iterator[None]:
     """A spinner with ``message`` while the block runs; nothing when ``console`` is None."""
     if console is None:
