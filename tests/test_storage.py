@@ -575,9 +575,7 @@ def test_list_items_breaks_created_at_ties_by_id(storage: Storage) -> None:
 
 
 @pytest.mark.parametrize(("limit", "offset"), [(-1, 0), (10, -1)])
-def test_list_items_rejects_negative_paging(
-    storage: Storage, limit: int, offset: int
-) -> None:
+def test_list_items_rejects_negative_paging(storage: Storage, limit: int, offset: int) -> None:
     with pytest.raises(QueryError):
         storage.list_items(limit=limit, offset=offset)
 

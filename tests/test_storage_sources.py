@@ -111,7 +111,7 @@ def test_skipped_source_has_no_item(tracked: Storage) -> None:
     )
     found = tracked.sources.get_source("docs", "/r/b.bin")
     assert found is not None and (found.item_id, found.error) == (None, "binary file")
-    with pytest.raises(Exception, match="(?i)check"):
+    with pytest.raises(Exception, match=r"(?i)check"):
         tracked.sources.save_source(SourceRecord("docs", "/r/c", "/r", 1, 1, "bogus"))
 
 

@@ -275,8 +275,8 @@ def _rows(cursor: Any) -> Callable[[Sequence[Any]], _Row]:
 
 def _db_row(row: _Row, texts: frozenset[str]) -> dict[str, Any]:
     return {
-        name: text_from_db(row[name]) if name in texts and row[name] is not None else row[name]
-        for name in row.keys()
+        name: text_from_db(value) if name in texts and value is not None else value
+        for name, value in zip(row.keys(), row, strict=True)
     }
 
 
@@ -571,7 +571,8 @@ def _owned(chunks: Sequence[KnowledgeChunk], item_id: str) -> list[KnowledgeChun
 def _upsert_item(conn: _Connection, item: KnowledgeItem) -> None:
     # An item's knowledge base exists as soon as the item does.
     conn.execute(
-        "INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+        "INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) "
+        "ON CONFLICT (name) DO NOTHING",
         (text_to_db(item.kb), item.created_at.isoformat()),
     )
     conn.execute(_ITEM_UPSERT, _item_to_row(item))
@@ -592,7 +593,8 @@ class _SourceStore(SourceStore):
             # for them, and make later ones wait until it is gone.
             conn.execute("SELECT 1 FROM knowledge_bases WHERE name = ? FOR UPDATE", (name,))
             ids = [
-                row[0] for row in conn.execute("SELECT id FROM knowledge_items WHERE kb = ?", (name,))
+                row[0]
+                for row in conn.execute("SELECT id FROM knowledge_items WHERE kb = ?", (name,))
             ]
             self._guarded.delete_items(conn, ids)
             conn.execute("DELETE FROM knowledge_bases WHERE name = ?", (name,))
@@ -891,9 +893,7 @@ class PostgresStorage:
     def get_chunk_by_id(self, chunk_id: str) -> KnowledgeChunk | None:
         """The chunk with this id, or None."""
         with self._db.reading("get_chunk_by_id") as conn:
-            row = conn.execute(
-                f"{_CHUNK_SELECT} WHERE id = ?", (text_to_db(chunk_id),)
-            ).fetchone()
+            row = conn.execute(f"{_CHUNK_SELECT} WHERE id = ?", (text_to_db(chunk_id),)).fetchone()
         return None if row is None else _to_chunk(row)
 
     def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, KnowledgeChunk]:
@@ -1025,4 +1025,3 @@ class PostgresStorage:
             yield from rows
             if len(rows) < batch_size:
                 return
-
