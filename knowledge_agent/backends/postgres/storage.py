@@ -14,347 +14,63 @@ pages are the same classes, run on this connection through :class:`_Guarded` (a
   is an ``ON CONFLICT`` upsert, so two writers of one item wait for each other and never
   fail or duplicate rows.
 * **Exact text.** PostgreSQL text cannot hold NUL, which SQLite stores; the text fields of
-  items and chunks are stored with NUL escaped (see :func:`text_to_db`), so round trips
-  give back equal values. Text sorts by code point (``COLLATE "C"``), as in SQLite.
+  items and chunks are stored with NUL escaped (:mod:`~knowledge_agent.backends.postgres.rows`),
+  so round trips give back equal values. Text sorts by code point, as in SQLite
+  (:mod:`~knowledge_agent.backends.postgres.tables`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from functools import lru_cache
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from knowledge_agent.backends.postgres.connection import connect, import_psycopg, storage_error
+from knowledge_agent.backends.postgres.rows import (
+    CHUNK_INSERT,
+    CHUNK_SELECT,
+    ESCAPE,
+    FACTS_SELECT,
+    FILTER_FIELDS,
+    ITEM_SELECT,
+    ITEM_UPSERT,
+    SUMMARY_SELECT,
+    Row,
+    check_batch_size,
+    chunk_columns,
+    item_to_row,
+    pg_sql,
+    row_factory,
+    row_to_chunk,
+    row_to_facts,
+    row_to_item,
+    row_to_summary,
+    text_from_db,
+    text_to_db,
+)
 from knowledge_agent.backends.postgres.schema import migrate, schema_version, server_of
+from knowledge_agent.backends.postgres.tables import COMPONENT, MIGRATIONS, SCHEMA_VERSION
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.faults import Faults
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
-from knowledge_agent.storage.doc_sources import PAGE_STATUSES, DocSourceStore
-from knowledge_agent.storage.sources import SOURCE_STATUSES, SourceStore
-from knowledge_agent.storage.sqlite_storage import ItemFacts, _item_fields, _row_to_chunk
+from knowledge_agent.storage.doc_sources import DocSourceStore
+from knowledge_agent.storage.sources import SourceStore
+from knowledge_agent.storage.sqlite_storage import ItemFacts
 
 if TYPE_CHECKING:
     import psycopg
 
     from knowledge_agent.storage.connection import StoreConnection
 
-__all__ = [
-    "COMPONENT",
-    "MIGRATIONS",
-    "IndexWriter",
-    "PostgresStorage",
-    "text_from_db",
-    "text_to_db",
-]
+__all__ = ["SCHEMA_VERSION", "IndexWriter", "PostgresStorage"]
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-COMPONENT = "storage"
-"""The storage's name in ``schema_versions``."""
-
-_TEXT = 'TEXT COLLATE "C"'  # byte (code point) order, as SQLite compares text
-
-MIGRATIONS: list[list[str]] = [
-    # Version 1: the whole schema of the local backend's version 3.
-    [
-        f"""CREATE TABLE knowledge_bases (
-            name {_TEXT} PRIMARY KEY,
-            description TEXT NOT NULL DEFAULT '',
-            created_at {_TEXT} NOT NULL
-        )""",
-        f"""CREATE TABLE knowledge_items (
-            id {_TEXT} PRIMARY KEY,
-            title TEXT NOT NULL DEFAULT '',
-            content TEXT NOT NULL DEFAULT '',
-            source_type {_TEXT} NOT NULL DEFAULT '',
-            source_uri {_TEXT},
-            content_type {_TEXT} NOT NULL DEFAULT '',
-            doc_type {_TEXT} NOT NULL DEFAULT '',
-            language {_TEXT} NOT NULL DEFAULT '',
-            tags TEXT NOT NULL DEFAULT '[]',
-            metadata TEXT NOT NULL DEFAULT '{{}}',
-            content_hash TEXT NOT NULL DEFAULT '',
-            kb {_TEXT} NOT NULL REFERENCES knowledge_bases(name),
-            created_at {_TEXT} NOT NULL,
-            updated_at {_TEXT} NOT NULL,
-            changed_at {_TEXT} NOT NULL
-        )""",
-        "CREATE INDEX idx_items_kb ON knowledge_items (kb)",
-        "CREATE INDEX idx_items_source_type ON knowledge_items (source_type)",
-        "CREATE INDEX idx_items_source_uri ON knowledge_items (source_uri)",
-        "CREATE INDEX idx_items_created_id ON knowledge_items (created_at, id)",
-        f"""CREATE TABLE knowledge_chunks (
-            id {_TEXT} PRIMARY KEY,
-            item_id {_TEXT} NOT NULL REFERENCES knowledge_items(id) ON DELETE CASCADE,
-            chunk_index BIGINT NOT NULL,
-            content TEXT NOT NULL DEFAULT '',
-            heading TEXT NOT NULL DEFAULT '',
-            start_position BIGINT NOT NULL DEFAULT 0,
-            end_position BIGINT NOT NULL DEFAULT 0,
-            metadata TEXT NOT NULL DEFAULT '{{}}',
-            UNIQUE (item_id, chunk_index)
-        )""",
-        f"CREATE TABLE kv (key {_TEXT} PRIMARY KEY, value TEXT)",
-        f"""CREATE TABLE source_roots (
-            kb {_TEXT} NOT NULL REFERENCES knowledge_bases(name) ON DELETE CASCADE,
-            root {_TEXT} NOT NULL,
-            options TEXT NOT NULL DEFAULT '{{}}',
-            added_at {_TEXT} NOT NULL,
-            synced_at {_TEXT},
-            PRIMARY KEY (kb, root)
-        )""",
-        f"""CREATE TABLE sources (
-            kb {_TEXT} NOT NULL,
-            path {_TEXT} NOT NULL,
-            root {_TEXT} NOT NULL,
-            item_id {_TEXT} REFERENCES knowledge_items(id) ON DELETE CASCADE,
-            size BIGINT NOT NULL,
-            mtime_ns BIGINT NOT NULL,
-            content_hash TEXT NOT NULL DEFAULT '',
-            status TEXT NOT NULL CHECK (status IN {SOURCE_STATUSES!r}),
-            error TEXT NOT NULL DEFAULT '',
-            indexed_at {_TEXT} NOT NULL,
-            PRIMARY KEY (kb, path),
-            FOREIGN KEY (kb, root) REFERENCES source_roots(kb, root) ON DELETE CASCADE
-        )""",
-        "CREATE INDEX idx_sources_item ON sources (item_id)",
-        "CREATE INDEX idx_sources_root ON sources (kb, root)",
-        f"""CREATE TABLE doc_sources (
-            kb {_TEXT} NOT NULL REFERENCES knowledge_bases(name) ON DELETE CASCADE,
-            url {_TEXT} NOT NULL,
-            name TEXT NOT NULL DEFAULT '',
-            options TEXT NOT NULL DEFAULT '{{}}',
-            tags TEXT NOT NULL DEFAULT '[]',
-            enabled INTEGER NOT NULL DEFAULT 1,
-            refresh_interval DOUBLE PRECISION NOT NULL,
-            added_at {_TEXT} NOT NULL,
-            crawled_at {_TEXT},
-            last_error TEXT NOT NULL DEFAULT '',
-            PRIMARY KEY (kb, url)
-        )""",
-        f"""CREATE TABLE doc_pages (
-            kb {_TEXT} NOT NULL,
-            key {_TEXT} NOT NULL,
-            source_url {_TEXT} NOT NULL,
-            url TEXT NOT NULL,
-            item_id {_TEXT} REFERENCES knowledge_items(id) ON DELETE CASCADE,
-            etag TEXT,
-            last_modified TEXT,
-            content_hash TEXT NOT NULL DEFAULT '',
-            links TEXT NOT NULL DEFAULT '[]',
-            status TEXT NOT NULL CHECK (status IN {PAGE_STATUSES!r}),
-            http_status INTEGER,
-            error TEXT NOT NULL DEFAULT '',
-            fetched_at {_TEXT} NOT NULL,
-            PRIMARY KEY (kb, key),
-            FOREIGN KEY (kb, source_url) REFERENCES doc_sources(kb, url) ON DELETE CASCADE
-        )""",
-        "CREATE INDEX idx_doc_pages_source ON doc_pages (kb, source_url)",
-        "CREATE INDEX idx_doc_pages_item ON doc_pages (item_id)",
-    ],
-]
-"""The storage's migrations (:func:`~knowledge_agent.backends.postgres.schema.migrate`)."""
-
-SCHEMA_VERSION = len(MIGRATIONS)
-
-_ITEM_COLUMNS = (
-    "id",
-    "title",
-    "content",
-    "source_type",
-    "source_uri",
-    "content_type",
-    "doc_type",
-    "language",
-    "tags",
-    "metadata",
-    "content_hash",
-    "kb",
-    "created_at",
-    "updated_at",
-)
-_ITEM_TEXTS = frozenset(_ITEM_COLUMNS) - {"tags", "metadata", "created_at", "updated_at"}
-_CHUNK_COLUMNS = (
-    "id",
-    "item_id",
-    "chunk_index",
-    "content",
-    "heading",
-    "start_position",
-    "end_position",
-    "metadata",
-)
-_CHUNK_TEXTS = frozenset({"id", "item_id", "content", "heading"})
-_FACTS_COLUMNS = tuple(ItemFacts.__dataclass_fields__)
-_FACTS_TEXTS = frozenset({"id", "kb", "source_type", "doc_type", "source_uri", "title"})
-_ITEM_SELECT = f"SELECT {', '.join(_ITEM_COLUMNS)} FROM knowledge_items"
-_SUMMARY_SELECT = (
-    f"SELECT {', '.join(name for name in _ITEM_COLUMNS if name != 'content')}, "
-    "length(content) AS content_chars FROM knowledge_items"
-)
-_FACTS_SELECT = f"SELECT {', '.join(_FACTS_COLUMNS)} FROM knowledge_items"
-_CHUNK_SELECT = f"SELECT {', '.join(_CHUNK_COLUMNS)} FROM knowledge_chunks"
-_FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
-_ITEM_UPSERT = (
-    f"INSERT INTO knowledge_items ({', '.join(_ITEM_COLUMNS)}, changed_at) "
-    f"VALUES ({', '.join('?' for _ in _ITEM_COLUMNS)}, ?) "
-    "ON CONFLICT (id) DO UPDATE SET "
-    + ", ".join(f"{name} = excluded.{name}" for name in (*_ITEM_COLUMNS[1:], "changed_at"))
-)
-# One statement for all of an item's chunks: a row per array element.
-_CHUNK_INSERT = (
-    f"INSERT INTO knowledge_chunks ({', '.join(_CHUNK_COLUMNS)}) "
-    "SELECT * FROM unnest(?::text[], ?::text[], ?::bigint[], ?::text[], ?::text[], "
-    "?::bigint[], ?::bigint[], ?::text[])"
-)
-
-
-# -- text as stored ----------------------------------------------------------------------
-
-# The escape character: a noncharacter, which no real text holds.
-_ESCAPE = "\U0010ffff"
-_ESCAPED = re.compile(f"{_ESCAPE}([{_ESCAPE}0])")
-
-
-def text_to_db(text: str) -> str:
-    """``text`` as PostgreSQL can store it: NUL becomes U+10FFFF ``0`` and U+10FFFF is
-    doubled; text without either (all real text) is stored as it is."""
-    if "\x00" not in text and _ESCAPE not in text:
-        return text
-    return text.replace(_ESCAPE, _ESCAPE * 2).replace("\x00", _ESCAPE + "0")
-
-
-def text_from_db(text: str) -> str:
-    """The text :func:`text_to_db` stored as ``text``."""
-    if _ESCAPE not in text:
-        return text
-    return _ESCAPED.sub(lambda match: _ESCAPE if match.group(1) == _ESCAPE else "\x00", text)
-
-
-def _opt_to_db(text: str | None) -> str | None:
-    return None if text is None else text_to_db(text)
-
-
-class _Row:
-    """A row readable by position and by column name, like ``sqlite3.Row``, so the stores
-    written for SQLite read it unchanged."""
-
-    __slots__ = ("_index", "_values")
-
-    def __init__(self, values: Sequence[Any], index: dict[str, int]) -> None:
-        self._values = values
-        self._index = index
-
-    def __getitem__(self, key: int | str) -> Any:
-        return self._values[key if isinstance(key, int) else self._index[key]]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def keys(self) -> list[str]:
-        return list(self._index)
-
-
-def _rows(cursor: Any) -> Callable[[Sequence[Any]], _Row]:
-    """A psycopg row factory of :class:`_Row`."""
-    index = {column.name: n for n, column in enumerate(cursor.description or ())}
-    return lambda values: _Row(values, index)
-
-
-def _db_row(row: _Row, texts: frozenset[str]) -> dict[str, Any]:
-    return {
-        name: text_from_db(value) if name in texts and value is not None else value
-        for name, value in zip(row.keys(), row, strict=True)
-    }
-
-
-def _row_to_item(row: _Row) -> KnowledgeItem:
-    fields = _db_row(row, _ITEM_TEXTS)
-    return KnowledgeItem(content=fields["content"], **_item_fields(fields))  # type: ignore[arg-type]
-
-
-def _row_to_summary(row: _Row) -> ItemSummary:
-    fields = _db_row(row, _ITEM_TEXTS)
-    return ItemSummary(content_chars=fields["content_chars"], **_item_fields(fields))  # type: ignore[arg-type]
-
-
-def _row_to_facts(row: _Row) -> ItemFacts:
-    return ItemFacts(**_db_row(row, _FACTS_TEXTS))
-
-
-def _to_chunk(row: _Row) -> KnowledgeChunk:
-    return _row_to_chunk(_db_row(row, _CHUNK_TEXTS))  # type: ignore[arg-type]
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _changed_at(item: KnowledgeItem) -> str:
-    """When the item last changed for its author: the file's mtime when it has one (what
-    SQLite computes with ``json_extract(metadata, '$.modified_at')``), else ``updated_at``."""
-    modified = item.metadata.get("modified_at") if isinstance(item.metadata, dict) else None
-    if modified is None:
-        return item.updated_at.isoformat()
-    return text_to_db(modified if isinstance(modified, str) else _dumps(modified))
-
-
-def _item_to_row(item: KnowledgeItem) -> tuple[Any, ...]:
-    return (
-        text_to_db(item.id),
-        text_to_db(item.title),
-        text_to_db(item.content),
-        text_to_db(item.source_type),
-        _opt_to_db(item.source_uri),
-        text_to_db(item.content_type),
-        text_to_db(item.doc_type),
-        text_to_db(item.language),
-        _dumps(list(item.tags)),
-        _dumps(item.metadata),
-        text_to_db(item.content_hash),
-        text_to_db(item.kb),
-        item.created_at.isoformat(),
-        item.updated_at.isoformat(),
-        _changed_at(item),
-    )
-
-
-def _chunk_columns(item_id: str, chunks: Sequence[KnowledgeChunk]) -> list[list[Any]]:
-    """The chunks as one list per column, for :data:`_CHUNK_INSERT`."""
-    stored_id = text_to_db(item_id)
-    return [
-        [text_to_db(chunk.id) for chunk in chunks],
-        [stored_id] * len(chunks),
-        [chunk.chunk_index for chunk in chunks],
-        [text_to_db(chunk.content) for chunk in chunks],
-        [text_to_db(chunk.heading) for chunk in chunks],
-        [chunk.start_position for chunk in chunks],
-        [chunk.end_position for chunk in chunks],
-        [_dumps(chunk.metadata) for chunk in chunks],
-    ]
-
-
-def _check_batch_size(batch_size: int) -> None:
-    if batch_size < 1:
-        raise QueryError(f"batch_size must be at least 1, got {batch_size}")
-
-
-@lru_cache(maxsize=512)
-def _pg_sql(sql: str) -> str:
-    """SQLite's ``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled)."""
-    return sql.replace("%", "%%").replace("?", "%s")
 
 
 # -- index writers -------------------------------------------------------------------------
@@ -403,14 +119,14 @@ class _Connection:
         self.raw = raw
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> _Cursor:
-        cursor = self.raw.cursor(row_factory=_rows)
+        cursor = self.raw.cursor(row_factory=row_factory)
         if params:
-            return cursor.execute(_pg_sql(sql), params)
+            return cursor.execute(pg_sql(sql), params)
         return cursor.execute(sql)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with self.raw.cursor() as cursor:
-            cursor.executemany(_pg_sql(sql), rows)
+            cursor.executemany(pg_sql(sql), rows)
 
     @property
     def in_transaction(self) -> bool:
@@ -507,7 +223,7 @@ class _Guarded:
         _upsert_item(conn, item)
         conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (text_to_db(item.id),))
         if chunks:
-            conn.execute(_CHUNK_INSERT, _chunk_columns(item.id, chunks))
+            conn.execute(CHUNK_INSERT, chunk_columns(item.id, chunks))
         self.index(conn, [(item, _owned(chunks, item.id))])
 
     def index(
@@ -575,7 +291,7 @@ def _upsert_item(conn: _Connection, item: KnowledgeItem) -> None:
         "ON CONFLICT (name) DO NOTHING",
         (text_to_db(item.kb), item.created_at.isoformat()),
     )
-    conn.execute(_ITEM_UPSERT, _item_to_row(item))
+    conn.execute(ITEM_UPSERT, item_to_row(item))
 
 
 class _SourceStore(SourceStore):
@@ -716,23 +432,23 @@ class PostgresStorage:
         with self._db.writing("save_item") as conn:
             _upsert_item(conn, item)
             rows = conn.execute(
-                f"{_CHUNK_SELECT} WHERE item_id = ? ORDER BY chunk_index", (text_to_db(item.id),)
+                f"{CHUNK_SELECT} WHERE item_id = ? ORDER BY chunk_index", (text_to_db(item.id),)
             ).fetchall()
-            self._db.index(conn, [(item, [_to_chunk(row) for row in rows])])
+            self._db.index(conn, [(item, [row_to_chunk(row) for row in rows])])
 
     def get_item(self, item_id: str) -> KnowledgeItem | None:
         """The item with this id, or None."""
         with self._db.reading("get_item") as conn:
-            row = conn.execute(f"{_ITEM_SELECT} WHERE id = ?", (text_to_db(item_id),)).fetchone()
-        return None if row is None else _row_to_item(row)
+            row = conn.execute(f"{ITEM_SELECT} WHERE id = ?", (text_to_db(item_id),)).fetchone()
+        return None if row is None else row_to_item(row)
 
     def get_items(self, item_ids: Iterable[str]) -> dict[str, KnowledgeItem]:
         """The items found among these ids, by id; missing ids are absent."""
-        return self._by_ids("get_items", _ITEM_SELECT, item_ids, _row_to_item)
+        return self._by_ids("get_items", ITEM_SELECT, item_ids, row_to_item)
 
     def get_item_summaries(self, item_ids: Iterable[str]) -> dict[str, ItemSummary]:
         """:meth:`get_items` without the text (its length instead), by id."""
-        return self._by_ids("get_item_summaries", _SUMMARY_SELECT, item_ids, _row_to_summary)
+        return self._by_ids("get_item_summaries", SUMMARY_SELECT, item_ids, row_to_summary)
 
     def ids_with_prefix(self, kind: str, prefix: str, limit: int = 2) -> list[str]:
         """Up to ``limit`` item (``kind="item"``) or chunk ids starting with ``prefix``,
@@ -743,7 +459,7 @@ class PostgresStorage:
         if not prefix:
             return []
         stored = text_to_db(prefix)
-        if stored[-1] == _ESCAPE:  # no character sorts above it
+        if stored[-1] == ESCAPE:  # no character sorts above it
             sql = f"SELECT id FROM {table} WHERE id >= ? AND starts_with(id, ?)"
             params: tuple[Any, ...] = (stored, stored)
         else:
@@ -756,7 +472,7 @@ class PostgresStorage:
     def field_values(self, name: str) -> list[str]:
         """The distinct non-empty values of an item field that filters take (``kb``,
         ``source_type``, ``doc_type``, ``language``), sorted."""
-        if name not in _FILTER_FIELDS:
+        if name not in FILTER_FIELDS:
             raise StorageError(f"field_values: not a filter field: {name!r}")
         with self._db.reading("field_values") as conn:
             rows = conn.execute(
@@ -766,7 +482,7 @@ class PostgresStorage:
 
     def item_facts(self, item_ids: Iterable[str]) -> dict[str, ItemFacts]:
         """What ranking needs of these items, without their text: doc type, path, age."""
-        return self._by_ids("item_facts", _FACTS_SELECT, item_ids, _row_to_facts)
+        return self._by_ids("item_facts", FACTS_SELECT, item_ids, row_to_facts)
 
     def iter_item_facts(
         self, *, kb: str | None = None, batch_size: int = 500
@@ -775,9 +491,9 @@ class PostgresStorage:
         (created_at, id) order."""
         where, params = self._kb_filter(kb)
         rows = self._pages(
-            "iter_item_facts", _FACTS_SELECT, where, params, ("created_at", "id"), batch_size
+            "iter_item_facts", FACTS_SELECT, where, params, ("created_at", "id"), batch_size
         )
-        return (_row_to_facts(row) for row in rows)
+        return (row_to_facts(row) for row in rows)
 
     def delete_item(self, item_id: str) -> bool:
         """Delete an item and (by cascade) its chunks; True if it existed."""
@@ -793,14 +509,14 @@ class PostgresStorage:
 
     def items_with_source(self, source_uri: str, *, kb: str | None = None) -> list[KnowledgeItem]:
         """The items whose ``source_uri`` is exactly this (in one kb, if given)."""
-        sql = f"{_ITEM_SELECT} WHERE source_uri = ?"
+        sql = f"{ITEM_SELECT} WHERE source_uri = ?"
         params: list[Any] = [text_to_db(source_uri)]
         if kb is not None:
             sql += " AND kb = ?"
             params.append(text_to_db(kb))
         with self._db.reading("items_with_source") as conn:
             rows = conn.execute(sql + " ORDER BY kb, id", params).fetchall()
-        return [_row_to_item(row) for row in rows]
+        return [row_to_item(row) for row in rows]
 
     def list_items(
         self,
@@ -822,10 +538,10 @@ class PostgresStorage:
             clauses.append("source_type = ?")
             params.append(text_to_db(source_type))
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"{_ITEM_SELECT}{where} ORDER BY created_at, id LIMIT ? OFFSET ?"
+        sql = f"{ITEM_SELECT}{where} ORDER BY created_at, id LIMIT ? OFFSET ?"
         with self._db.reading("list_items") as conn:
             rows = conn.execute(sql, [*params, limit, offset]).fetchall()
-        return [_row_to_item(row) for row in rows]
+        return [row_to_item(row) for row in rows]
 
     def iter_items(
         self, *, kb: str | None = None, batch_size: int = 500
@@ -833,9 +549,9 @@ class PostgresStorage:
         """Stream every item (of one kb, if given) in (created_at, id) order."""
         where, params = self._kb_filter(kb)
         rows = self._pages(
-            "iter_items", _ITEM_SELECT, where, params, ("created_at", "id"), batch_size
+            "iter_items", ITEM_SELECT, where, params, ("created_at", "id"), batch_size
         )
-        return (_row_to_item(row) for row in rows)
+        return (row_to_item(row) for row in rows)
 
     def item_ids(self, *, with_chunks: bool = False) -> set[str]:
         """The id of every item (``with_chunks``: of every item that has chunks)."""
@@ -863,13 +579,13 @@ class PostgresStorage:
         stored = text_to_db(item_id)
         with self._db.writing("save_chunks") as conn:
             # Locked, so a concurrent writer of the same item waits for this one.
-            row = conn.execute(f"{_ITEM_SELECT} WHERE id = ? FOR UPDATE", (stored,)).fetchone()
+            row = conn.execute(f"{ITEM_SELECT} WHERE id = ? FOR UPDATE", (stored,)).fetchone()
             if row is None:
                 raise NotFoundError(f"item {item_id!r} does not exist")
             conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (stored,))
             if chunk_list:
-                conn.execute(_CHUNK_INSERT, _chunk_columns(item_id, chunk_list))
-            self._db.index(conn, [(_row_to_item(row), _owned(chunk_list, item_id))])
+                conn.execute(CHUNK_INSERT, chunk_columns(item_id, chunk_list))
+            self._db.index(conn, [(row_to_item(row), _owned(chunk_list, item_id))])
         # Only after the commit, so a failed save leaves the caller's objects untouched.
         for chunk in chunk_list:
             chunk.item_id = item_id
@@ -886,19 +602,19 @@ class PostgresStorage:
         """An item's chunks in chunk_index order ([] for an unknown item)."""
         with self._db.reading("get_chunks_for_item") as conn:
             rows = conn.execute(
-                f"{_CHUNK_SELECT} WHERE item_id = ? ORDER BY chunk_index", (text_to_db(item_id),)
+                f"{CHUNK_SELECT} WHERE item_id = ? ORDER BY chunk_index", (text_to_db(item_id),)
             ).fetchall()
-        return [_to_chunk(row) for row in rows]
+        return [row_to_chunk(row) for row in rows]
 
     def get_chunk_by_id(self, chunk_id: str) -> KnowledgeChunk | None:
         """The chunk with this id, or None."""
         with self._db.reading("get_chunk_by_id") as conn:
-            row = conn.execute(f"{_CHUNK_SELECT} WHERE id = ?", (text_to_db(chunk_id),)).fetchone()
-        return None if row is None else _to_chunk(row)
+            row = conn.execute(f"{CHUNK_SELECT} WHERE id = ?", (text_to_db(chunk_id),)).fetchone()
+        return None if row is None else row_to_chunk(row)
 
     def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, KnowledgeChunk]:
         """The chunks found among these ids, by id; missing ids are absent."""
-        return self._by_ids("get_chunks", _CHUNK_SELECT, chunk_ids, _to_chunk)
+        return self._by_ids("get_chunks", CHUNK_SELECT, chunk_ids, row_to_chunk)
 
     def get_adjacent_chunks(
         self, item_id: str, chunk_index: int, window: int = 1
@@ -910,18 +626,18 @@ class PostgresStorage:
             return []
         with self._db.reading("get_adjacent_chunks") as conn:
             rows = conn.execute(
-                f"{_CHUNK_SELECT} WHERE item_id = ? AND chunk_index BETWEEN ? AND ? "
+                f"{CHUNK_SELECT} WHERE item_id = ? AND chunk_index BETWEEN ? AND ? "
                 "AND chunk_index != ? ORDER BY chunk_index",
                 (text_to_db(item_id), chunk_index - window, chunk_index + window, chunk_index),
             ).fetchall()
-        return [_to_chunk(row) for row in rows]
+        return [row_to_chunk(row) for row in rows]
 
     def iter_chunks(self, *, batch_size: int = 1000) -> Iterator[KnowledgeChunk]:
         """Stream every chunk in (item_id, chunk_index) order, one page at a time."""
         rows = self._pages(
-            "iter_chunks", _CHUNK_SELECT, "", [], ("item_id", "chunk_index"), batch_size
+            "iter_chunks", CHUNK_SELECT, "", [], ("item_id", "chunk_index"), batch_size
         )
-        return (_to_chunk(row) for row in rows)
+        return (row_to_chunk(row) for row in rows)
 
     def count_chunks(self, *, kb: str | None = None, item_id: str | None = None) -> int:
         """How many chunks (of one item, or of the items in one kb, if given)."""
@@ -988,7 +704,7 @@ class PostgresStorage:
         operation: str,
         select: str,
         ids: Iterable[str],
-        convert: Callable[[_Row], _T],
+        convert: Callable[[Row], _T],
     ) -> dict[str, _T]:
         """Rows of ``select`` whose id is among ``ids``, converted, by id (one query)."""
         wanted = list(dict.fromkeys(text_to_db(item_id) for item_id in ids))
@@ -1006,10 +722,10 @@ class PostgresStorage:
         params: list[Any],
         key: tuple[str, str],
         batch_size: int,
-    ) -> Iterator[_Row]:
+    ) -> Iterator[Row]:
         """Every row of ``select`` ordered by ``key``, fetched a page at a time (keyset
         paging, with the lock released between pages: callers may write while iterating)."""
-        _check_batch_size(batch_size)
+        check_batch_size(batch_size)
         order = ", ".join(key)
         condition = f"({order}) > (?, ?)"
         last: tuple[Any, Any] | None = None
