@@ -83,7 +83,10 @@ class IndexWriter(Protocol):
     row changed: it gets the item's stored chunks); :meth:`remove` runs before items are
     deleted, while their rows are still there. Both run inside the write's transaction (a
     savepoint of it in a write group): what they write commits or rolls back with the rows,
-    and an exception rolls the whole write back and reaches the caller as it is.
+    and an exception rolls the whole write back and reaches the caller as it is. A writer
+    never commits or rolls back ``conn`` itself (``conn.transaction()`` nests as a savepoint).
+    Items, chunks and ids are the Python values; the storage's text columns hold them as
+    :func:`~knowledge_agent.backends.postgres.rows.text_to_db` stores them.
     """
 
     def replace(
