@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ from web_site import SiteServer
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.ingest import interrupts
+from knowledge_agent.protocols import Storage
 from knowledge_agent.storage import SQLiteStorageManager
 
 # Tests assert behaviour, never time: Hypothesis's per-example deadline (200 ms) would fail a
@@ -52,6 +53,29 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     url = postgres_server.new_database()
     yield url
     postgres_server.drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def open_storage(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Storage]:
+    """Opens a new storage on one empty database each call, of every backend in turn: a
+    file in ``tmp_path`` (SQLite), or a database of its own on the test server."""
+    if request.param == "sqlite":
+        path = tmp_path / "storage.sqlite3"
+        return lambda: SQLiteStorageManager(path)
+    from knowledge_agent.backends.postgres.storage import PostgresStorage
+
+    url = request.getfixturevalue("postgres_url")
+    return lambda: PostgresStorage(url)
+
+
+@pytest.fixture
+def backend_storage(open_storage: Callable[[], Storage]) -> Iterator[Storage]:
+    """An empty storage of every backend in turn (``open_storage``); closed after."""
+    opened = open_storage()
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 @pytest.fixture

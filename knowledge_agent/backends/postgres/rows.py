@@ -1,0 +1,235 @@
+"""Rows of the storage's tables as Python values, and back.
+
+The stores written for SQLite (``SourceStore``, ``DocSourceStore``) read rows by column name
+and by position and write ``?`` placeholders: :class:`Row` and :func:`pg_sql` let them run on
+psycopg unchanged. PostgreSQL text cannot hold NUL, which SQLite stores; the text fields of
+items and chunks go through :func:`text_to_db` and :func:`text_from_db`, so round trips give
+back equal values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from functools import lru_cache
+from typing import Any
+
+from knowledge_agent.errors import QueryError
+from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
+from knowledge_agent.storage.sqlite_storage import ItemFacts, _item_fields
+from knowledge_agent.storage.sqlite_storage import _row_to_chunk as _sqlite_row_to_chunk
+
+__all__ = [
+    "CHUNK_INSERT",
+    "CHUNK_SELECT",
+    "ESCAPE",
+    "FACTS_SELECT",
+    "FILTER_FIELDS",
+    "ITEM_SELECT",
+    "ITEM_UPSERT",
+    "SUMMARY_SELECT",
+    "Row",
+    "check_batch_size",
+    "chunk_columns",
+    "item_to_row",
+    "opt_to_db",
+    "pg_sql",
+    "row_factory",
+    "row_to_chunk",
+    "row_to_facts",
+    "row_to_item",
+    "row_to_summary",
+    "text_from_db",
+    "text_to_db",
+]
+
+_ITEM_COLUMNS = (
+    "id",
+    "title",
+    "content",
+    "source_type",
+    "source_uri",
+    "content_type",
+    "doc_type",
+    "language",
+    "tags",
+    "metadata",
+    "content_hash",
+    "kb",
+    "created_at",
+    "updated_at",
+)
+_ITEM_TEXTS = frozenset(_ITEM_COLUMNS) - {"tags", "metadata", "created_at", "updated_at"}
+_CHUNK_COLUMNS = (
+    "id",
+    "item_id",
+    "chunk_index",
+    "content",
+    "heading",
+    "start_position",
+    "end_position",
+    "metadata",
+)
+_CHUNK_TEXTS = frozenset({"id", "item_id", "content", "heading"})
+_FACTS_COLUMNS = tuple(ItemFacts.__dataclass_fields__)
+_FACTS_TEXTS = frozenset({"id", "kb", "source_type", "doc_type", "source_uri", "title"})
+ITEM_SELECT = f"SELECT {', '.join(_ITEM_COLUMNS)} FROM knowledge_items"
+SUMMARY_SELECT = (
+    f"SELECT {', '.join(name for name in _ITEM_COLUMNS if name != 'content')}, "
+    "length(content) AS content_chars FROM knowledge_items"
+)
+FACTS_SELECT = f"SELECT {', '.join(_FACTS_COLUMNS)} FROM knowledge_items"
+CHUNK_SELECT = f"SELECT {', '.join(_CHUNK_COLUMNS)} FROM knowledge_chunks"
+FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
+ITEM_UPSERT = (
+    f"INSERT INTO knowledge_items ({', '.join(_ITEM_COLUMNS)}, changed_at) "
+    f"VALUES ({', '.join('?' for _ in _ITEM_COLUMNS)}, ?) "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{name} = excluded.{name}" for name in (*_ITEM_COLUMNS[1:], "changed_at"))
+)
+# One statement for all of an item's chunks: a row per array element.
+CHUNK_INSERT = (
+    f"INSERT INTO knowledge_chunks ({', '.join(_CHUNK_COLUMNS)}) "
+    "SELECT * FROM unnest(?::text[], ?::text[], ?::bigint[], ?::text[], ?::text[], "
+    "?::bigint[], ?::bigint[], ?::text[])"
+)
+
+
+# -- text as stored ----------------------------------------------------------------------
+
+# The escape character: a noncharacter, which no real text holds.
+ESCAPE = "\U0010ffff"
+_ESCAPED = re.compile(f"{ESCAPE}([{ESCAPE}0])")
+
+
+def text_to_db(text: str) -> str:
+    """``text`` as PostgreSQL can store it: NUL becomes U+10FFFF ``0`` and U+10FFFF is
+    doubled; text without either (all real text) is stored as it is."""
+    if "\x00" not in text and ESCAPE not in text:
+        return text
+    return text.replace(ESCAPE, ESCAPE * 2).replace("\x00", ESCAPE + "0")
+
+
+def text_from_db(text: str) -> str:
+    """The text :func:`text_to_db` stored as ``text``."""
+    if ESCAPE not in text:
+        return text
+    return _ESCAPED.sub(lambda match: ESCAPE if match.group(1) == ESCAPE else "\x00", text)
+
+
+def opt_to_db(text: str | None) -> str | None:
+    return None if text is None else text_to_db(text)
+
+
+class Row:
+    """A row readable by position and by column name, like ``sqlite3.Row``, so the stores
+    written for SQLite read it unchanged."""
+
+    __slots__ = ("_index", "_values")
+
+    def __init__(self, values: Sequence[Any], index: dict[str, int]) -> None:
+        self._values = values
+        self._index = index
+
+    def __getitem__(self, key: int | str) -> Any:
+        return self._values[key if isinstance(key, int) else self._index[key]]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+def row_factory(cursor: Any) -> Callable[[Sequence[Any]], Row]:
+    """A psycopg row factory of :class:`Row`."""
+    index = {column.name: n for n, column in enumerate(cursor.description or ())}
+    return lambda values: Row(values, index)
+
+
+def _db_row(row: Row, texts: frozenset[str]) -> dict[str, Any]:
+    return {
+        name: text_from_db(value) if name in texts and value is not None else value
+        for name, value in zip(row.keys(), row, strict=True)
+    }
+
+
+def row_to_item(row: Row) -> KnowledgeItem:
+    fields = _db_row(row, _ITEM_TEXTS)
+    return KnowledgeItem(content=fields["content"], **_item_fields(fields))  # type: ignore[arg-type]
+
+
+def row_to_summary(row: Row) -> ItemSummary:
+    fields = _db_row(row, _ITEM_TEXTS)
+    return ItemSummary(content_chars=fields["content_chars"], **_item_fields(fields))  # type: ignore[arg-type]
+
+
+def row_to_facts(row: Row) -> ItemFacts:
+    return ItemFacts(**_db_row(row, _FACTS_TEXTS))
+
+
+def row_to_chunk(row: Row) -> KnowledgeChunk:
+    return _sqlite_row_to_chunk(_db_row(row, _CHUNK_TEXTS))  # type: ignore[arg-type]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _changed_at(item: KnowledgeItem) -> str:
+    """When the item last changed for its author: the file's mtime when it has one (what
+    SQLite computes with ``json_extract(metadata, '$.modified_at')``), else ``updated_at``."""
+    modified = item.metadata.get("modified_at") if isinstance(item.metadata, dict) else None
+    if modified is None:
+        return item.updated_at.isoformat()
+    return text_to_db(modified if isinstance(modified, str) else _dumps(modified))
+
+
+def item_to_row(item: KnowledgeItem) -> tuple[Any, ...]:
+    return (
+        text_to_db(item.id),
+        text_to_db(item.title),
+        text_to_db(item.content),
+        text_to_db(item.source_type),
+        opt_to_db(item.source_uri),
+        text_to_db(item.content_type),
+        text_to_db(item.doc_type),
+        text_to_db(item.language),
+        _dumps(list(item.tags)),
+        _dumps(item.metadata),
+        text_to_db(item.content_hash),
+        text_to_db(item.kb),
+        item.created_at.isoformat(),
+        item.updated_at.isoformat(),
+        _changed_at(item),
+    )
+
+
+def chunk_columns(item_id: str, chunks: Sequence[KnowledgeChunk]) -> list[list[Any]]:
+    """The chunks as one list per column, for :data:`CHUNK_INSERT`."""
+    stored_id = text_to_db(item_id)
+    return [
+        [text_to_db(chunk.id) for chunk in chunks],
+        [stored_id] * len(chunks),
+        [chunk.chunk_index for chunk in chunks],
+        [text_to_db(chunk.content) for chunk in chunks],
+        [text_to_db(chunk.heading) for chunk in chunks],
+        [chunk.start_position for chunk in chunks],
+        [chunk.end_position for chunk in chunks],
+        [_dumps(chunk.metadata) for chunk in chunks],
+    ]
+
+
+def check_batch_size(batch_size: int) -> None:
+    if batch_size < 1:
+        raise QueryError(f"batch_size must be at least 1, got {batch_size}")
+
+
+@lru_cache(maxsize=512)
+def pg_sql(sql: str) -> str:
+    """SQLite's ``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled)."""
+    return sql.replace("%", "%%").replace("?", "%s")
