@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,15 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 GUARD_S = 60.0  # hang guard: a command that stops at its next file ends long before it
 COMMITTED = re.compile(r"^interrupted: (\d+) files? committed; run the same command again")
 WORDS = ["retry", "backoff", "cache", "deploy", "rollback", "timeout", "checkout", "index"]
+
+
+@pytest.fixture(autouse=True)
+def _python_handles_ctrl_c() -> Iterator[None]:
+    """Ctrl-C handled by Python's default handler, as in a terminal, whatever the process
+    running the tests installed (a test runner may catch SIGINT itself); restored after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def collector_for(storage: SQLiteStorageManager, root: Path, workers: int) -> Collector:
