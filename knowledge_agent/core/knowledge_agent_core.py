@@ -194,6 +194,7 @@ class KnowledgeAgentCore:
     folder above) or a ``postgresql://`` URL (the ``[postgres]`` extra): the knowledge base
     is then one database on that server, every write indexed in its own transaction, and
     ``data_dir`` is not used. :attr:`backend_url` names it (without a password).
+    ``read_backend``, a hot standby of that server, answers the searches meanwhile.
 
     A testing hook: ``KNOWLEDGE_AGENT_FAULT`` set when the core is created makes the process
     kill itself at a named step of a write (:mod:`knowledge_agent.faults`).
@@ -217,6 +218,7 @@ class KnowledgeAgentCore:
         embedder: Embedder | Mapping[str, Any] | None = None,
         rebuild_unreadable: bool = True,
         backend: str | None = None,
+        read_backend: str | None = None,
     ) -> None:
         self.reranker = (
             reranker_from_config(reranker) if isinstance(reranker, Mapping) else reranker
@@ -236,6 +238,10 @@ class KnowledgeAgentCore:
         tfidf = _config(tfidf_config, TfidfConfig, "tfidf_config")
         self.backend_url = backend_label(backend)
         self._backend: Backend
+        if read_backend is not None and (
+            self.backend_url == "local" or backend_label(read_backend) == "local"
+        ):
+            raise ConfigError("read_backend is a standby of a postgresql:// backend: set both")
         if self.backend_url != "local":
             from knowledge_agent.backends.postgres.backend import PostgresBackend
 
@@ -246,6 +252,7 @@ class KnowledgeAgentCore:
                 keyword_config=keyword,
                 tfidf_config=tfidf,
                 embedder=embedder,
+                read_url=read_backend,
             )
             self.storage: Storage = self._backend.storage
         else:
@@ -290,13 +297,13 @@ class KnowledgeAgentCore:
 
     @property
     def keyword_index(self) -> SearchIndexManager:
-        """The Whoosh BM25F index over chunks and items."""
-        return self._backend.keyword_index
+        """The BM25F index over chunks and items (Whoosh in a data folder)."""
+        return self.engine.keyword_index  # type: ignore[return-value]
 
     @property
     def semantic_searcher(self) -> SemanticSearcher:
         """The TF-IDF index over chunks and items."""
-        return self._backend.semantic_searcher
+        return self.engine.semantic_searcher  # type: ignore[return-value]
 
     @property
     def lock_timeout(self) -> float | None:

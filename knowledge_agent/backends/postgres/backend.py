@@ -1,0 +1,125 @@
+"""PostgresBackend: a knowledge base in one PostgreSQL database, as the core holds it.
+
+The storage writes every item with its chunks and their postings in one transaction (its index
+writer), so a write is searchable when it returns, by this process and every other one, on
+every machine: there is no folder lock, no journal to replay and nothing to flush. Several
+writer processes need no coordination beyond the database's own.
+
+With ``read_url`` (a hot standby streaming from the primary), searches and the reads that
+hydrate their results go there, while writes go to ``url``; a write then reaches searches once
+the standby has replayed it (usually well under a second).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeVar
+
+from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.backends.postgres.keyword import PostgresKeywordIndex
+from knowledge_agent.backends.postgres.postings import PostingsWriter
+from knowledge_agent.backends.postgres.storage import PostgresStorage
+from knowledge_agent.backends.postgres.vectors import PostgresTfidfIndex
+from knowledge_agent.errors import ConfigError
+from knowledge_agent.models.status import IndexDamage
+from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
+from knowledge_agent.search.search_engine_impl import SearchEngineImpl
+
+if TYPE_CHECKING:
+    from knowledge_agent.embeddings import Embedder
+
+__all__ = ["PostgresBackend"]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+class PostgresBackend:
+    """The :class:`~knowledge_agent.protocols.Backend` over one PostgreSQL database."""
+
+    def __init__(
+        self,
+        url: str,
+        analyzer: TextAnalyzer,
+        search_config: SearchConfig,
+        *,
+        keyword_config: KeywordIndexConfig,
+        tfidf_config: TfidfConfig,
+        embedder: Embedder | None = None,
+        read_url: str | None = None,
+    ) -> None:
+        if embedder is not None:
+            raise ConfigError(
+                "embeddings are not available with a postgresql backend yet: "
+                "leave out the embedder ([embeddings]) or use the data folder"
+            )
+        self.lock = threading.RLock()
+        self.lock_timeout: float | None = None
+        self.storage = PostgresStorage(
+            url, index_writers=[PostingsWriter(analyzer, tfidf=tfidf_config)]
+        )
+        self._closing: list[Callable[[], None]] = [self.storage.close]
+        try:
+            search_url = read_url or url
+            reads = self.storage
+            if read_url is not None:
+                reads = PostgresStorage(read_url, read_only=True)
+                self._closing.append(reads.close)
+            keyword = PostgresKeywordIndex(search_url, analyzer, keyword_config, tfidf=tfidf_config)
+            self._closing.append(keyword.close)
+            semantic = PostgresTfidfIndex(search_url, analyzer, tfidf_config)
+            self._closing.append(semantic.close)
+            self.engine = SearchEngineImpl(reads, keyword, semantic, analyzer, search_config)
+        except BaseException:
+            self.close()
+            raise
+
+    # What a data folder needs to share itself between processes, a database does itself.
+
+    def open(self) -> None:
+        """Nothing to check or repair: every write was indexed in its transaction."""
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self.lock:
+            yield
+
+    def defer(self, chars: int = 0) -> None:
+        """Nothing is deferred: the write's transaction indexed it."""
+
+    def flush(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """Nothing to flush."""
+
+    def before_reading(self) -> None:
+        """Nothing to wait for."""
+
+    def reading(self) -> None:
+        """Every committed write is visible already."""
+
+    def answer(self, run: Callable[[], _T], mode: str = "hybrid") -> _T:
+        with self.lock:
+            return run()
+
+    def damage(self, *, full: bool = True) -> list[IndexDamage]:
+        """No index files to damage: the database checks its own pages."""
+        return []
+
+    def repair(self, damaged: Collection[str]) -> None:
+        self.rebuild()
+
+    def rebuild(self, *, reuse_vectors: bool = False) -> int:
+        """Rewrite the postings from the stored items and chunks."""
+        with self.lock:
+            return self.engine.rebuild(reuse_vectors=reuse_vectors)
+
+    def close(self) -> None:
+        for close in reversed(self._closing):
+            try:
+                close()
+            except Exception:  # closing the rest matters more than one failure
+                logger.warning("closing the postgresql backend", exc_info=True)
+        self._closing = []
