@@ -19,8 +19,7 @@ segments were last merged until they are, so after deletions the two can differ 
 until the local index merges; freshly built indexes agree.
 
 Writes are transactions (:class:`~.postings.PostingsWriter`): there is no journal to
-replay, so :attr:`PostgresKeywordIndex.applied_seq` is always 0 and
-:meth:`PostgresKeywordIndex.set_applied_seq` does nothing.
+replay, so ``applied_seq`` is always 0 (:class:`~.indexes.PostingsIndex`).
 """
 
 from __future__ import annotations
@@ -28,18 +27,16 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.backends.postgres.filters import filter_condition
+from knowledge_agent.backends.postgres.indexes import PostingsIndex
 from knowledge_agent.backends.postgres.postings import (
     CHUNK_LEVEL,
     ITEM_LEVEL,
-    IndexConnection,
     Pair,
     PostingsWriter,
-    install,
 )
 from knowledge_agent.errors import ConfigError, QueryError
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
@@ -129,14 +126,15 @@ def _score_sql(head: bool, content: bool, condition: str, per_item: bool) -> str
     """
 
 
-class PostgresKeywordIndex:
+class PostgresKeywordIndex(PostingsIndex):
     """The keyword (BM25F) index over chunks and items in a PostgreSQL database.
 
-    ``source`` is a database URL (a connection is opened and owned), a callable returning a
-    connection, or a connection (used, not closed). Opening creates or upgrades the tables.
-    Thread-safe: one connection behind a lock. Every database error is a
-    :class:`~knowledge_agent.errors.SearchIndexError`.
+    ``source``: a database URL, a callable returning a connection, or a connection
+    (:class:`~.indexes.PostingsIndex`). ``tfidf`` is how the shared postings weigh TF-IDF
+    vectors when this index writes them.
     """
+
+    _label = "keyword index"
 
     #: Items per batch a rebuild writes (all batches commit together).
     rebuild_commit_every: int = 5_000
@@ -149,7 +147,6 @@ class PostgresKeywordIndex:
         *,
         tfidf: TfidfConfig | None = None,
     ) -> None:
-        self.analyzer = analyzer if analyzer is not None else TextAnalyzer()
         config = config if config is not None else KeywordIndexConfig()
         boosts = dict(DEFAULT_FIELD_BOOSTS)
         if config.field_boosts:
@@ -160,36 +157,8 @@ class PostgresKeywordIndex:
         if any(value < 0 for value in boosts.values()):
             raise ConfigError(f"field_boosts must not be negative, got {boosts}")
         self.field_boosts: dict[str, float] = boosts
-        self.writer = PostingsWriter(self.analyzer, tfidf=tfidf)
-        self._db = IndexConnection(source)
-        try:
-            with self._db.transaction("create the keyword tables") as conn:
-                install(conn)
-        except BaseException:
-            self._db.close()
-            raise
-
-    # -- writing -----------------------------------------------------------------------------
-
-    @property
-    def applied_seq(self) -> int:
-        """Always 0: writes are transactions, there is no journal to catch up with."""
-        return 0
-
-    def set_applied_seq(self, seq: int) -> None:
-        """Nothing to record (see :attr:`applied_seq`)."""
-
-    def update(
-        self, upserts: Sequence[Pair] | AnalysedBatch = (), deletes: Iterable[str] = ()
-    ) -> None:
-        """Replace the rows of ``upserts``' items and remove those of ``deletes``, in one
-        transaction; an id both upserted and deleted ends up deleted."""
-        gone = [deletes] if isinstance(deletes, str) else list(deletes)
-        with self._db.transaction("update the keyword index") as conn:
-            if isinstance(upserts, AnalysedBatch) or upserts:
-                self.writer.replace(conn, upserts)
-            if gone:
-                self.writer.remove(conn, gone)
+        analyzer = analyzer if analyzer is not None else TextAnalyzer()
+        super().__init__(source, PostingsWriter(analyzer, tfidf=tfidf))
 
     def rebuild(self, pairs: Iterable[Pair | AnalysedBatch]) -> int:
         """Replace everything with ``pairs`` in one transaction; the number of chunks."""
@@ -333,40 +302,3 @@ class PostgresKeywordIndex:
     def has_item_index(self) -> bool:
         """True when the index holds at least one item."""
         return self.item_count() > 0
-
-    def chunk_count(self) -> int:
-        with self._db.cursor("read the keyword index") as cur:
-            return self._stats(cur, CHUNK_LEVEL)[0]
-
-    def item_count(self) -> int:
-        with self._db.cursor("read the keyword index") as cur:
-            return self._stats(cur, ITEM_LEVEL)[0]
-
-    def indexed_item_ids(self, *, chunks: bool = False) -> set[str]:
-        """The id of every item indexed (``chunks``: of every item with an indexed chunk)."""
-        with self._db.cursor("read the keyword index") as cur:
-            cur.execute(
-                "SELECT DISTINCT item_id FROM kw_documents WHERE level = %s",
-                (CHUNK_LEVEL if chunks else ITEM_LEVEL,),
-            )
-            return {item_id for (item_id,) in cur.fetchall()}
-
-    # -- lifetime ----------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the connection (when it was opened here); calling it again does nothing."""
-        self._db.close()
-
-    def __enter__(self) -> PostgresKeywordIndex:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"

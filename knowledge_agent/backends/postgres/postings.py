@@ -45,16 +45,14 @@ anyway), writers of different knowledge bases touch disjoint rows, and no two ca
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.errors import ConfigError, SearchIndexError
+from knowledge_agent.errors import ConfigError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch
@@ -70,7 +68,6 @@ __all__ = [
     "COMPONENT",
     "ITEM_LEVEL",
     "MIGRATIONS",
-    "IndexConnection",
     "PostingsWriter",
     "install",
     "whoosh_length",
@@ -147,77 +144,6 @@ def install(conn: psycopg.Connection) -> None:
     from knowledge_agent.backends.postgres import schema
 
     schema.migrate(conn, COMPONENT, MIGRATIONS)
-
-
-# --------------------------------------------------------------------------- connections
-
-
-def _psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError as exc:  # pragma: no cover - the [postgres] extra is installed in tests
-        raise ConfigError(
-            "the PostgreSQL backend needs psycopg: pip install 'knowledge-agent[postgres]'"
-        ) from exc
-    return psycopg
-
-
-class IndexConnection:
-    """One connection an index object uses, behind a lock (psycopg connections are not
-    meant to be shared between threads mid-statement).
-
-    Built from a URL (the connection is opened here, in autocommit mode, and closed by
-    :meth:`close`), a callable returning a connection, or a connection (used, never closed).
-    Reads run outside any transaction; :meth:`transaction` groups writes.
-    """
-
-    def __init__(self, source: str | psycopg.Connection | Callable[[], psycopg.Connection]) -> None:
-        psycopg = _psycopg()
-        self.lock = threading.RLock()
-        self._owned = not isinstance(source, psycopg.Connection)
-        try:
-            if isinstance(source, str):
-                self.conn = psycopg.connect(source, autocommit=True)
-            elif callable(source) and not isinstance(source, psycopg.Connection):
-                self.conn = source()
-            else:
-                self.conn = source
-        except psycopg.Error as exc:
-            raise SearchIndexError(f"cannot connect to the index database: {exc}") from exc
-        self._error = psycopg.Error
-        self._closed = False
-
-    @contextmanager
-    def cursor(self, doing: str) -> Iterator[psycopg.Cursor[Any]]:
-        """A cursor; a database error becomes :class:`SearchIndexError` saying ``doing``."""
-        with self.lock:
-            if self._closed:
-                raise SearchIndexError("the index is closed")
-            try:
-                with self.conn.cursor() as cur:
-                    yield cur
-            except self._error as exc:
-                raise SearchIndexError(f"cannot {doing}: {exc}") from exc
-
-    @contextmanager
-    def transaction(self, doing: str) -> Iterator[psycopg.Connection]:
-        """The connection inside one transaction, committed at the end (rolled back on error)."""
-        with self.lock:
-            if self._closed:
-                raise SearchIndexError("the index is closed")
-            try:
-                with self.conn.transaction():
-                    yield self.conn
-            except self._error as exc:
-                raise SearchIndexError(f"cannot {doing}: {exc}") from exc
-
-    def close(self) -> None:
-        with self.lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._owned:
-                self.conn.close()
 
 
 # --------------------------------------------------------------------------- documents
