@@ -35,7 +35,20 @@ from knowledge_agent.search.hits import ChunkHit, ItemHit
 Pair = tuple[KnowledgeItem, list[KnowledgeChunk]]
 
 ANALYZER = TextAnalyzer()
-WORDS = "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega parse".split()
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "theta",
+    "kappa",
+    "lambda",
+    "sigma",
+    "omega",
+    "parse",
+]
 ENGLISH = [
     "How to reset a forgotten password on the login page.",
     "The installer copies configuration files into the home folder.",
@@ -279,7 +292,10 @@ def test_statistics_equal_the_local_ones(
         assert keyword.unseen(terms, items=items) == local.unseen(terms, items=items)
     idf = keyword.idf(terms)
     assert keyword.best_possible_score(terms, idf) == local.best_possible_score(terms, idf)
-    assert (keyword.chunk_count(), keyword.item_count()) == (local.chunk_count(), local.item_count())
+    assert (keyword.chunk_count(), keyword.item_count()) == (
+        local.chunk_count(),
+        local.item_count(),
+    )
     assert keyword.indexed_item_ids() == local.indexed_item_ids()
     assert keyword.indexed_item_ids(chunks=True) == local.indexed_item_ids(chunks=True)
     assert keyword.has_chunk_index() and keyword.has_item_index() and indexes[1].has_chunks()
@@ -405,11 +421,10 @@ def test_a_failing_write_leaves_nothing(
     keyword.update(pairs[:4])
     before = keyword.search_chunks(ANALYZER.terms("alpha beta"), 50)
     writer = PostingsWriter(ANALYZER)
-    with psycopg.connect(postgres_url) as conn:
-        with pytest.raises(RuntimeError), conn.transaction():
-            writer.replace(conn, pairs[4:])
-            writer.remove(conn, [item.id for item, _ in pairs[:2]])
-            raise RuntimeError("the storage failed after indexing")
+    with psycopg.connect(postgres_url) as conn, pytest.raises(RuntimeError), conn.transaction():
+        writer.replace(conn, pairs[4:])
+        writer.remove(conn, [item.id for item, _ in pairs[:2]])
+        raise RuntimeError("the storage failed after indexing")
     assert keyword.indexed_item_ids() == {item.id for item, _ in pairs[:4]}
     assert keyword.search_chunks(ANALYZER.terms("alpha beta"), 50) == before
     with psycopg.connect(postgres_url) as conn:

@@ -41,7 +41,6 @@ from knowledge_agent.errors import SearchIndexError
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.config import TfidfConfig
 from knowledge_agent.search.filters import SearchFilters
-from knowledge_agent.search.hashing import feature_column
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 
 if TYPE_CHECKING:
@@ -61,39 +60,36 @@ def _cosine_sql(condition: str, per_item: bool) -> str:
             FROM scored s JOIN kw_documents d ON d.kb = s.kb AND d.doc = s.doc
             WHERE s.score > 0 AND s.score >= %(min)s
         ) r WHERE r.rank <= %(cap)s"""
+    # Every step is a lookup by key or a pass over its input, whatever the planner
+    # estimates: the query's weights and the candidates' idf² are JSON maps, not joins.
     return f"""
-        WITH q AS (
-            SELECT * FROM unnest(%(terms)s::text[], %(ord)s::int4[], %(coef)s::float8[])
-                AS q(term, ord, coef)
-        ),
-        dots AS (
-            SELECT p.kb, p.doc, sum(p.w_vec::float8 * q.coef ORDER BY q.ord) AS dot
-            FROM q JOIN kw_postings p ON p.level = %(level)s AND p.term = q.term
+        WITH cand AS MATERIALIZED (
+            SELECT DISTINCT p.kb, p.doc FROM kw_postings p
             {join}
-            WHERE {where}
-            GROUP BY p.kb, p.doc
+            WHERE p.level = %(level)s AND p.term = ANY(%(terms)s::text[]) AND {where}
         ),
         held AS MATERIALIZED (
             SELECT p.kb, p.doc, p.term, p.w_vec
-            FROM dots c JOIN kw_postings p ON p.kb = c.kb AND p.doc = c.doc
+            FROM cand c JOIN kw_postings p ON p.kb = c.kb AND p.doc = c.doc
             WHERE p.w_vec > 0
         ),
-        idf AS (
-            SELECT t.term, ((ln((1.0::float8 + %(n)s::float8)
-                / (1.0::float8 + sum(t.df_vec)::float8)) + 1.0::float8)::real)::float8 AS idf
-            FROM kw_terms t
-            WHERE t.level = %(level)s AND t.term IN (SELECT DISTINCT term FROM held)
-            GROUP BY t.term
-        ),
-        norms AS (
-            SELECT h.kb, h.doc, sqrt(sum((h.w_vec * h.w_vec)::float8 * (i.idf * i.idf))) AS norm
-            FROM held h JOIN idf i ON i.term = h.term
-            GROUP BY h.kb, h.doc
+        weights AS MATERIALIZED (
+            SELECT jsonb_object_agg(term, idf * idf) AS idf2 FROM (
+                SELECT t.term, ((ln((1.0::float8 + %(n)s::float8)
+                    / (1.0::float8 + sum(t.df_vec)::float8)) + 1.0::float8)::real)::float8 AS idf
+                FROM kw_terms t
+                WHERE t.level = %(level)s AND t.term IN (SELECT DISTINCT term FROM held)
+                GROUP BY t.term
+            ) x
         ),
         scored AS (
-            SELECT c.kb, c.doc,
-                least(greatest(c.dot / (n.norm * %(qnorm)s), 0.0::float8), 1.0::float8) AS score
-            FROM dots c JOIN norms n ON n.kb = c.kb AND n.doc = c.doc
+            SELECT h.kb, h.doc, least(greatest(
+                sum(h.w_vec::float8 * coalesce((%(coef)s::jsonb ->> h.term)::float8, 0.0))
+                / (sqrt(sum((h.w_vec * h.w_vec)::float8 * (w.idf2 ->> h.term)::float8))
+                   * %(qnorm)s),
+                0.0::float8), 1.0::float8) AS score
+            FROM held h CROSS JOIN weights w
+            GROUP BY h.kb, h.doc
         )
         SELECT d.key, d.item_id, d.chunk_index, t.score
         FROM (
@@ -234,6 +230,8 @@ class PostgresTfidfIndex(PostingsIndex):
         if not counts:
             return []
         threshold = float(min_similarity) if min_similarity == min_similarity else 0.0  # NaN
+        from psycopg.types.json import Jsonb
+
         with self._db.cursor("search the TF-IDF index") as cur:
             cur.execute("SELECT coalesce(sum(docs), 0) FROM kw_stats WHERE level = %s", (level,))
             row = cur.fetchone()
@@ -252,8 +250,7 @@ class PostgresTfidfIndex(PostingsIndex):
             if found_filter is None:
                 return []
             condition, filter_params = found_filter
-            # The local index adds the query's terms in the order of their hashed columns.
-            names = sorted(df, key=lambda t: feature_column(t, self.config.n_features))
+            names = list(df)
             frequency = np.array([counts[t] for t in names], np.float64)
             idf = (
                 np.log((1.0 + n) / (1.0 + np.array([df[t] for t in names], np.float64))) + 1.0
@@ -263,8 +260,7 @@ class PostgresTfidfIndex(PostingsIndex):
             query = tf * idf64
             params: dict[str, Any] = {
                 "terms": names,
-                "ord": list(range(len(names))),
-                "coef": (query * idf64).tolist(),
+                "coef": Jsonb(dict(zip(names, (query * idf64).tolist(), strict=True))),
                 "qnorm": float(np.sqrt(query @ query)),
                 "n": n,
                 "level": level,
@@ -275,4 +271,3 @@ class PostgresTfidfIndex(PostingsIndex):
             }
             cur.execute(_cosine_sql(condition, per_item is not None), params)
             return [(str(k), str(i), int(c), float(s)) for k, i, c, s in cur.fetchall()]
-
