@@ -286,7 +286,7 @@ def test_statistics_equal_the_local_ones(
     local, _ = local_indexes(pairs)
     keyword = indexes[0]
     keyword.update(pairs)
-    terms = ANALYZER.terms(" ".join(QUERIES)) + ["", "neverseen"]
+    terms = [*ANALYZER.terms(" ".join(QUERIES)), "", "neverseen"]
     for items in (False, True):
         assert keyword.idf(terms, items=items) == local.idf(terms, items=items)
         assert keyword.unseen(terms, items=items) == local.unseen(terms, items=items)
@@ -347,8 +347,7 @@ def test_random_small_corpora_rank_alike(
 ) -> None:
     rnd = random.Random(seed)
     pairs = [make_pair(rnd, text, rnd.choice(["", "alpha notes"])) for text in texts]
-    keyword, tfidf = indexes
-    keyword.rebuild(pairs)
+    indexes[0].rebuild(pairs)
     local = local_indexes(pairs)
     compare_all(local, indexes, [" ".join(query)], [None, SearchFilters.build(kb="docs")], (3, 40))
 
