@@ -134,6 +134,10 @@ MIGRATIONS: tuple[str, ...] = (
 )
 """The keyword component's schema, one migration per release that changed it."""
 
+_BATCH_SPAN = 1 << 24
+"""Document numbers are (write number) × this + position in the write: one sequence call per
+write, in indexing order, disjoint between concurrent writers."""
+
 TABLES = ("kw_postings", "kw_terms", "kw_documents", "kw_stats")
 
 Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
@@ -309,6 +313,19 @@ def _item_level(batch: AnalysedBatch, tfidf: TfidfConfig) -> _Level:
 
 # --------------------------------------------------------------------------- the writer
 
+
+def _quoted(values: Sequence[str]) -> np.ndarray:
+    """Each string as a quoted element of an array literal."""
+    quoted = ['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]
+    return np.array(quoted, dtype=object)
+
+
+def _array(values: np.ndarray | Sequence[Any]) -> str:
+    """An array literal of numbers or of :func:`_quoted` strings."""
+    items = values.tolist() if isinstance(values, np.ndarray) else values
+    return "{" + ",".join(map(str, items)) + "}"
+
+
 _LOCK_STATS = """
     INSERT INTO kw_stats (kb, level)
     SELECT kb, level FROM unnest(%(kbs)s::text[]) AS k(kb), (VALUES (0), (1)) AS l(level)
@@ -356,21 +373,28 @@ _REMOVE = """
 _INSERT_DOCUMENTS = """
     INSERT INTO kw_documents (kb, doc, level, key, item_id, chunk_index, source_type,
         doc_type, language, path, updated_at, len, len_head)
-    SELECT * FROM unnest(%s::text[], %s::int8[], %s::int2[], %s::text[], %s::text[],
-        %s::int4[], %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[], %s::int4[],
-        %s::int4[])
+    SELECT kb, doc, %s, key, item_id, chunk_index, source_type, doc_type, language, path,
+        updated_at, len, len_head
+    FROM unnest(%s::text[], %s::int8[], %s::text[], %s::text[], %s::int4[], %s::text[],
+        %s::text[], %s::text[], %s::text[], %s::float8[], %s::int4[], %s::int4[])
+        AS x(kb, doc, key, item_id, chunk_index, source_type, doc_type, language, path,
+            updated_at, len, len_head)
 """
 
 _INSERT_POSTINGS = """
     INSERT INTO kw_postings (kb, level, term, doc, tf, tf_head, w_vec, norm_len, norm_len_head)
-    SELECT * FROM unnest(%s::text[], %s::int2[], %s::text[], %s::int8[], %s::int4[],
-        %s::int4[], %s::float4[], %s::int4[], %s::int4[])
+    SELECT kb, %s, term, doc, tf, tf_head, w_vec, norm_len, norm_len_head
+    FROM unnest(%s::text[], %s::text[], %s::int8[], %s::int4[], %s::int4[], %s::float4[],
+        %s::int4[], %s::int4[])
+        AS x(kb, term, doc, tf, tf_head, w_vec, norm_len, norm_len_head)
 """
 
 _ADD_TERMS = """
     INSERT INTO kw_terms AS t (kb, level, term, df, df_head, df_vec)
-    SELECT * FROM unnest(%s::text[], %s::int2[], %s::text[], %s::int8[], %s::int8[], %s::int8[])
-    ORDER BY 2, 3, 1
+    SELECT kb, %s, term, df, df_head, df_vec
+    FROM unnest(%s::text[], %s::text[], %s::int8[], %s::int8[], %s::int8[])
+        AS x(kb, term, df, df_head, df_vec)
+    ORDER BY term, kb
     ON CONFLICT (level, term, kb) DO UPDATE
     SET df = t.df + EXCLUDED.df, df_head = t.df_head + EXCLUDED.df_head,
         df_vec = t.df_vec + EXCLUDED.df_vec
@@ -459,21 +483,25 @@ class PostingsWriter:
         items: list[KnowledgeItem],
         levels: list[_Level],
     ) -> None:
+        """Insert the new rows and add them to the statistics. Arrays are sent as array
+        literals built here (psycopg dumps a list element by element in Python)."""
         item_kb = [_text(item.kb) for item in items]
-        meta = {
-            "source_type": [_text(item.source_type) for item in items],
-            "doc_type": [_text(item.doc_type) for item in items],
-            "language": [_text(item.language) for item in items],
-            "path": [_text(item.source_uri) for item in items],
-        }
-        updated = [to_epoch(item.updated_at) for item in items]
-        vocab = np.array([_text(term) for term in batch.vocab] or [""], dtype=object)
-        kb_of_item = np.array(item_kb or [""], dtype=object)
+        kb_of_item = _quoted(item_kb)
+        meta = [
+            _quoted([_text(getattr(item, name)) for item in items])
+            for name in ("source_type", "doc_type", "language", "source_uri")
+        ]
+        item_ids = _quoted([item.id for item in items])
+        updated = np.array([repr(to_epoch(item.updated_at)) for item in items], dtype=object)
+        vocab = _quoted([_text(term) for term in batch.vocab] or [""])
         total = sum(len(level.keys) for level in levels)
-        cur.execute("SELECT nextval('kw_documents_doc_seq') FROM generate_series(1, %s)", (total,))
-        numbers = np.array([row[0] for row in cur.fetchall()], np.int64)
+        if total >= _BATCH_SPAN:
+            raise ValueError(f"a batch of {total} documents is over {_BATCH_SPAN}: split it")
+        cur.execute("SELECT nextval('kw_documents_doc_seq')")
+        row = cur.fetchone()
+        assert row is not None
+        numbers = int(row[0]) * _BATCH_SPAN + np.arange(total, dtype=np.int64)
         stats: dict[tuple[str, int], list[int]] = {}
-        term_rows: list[tuple[np.ndarray, ...]] = []
         start = 0
         for level in levels:
             n = len(level.keys)
@@ -481,58 +509,56 @@ class PostingsWriter:
                 continue
             doc = numbers[start : start + n]
             start += n
-            owner = level.owner.tolist()
-            kb = kb_of_item[level.owner]
+            owner = level.owner
+            kb = kb_of_item[owner]
             cur.execute(
                 _INSERT_DOCUMENTS,
                 (
-                    kb.tolist(),
-                    doc.tolist(),
-                    [level.level] * n,
-                    level.keys,
-                    [items[i].id for i in owner],
-                    level.chunk_index,
-                    *([values[i] for i in owner] for values in meta.values()),
-                    [updated[i] for i in owner],
-                    level.length.tolist(),
-                    level.length_head.tolist(),
+                    level.level,
+                    _array(kb),
+                    _array(doc),
+                    _array(_quoted(level.keys)),
+                    _array(item_ids[owner]),
+                    _array(level.chunk_index),
+                    *(_array(values[owner]) for values in meta),
+                    _array(updated[owner]),
+                    _array(level.length),
+                    _array(level.length_head),
                 ),
             )
-            norm = whoosh_length(level.length)
-            norm_head = whoosh_length(level.length_head)
             cur.execute(
                 _INSERT_POSTINGS,
                 (
-                    kb[level.row].tolist(),
-                    [level.level] * level.row.size,
-                    vocab[level.term].tolist(),
-                    doc[level.row].tolist(),
-                    level.tf.tolist(),
-                    level.tf_head.tolist(),
-                    level.w_vec.tolist(),
-                    norm[level.row].tolist(),
-                    norm_head[level.row].tolist(),
+                    level.level,
+                    _array(kb[level.row]),
+                    _array(vocab[level.term]),
+                    _array(doc[level.row]),
+                    _array(level.tf),
+                    _array(level.tf_head),
+                    _array(level.w_vec),
+                    _array(whoosh_length(level.length)[level.row]),
+                    _array(whoosh_length(level.length_head)[level.row]),
                 ),
             )
-            term_rows.append(self._term_counts(level, kb))
-            for name in sorted(set(kb.tolist())):
-                mask = kb == name
+            kb_codes, kb_names, term, df, df_head, df_vec = self._term_counts(level, kb)
+            cur.execute(
+                _ADD_TERMS,
+                (
+                    level.level,
+                    _array(kb_names[kb_codes]),
+                    _array(vocab[term]),
+                    _array(df),
+                    _array(df_head),
+                    _array(df_vec),
+                ),
+            )
+            names = np.array([item_kb[i] for i in owner.tolist()], dtype=object)
+            for name in sorted(set(names.tolist())):
+                mask = names == name
                 found = stats.setdefault((name, level.level), [0, 0, 0])
                 found[0] += int(mask.sum())
                 found[1] += int(level.length[mask].sum())
                 found[2] += int(level.length_head[mask].sum())
-        for kb_codes, kb_names, level_no, term, df, df_head, df_vec in term_rows:
-            cur.execute(
-                _ADD_TERMS,
-                (
-                    kb_names[kb_codes].tolist(),
-                    [level_no] * term.size,
-                    vocab[term].tolist(),
-                    df.tolist(),
-                    df_head.tolist(),
-                    df_vec.tolist(),
-                ),
-            )
         keys = sorted(stats)
         cur.execute(
             _ADD_STATS,
@@ -546,7 +572,7 @@ class PostingsWriter:
     @staticmethod
     def _term_counts(level: _Level, kb: np.ndarray) -> tuple[Any, ...]:
         """Per (kb, term) of one level: how many new documents hold it in each field."""
-        names, kb_code = np.unique(kb.astype(str), return_inverse=True)
+        names, kb_code = np.unique(kb, return_inverse=True)
         code = kb_code[level.row].astype(np.int64)
         size = int(level.term.max(initial=0)) + 1
         keys = code * size + level.term
@@ -558,7 +584,6 @@ class PostingsWriter:
         return (
             kb_codes,
             names.astype(object),
-            level.level,
             term,
             df,
             df_head.astype(np.int64),
