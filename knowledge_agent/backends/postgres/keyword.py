@@ -115,7 +115,7 @@ def _score_sql(head: bool, content: bool, condition: str, per_item: bool) -> str
             FROM q JOIN kw_postings p ON p.level = %(level)s AND p.term = q.term
             {join}
             WHERE {where}
-            GROUP BY p.kb, p.doc
+            GROUP BY p.doc, p.kb
         )
         SELECT d.key, d.item_id, d.chunk_index, t.score
         FROM (

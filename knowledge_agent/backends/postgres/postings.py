@@ -83,7 +83,7 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE SEQUENCE kw_documents_doc_seq;
     CREATE TABLE kw_documents (
-        kb text NOT NULL,
+        kb text COLLATE "C" NOT NULL,
         doc bigint NOT NULL,
         level smallint NOT NULL,
         key text NOT NULL,
@@ -101,7 +101,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX kw_documents_item ON kw_documents (item_id, level);
     CREATE INDEX kw_documents_path ON kw_documents (level, path);
     CREATE TABLE kw_postings (
-        kb text NOT NULL,
+        kb text COLLATE "C" NOT NULL,
         level smallint NOT NULL,
         term text COLLATE "C" NOT NULL,
         doc bigint NOT NULL,
@@ -114,7 +114,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX kw_postings_doc ON kw_postings (kb, doc);
     CREATE TABLE kw_terms (
-        kb text NOT NULL,
+        kb text COLLATE "C" NOT NULL,
         level smallint NOT NULL,
         term text COLLATE "C" NOT NULL,
         df bigint NOT NULL,
@@ -123,7 +123,7 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (level, term, kb)
     );
     CREATE TABLE kw_stats (
-        kb text NOT NULL,
+        kb text COLLATE "C" NOT NULL,
         level smallint NOT NULL,
         docs bigint NOT NULL DEFAULT 0,
         len bigint NOT NULL DEFAULT 0,

@@ -64,7 +64,7 @@ def _cosine_sql(condition: str, per_item: bool) -> str:
     # estimates: the query's weights and the candidates' idf² are JSON maps, not joins.
     return f"""
         WITH cand AS MATERIALIZED (
-            SELECT DISTINCT p.kb, p.doc FROM kw_postings p
+            SELECT DISTINCT p.doc, p.kb FROM kw_postings p
             {join}
             WHERE p.level = %(level)s AND p.term = ANY(%(terms)s::text[]) AND {where}
         ),
@@ -89,7 +89,7 @@ def _cosine_sql(condition: str, per_item: bool) -> str:
                    * %(qnorm)s),
                 0.0::float8), 1.0::float8) AS score
             FROM held h CROSS JOIN weights w
-            GROUP BY h.kb, h.doc
+            GROUP BY h.doc, h.kb
         )
         SELECT d.key, d.item_id, d.chunk_index, t.score
         FROM (
