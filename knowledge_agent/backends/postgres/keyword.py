@@ -1,0 +1,304 @@
+"""BM25F over chunks and items in SQL: the keyword index of the PostgreSQL backend.
+
+The same scores as the local Whoosh index (:class:`~knowledge_agent.backends.local.keyword.
+index.SearchIndexManager`), computed from the tables of :mod:`.postings`:
+
+* a query is a bag of analysed terms (or term → weight); each (term, field) with a field
+  boost above 0 is a clause of weight ``boost × count``;
+* a clause scores ``idf × tf·(K1+1) / (tf + K1·(1 − B + B·fl/avgfl)) × weight`` with
+  ``K1 = 1.2``, ``B = 0.75``, Lucene's idf ``log(1 + (N − df + 0.5)/(df + 0.5))``, ``fl`` the
+  field length as Whoosh stores it (its length byte) and ``avgfl`` the total field length
+  over ``N``; idf and the average lengths come from the statistics tables (no scan), the
+  score of every matching document from its postings, summed in clause order as Whoosh sums
+  them;
+* filters restrict the documents inside the query, before ranking; ties are ranked by
+  document number (indexing order); ``per_item`` keeps at most that many chunks of one item.
+
+Statistics count live documents only. The local index counts documents deleted since its
+segments were last merged until they are, so after deletions the two can differ slightly
+until the local index merges; freshly built indexes agree.
+
+Writes are transactions (:class:`~.postings.PostingsWriter`): there is no journal to
+replay, so ``applied_seq`` is always 0 (:class:`~.indexes.PostingsIndex`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.backends.postgres.filters import filter_condition
+from knowledge_agent.backends.postgres.indexes import PostingsIndex
+from knowledge_agent.backends.postgres.postings import (
+    CHUNK_LEVEL,
+    ITEM_LEVEL,
+    Pair,
+    PostingsWriter,
+)
+from knowledge_agent.errors import ConfigError, QueryError
+from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
+from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
+from knowledge_agent.search.filters import SearchFilters
+from knowledge_agent.search.hits import ChunkHit, ItemHit
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["DEFAULT_FIELD_BOOSTS", "PostgresKeywordIndex", "term_weights"]
+
+DEFAULT_FIELD_BOOSTS: Mapping[str, float] = {"title": 0.0, "heading": 0.0, "content": 1.0}
+K1 = 1.2
+B = 0.75
+
+
+def term_weights(terms: Sequence[str] | Mapping[str, float]) -> dict[str, float]:
+    """Each term's weight: its count, or the weight given (a widened query); the same
+    checks and messages as the local index."""
+    if isinstance(terms, Mapping):
+        for term, weight in terms.items():
+            if not isinstance(term, str) or isinstance(weight, bool):
+                raise QueryError(f"a weighted term must be a string with a number: {term!r}")
+            if not isinstance(weight, (int, float)) or not weight >= 0:
+                raise QueryError(f"the weight of {term!r} must be a number >= 0, got {weight!r}")
+        return {term: float(weight) for term, weight in terms.items() if term and weight > 0}
+    if isinstance(terms, str):
+        raise QueryError("terms must be a sequence of analysed terms, not a single string")
+    weights: Counter[str] = Counter()
+    for term in terms:
+        if not isinstance(term, str):
+            raise QueryError(f"every term must be a string, got {term!r}")
+        if term:
+            weights[term] += 1
+    return {term: float(count) for term, count in weights.items()}
+
+
+def lucene_idf(n: int, df: int) -> float:
+    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+# The head field is the chunk's heading, the item's title; both precede content, as in the
+# local index's clause order.
+_HEAD_FIELD = {CHUNK_LEVEL: "heading", ITEM_LEVEL: "title"}
+
+_CLAUSE = "q.idf{s} * ((p.tf{s} * %(k1p)s) / (p.tf{s} + %(k1)s * (%(omb)s + %(b)s * p.norm_len{s} / %(avg{s})s))) * q.boost{s}"  # noqa: E501
+
+
+def _score_sql(head: bool, content: bool, condition: str, per_item: bool) -> str:
+    """The scoring query for the active fields, a filter condition on ``d`` and a cap."""
+    parts, matched = [], []
+    if head:
+        parts.append(f"CASE WHEN p.tf_head > 0 THEN {_CLAUSE.format(s='_head')} ELSE 0 END")
+        matched.append("p.tf_head > 0")
+    if content:
+        parts.append(f"CASE WHEN p.tf > 0 THEN {_CLAUSE.format(s='')} ELSE 0 END")
+        matched.append("p.tf > 0")
+    join = "JOIN kw_documents d ON d.kb = p.kb AND d.doc = p.doc" if condition else ""
+    where = f"({' OR '.join(matched)})" + (f" AND {condition}" if condition else "")
+    ranked = "scored"
+    if per_item:
+        ranked = """(
+            SELECT s.kb, s.doc, s.score, row_number() OVER (
+                PARTITION BY d.item_id ORDER BY s.score DESC, s.doc) AS rank
+            FROM scored s JOIN kw_documents d ON d.kb = s.kb AND d.doc = s.doc
+        ) r WHERE r.rank <= %(cap)s"""
+    return f"""
+        WITH q AS (
+            SELECT * FROM unnest(%(terms)s::text[], %(ord)s::int4[], %(idf)s::float8[],
+                %(boost)s::float8[], %(idf_head)s::float8[], %(boost_head)s::float8[])
+                AS q(term, ord, idf, boost, idf_head, boost_head)
+        ),
+        scored AS (
+            SELECT p.kb, p.doc, sum({" + ".join(parts)} ORDER BY q.ord) AS score
+            FROM q JOIN kw_postings p ON p.level = %(level)s AND p.term = q.term
+            {join}
+            WHERE {where}
+            GROUP BY p.doc, p.kb
+        )
+        SELECT d.key, d.item_id, d.chunk_index, t.score
+        FROM (
+            SELECT kb, doc, score FROM {ranked} ORDER BY score DESC, doc LIMIT %(limit)s
+        ) t
+        JOIN kw_documents d ON d.kb = t.kb AND d.doc = t.doc
+        ORDER BY t.score DESC, t.doc
+    """
+
+
+class PostgresKeywordIndex(PostingsIndex):
+    """The keyword (BM25F) index over chunks and items in a PostgreSQL database.
+
+    ``source``: a database URL, a callable returning a connection, or a connection
+    (:class:`~.indexes.PostingsIndex`). ``tfidf`` is how the shared postings weigh TF-IDF
+    vectors when this index writes them.
+    """
+
+    _label = "keyword index"
+
+    #: Items per batch a rebuild writes (all batches commit together).
+    rebuild_commit_every: int = 5_000
+
+    def __init__(
+        self,
+        source: str | psycopg.Connection | Callable[[], psycopg.Connection],
+        analyzer: TextAnalyzer | None = None,
+        config: KeywordIndexConfig | None = None,
+        *,
+        tfidf: TfidfConfig | None = None,
+    ) -> None:
+        config = config if config is not None else KeywordIndexConfig()
+        boosts = dict(DEFAULT_FIELD_BOOSTS)
+        if config.field_boosts:
+            unknown = set(config.field_boosts) - set(DEFAULT_FIELD_BOOSTS)
+            if unknown:
+                raise ConfigError(f"field_boosts: unknown fields {sorted(unknown)}")
+            boosts.update({name: float(value) for name, value in config.field_boosts.items()})
+        if any(value < 0 for value in boosts.values()):
+            raise ConfigError(f"field_boosts must not be negative, got {boosts}")
+        self.field_boosts: dict[str, float] = boosts
+        analyzer = analyzer if analyzer is not None else TextAnalyzer()
+        super().__init__(source, PostingsWriter(analyzer, tfidf=tfidf))
+
+    def rebuild(self, pairs: Iterable[Pair | AnalysedBatch]) -> int:
+        """Replace everything with ``pairs`` in one transaction; the number of chunks."""
+        with self._db.transaction("rebuild the keyword index") as conn:
+            self.writer.clear(conn)
+            for group in grouped(pairs, self.rebuild_commit_every):
+                self.writer.replace(conn, group)
+        return self.chunk_count()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def search_chunks(
+        self,
+        terms: Sequence[str] | Mapping[str, float],
+        limit: int,
+        filters: SearchFilters | None = None,
+        *,
+        per_item: int | None = None,
+    ) -> list[ChunkHit]:
+        """The best ``limit`` chunks for analysed ``terms`` (or term → weight) among those
+        ``filters`` allow; at most ``per_item`` of one item when it is given."""
+        return [
+            ChunkHit(chunk_id=key, item_id=item_id, chunk_index=int(index), score=float(score))
+            for key, item_id, index, score in self._search(
+                CHUNK_LEVEL, terms, limit, filters, per_item
+            )
+        ]
+
+    def search_items(
+        self, terms: Sequence[str], limit: int, filters: SearchFilters | None = None
+    ) -> list[ItemHit]:
+        """The best ``limit`` items (whole-document BM25F) for analysed ``terms``."""
+        return [
+            ItemHit(item_id=key, score=float(score))
+            for key, _, _, score in self._search(ITEM_LEVEL, terms, limit, filters, None)
+        ]
+
+    def _search(
+        self,
+        level: int,
+        terms: Sequence[str] | Mapping[str, float],
+        limit: int,
+        filters: SearchFilters | None,
+        per_item: int | None,
+    ) -> list[tuple[str, str, int, float]]:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise QueryError(f"limit must be an integer, got {limit!r}")
+        weights = term_weights(terms)
+        if filters is not None and not isinstance(filters, SearchFilters):
+            raise QueryError(f"filters must be SearchFilters, got {type(filters).__name__}")
+        head_boost = self.field_boosts[_HEAD_FIELD[level]]
+        content_boost = self.field_boosts["content"]
+        if not weights or limit < 1 or (head_boost <= 0 and content_boost <= 0):
+            return []
+        with self._db.cursor("search the keyword index") as cur:
+            n, length, length_head = self._stats(cur, level)
+            if n == 0:
+                return []
+            found = filter_condition(cur, filters, level)
+            if found is None:
+                return []
+            condition, filter_params = found
+            df = self._df(cur, level, list(weights))
+            names = list(weights)
+            params: dict[str, Any] = {
+                "terms": names,
+                "ord": list(range(len(names))),
+                "idf": [lucene_idf(n, df.get(t, (0, 0))[0]) for t in names],
+                "boost": [content_boost * weights[t] for t in names],
+                "idf_head": [lucene_idf(n, df.get(t, (0, 0))[1]) for t in names],
+                "boost_head": [head_boost * weights[t] for t in names],
+                "level": level,
+                "k1": K1,
+                "k1p": K1 + 1,
+                "b": B,
+                "omb": 1 - B,
+                "avg": (length / n) or 1,
+                "avg_head": (length_head / n) or 1,
+                "limit": limit,
+                "cap": per_item,
+            }
+            params.update(filter_params)
+            sql = _score_sql(head_boost > 0, content_boost > 0, condition, per_item is not None)
+            cur.execute(sql, params)
+            return [(str(k), str(i), int(c), float(s)) for k, i, c, s in cur.fetchall()]
+
+    @staticmethod
+    def _stats(cur: psycopg.Cursor[Any], level: int) -> tuple[int, int, int]:
+        cur.execute(
+            "SELECT coalesce(sum(docs), 0), coalesce(sum(len), 0), coalesce(sum(len_head), 0)"
+            " FROM kw_stats WHERE level = %s",
+            (level,),
+        )
+        n, length, length_head = cur.fetchone() or (0, 0, 0)
+        return int(n), int(length), int(length_head)
+
+    @staticmethod
+    def _df(cur: psycopg.Cursor[Any], level: int, terms: list[str]) -> dict[str, tuple[int, int]]:
+        """(df in content, df in the head field) of each term some document holds."""
+        cur.execute(
+            "SELECT term, sum(df), sum(df_head) FROM kw_terms"
+            " WHERE level = %s AND term = ANY(%s::text[]) GROUP BY term",
+            (level, terms),
+        )
+        return {term: (int(df), int(df_head)) for term, df, df_head in cur.fetchall()}
+
+    def idf(self, terms: Iterable[str], *, items: bool = False) -> dict[str, float]:
+        """The BM25 idf of each term over the chunks' (or items') ``content``; a term no text
+        has gets the idf of frequency zero, the highest."""
+        names = list(dict.fromkeys(t for t in terms if isinstance(t, str)))
+        level = ITEM_LEVEL if items else CHUNK_LEVEL
+        with self._db.cursor("read the keyword index") as cur:
+            n, _, _ = self._stats(cur, level)
+            df = self._df(cur, level, names) if names else {}
+        return {term: lucene_idf(n, df.get(term, (0, 0))[0]) for term in names}
+
+    def unseen(self, terms: Iterable[str], *, items: bool = False) -> set[str]:
+        """The terms no chunk (or item) holds in any of its text fields."""
+        names = list({t for t in terms if isinstance(t, str)})
+        if not names:
+            return set()
+        level = ITEM_LEVEL if items else CHUNK_LEVEL
+        with self._db.cursor("read the keyword index") as cur:
+            df = self._df(cur, level, names)
+        return {term for term in names if sum(df.get(term, (0, 0))) == 0}
+
+    def best_possible_score(self, terms: Sequence[str], idf: Mapping[str, float]) -> float:
+        """The BM25 a text would score if it held every term as often as counts can help."""
+        saturated = K1 + 1
+        boost = self.field_boosts["content"]
+        return sum(count * idf.get(term, 0.0) for term, count in term_weights(terms).items()) * (
+            saturated * boost
+        )
+
+    # -- status ------------------------------------------------------------------------------
+
+    def has_chunk_index(self) -> bool:
+        """True when the index holds at least one chunk."""
+        return self.chunk_count() > 0
+
+    def has_item_index(self) -> bool:
+        """True when the index holds at least one item."""
+        return self.item_count() > 0

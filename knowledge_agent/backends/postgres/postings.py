@@ -1,0 +1,591 @@
+"""The keyword and TF-IDF indexes' tables in PostgreSQL, and the writer that fills them.
+
+One set of tables serves BM25F (:mod:`.keyword`) and TF-IDF cosine (:mod:`.vectors`), at two
+levels: chunks (level 0) and whole items (level 1). The terms are the shared
+:class:`~knowledge_agent.analysis.TextAnalyzer`'s, counted from an
+:class:`~knowledge_agent.search.analysed_batch.AnalysedBatch`, so each document holds exactly
+the terms the local Whoosh and TF-IDF indexes hold for it:
+
+``kw_documents``
+    one row per chunk or item: ``doc`` (its number, in indexing order: ties are ranked by
+    it, as Whoosh ranks them by docnum), ``key`` (chunk or item id), ``item_id``,
+    ``chunk_index``, the filter columns (``source_type``, ``doc_type``, ``language``,
+    ``path``, ``updated_at`` in POSIX seconds) and the field lengths in terms: ``len`` (the
+    ``content`` field) and ``len_head`` (``heading`` for a chunk, ``title`` for an item).
+``kw_postings``
+    one row per (document, term): ``tf`` in ``content``, ``tf_head`` in the heading / title
+    field, ``w_vec`` the term's TF-IDF weight in the document's vector (float4, as the local
+    index keeps it; 0 when the vector lacks the term), and the document's two field lengths
+    as Whoosh scores them (``norm_len``, ``norm_len_head``: quantised to Whoosh's length
+    byte), so scoring reads no other table.
+``kw_terms``
+    per term the number of documents holding it in each field (``df``, ``df_head``) and in
+    its vector (``df_vec``). TF-IDF row norms need the document frequency of every term of
+    every candidate, which counting postings at query time cannot give cheaply.
+``kw_stats``
+    per level: the number of documents and the total length of each field (the average
+    field length of BM25F).
+
+``kw_terms`` and ``kw_stats`` change in the same transaction as the postings (the writer runs
+inside the storage's write transaction), so a search never scans the corpus for statistics
+and a killed writer leaves none half-counted. Statistics are kept per knowledge base and
+summed at query time, because the local index ranks over every knowledge base at once.
+
+**Distribution.** Every table has a ``kb`` column that is part of its primary key, and every
+join between them includes it, so each table can be distributed by knowledge base (Citus:
+``create_distributed_table(..., 'kb')``, co-located) without changing a statement's meaning;
+the per-kb rows of ``kw_terms`` and ``kw_stats`` are what would let such a cluster answer
+from each shard's own statistics.
+
+**Writers.** Every write first locks the ``kw_stats`` rows of the knowledge bases it touches,
+in key order: writers of one knowledge base take turns (they would contend on these counters
+anyway), writers of different knowledge bases touch disjoint rows, and no two can deadlock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.errors import ConfigError
+from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
+from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.search.analysed_batch import AnalysedBatch
+from knowledge_agent.search.config import TfidfConfig
+from knowledge_agent.search.documents import HEADING_WEIGHT
+from knowledge_agent.search.filters import to_epoch
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = [
+    "CHUNK_LEVEL",
+    "COMPONENT",
+    "ITEM_LEVEL",
+    "MIGRATIONS",
+    "PostingsWriter",
+    "install",
+    "whoosh_length",
+]
+
+logger = logging.getLogger(__name__)
+
+CHUNK_LEVEL = 0
+ITEM_LEVEL = 1
+COMPONENT = "keyword"
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE SEQUENCE kw_documents_doc_seq;
+    CREATE TABLE kw_documents (
+        kb text COLLATE "C" NOT NULL,
+        doc bigint NOT NULL,
+        level smallint NOT NULL,
+        key text NOT NULL,
+        item_id text NOT NULL,
+        chunk_index integer NOT NULL,
+        source_type text NOT NULL,
+        doc_type text NOT NULL,
+        language text NOT NULL,
+        path text COLLATE "C" NOT NULL,
+        updated_at double precision NOT NULL,
+        len integer NOT NULL,
+        len_head integer NOT NULL,
+        PRIMARY KEY (kb, doc)
+    );
+    CREATE INDEX kw_documents_item ON kw_documents (item_id, level);
+    CREATE INDEX kw_documents_path ON kw_documents (level, path);
+    CREATE TABLE kw_postings (
+        kb text COLLATE "C" NOT NULL,
+        level smallint NOT NULL,
+        term text COLLATE "C" NOT NULL,
+        doc bigint NOT NULL,
+        tf integer NOT NULL,
+        tf_head integer NOT NULL,
+        w_vec real NOT NULL,
+        norm_len integer NOT NULL,
+        norm_len_head integer NOT NULL,
+        PRIMARY KEY (level, term, kb, doc)
+    );
+    CREATE INDEX kw_postings_doc ON kw_postings (kb, doc);
+    CREATE TABLE kw_terms (
+        kb text COLLATE "C" NOT NULL,
+        level smallint NOT NULL,
+        term text COLLATE "C" NOT NULL,
+        df bigint NOT NULL,
+        df_head bigint NOT NULL,
+        df_vec bigint NOT NULL,
+        PRIMARY KEY (level, term, kb)
+    );
+    CREATE TABLE kw_stats (
+        kb text COLLATE "C" NOT NULL,
+        level smallint NOT NULL,
+        docs bigint NOT NULL DEFAULT 0,
+        len bigint NOT NULL DEFAULT 0,
+        len_head bigint NOT NULL DEFAULT 0,
+        PRIMARY KEY (kb, level)
+    );
+    """,
+)
+"""The keyword component's schema, one migration per release that changed it."""
+
+_BATCH_SPAN = 1 << 24
+"""Document numbers are (write number) × this + position in the write: one sequence call per
+write, in indexing order, disjoint between concurrent writers."""
+
+TABLES = ("kw_postings", "kw_terms", "kw_documents", "kw_stats")
+
+Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
+
+
+def install(conn: psycopg.Connection) -> None:
+    """Create or upgrade the tables (the storage's ``schema.migrate`` keeps the version)."""
+    from knowledge_agent.backends.postgres import schema
+
+    schema.migrate(conn, COMPONENT, MIGRATIONS)
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def _length_table() -> np.ndarray:
+    from whoosh.util.numeric import byte_to_length
+
+    return np.array([byte_to_length(b) for b in range(256)], np.int64)
+
+
+_LENGTHS = _length_table()
+
+
+def whoosh_length(lengths: np.ndarray) -> np.ndarray:
+    """Each field length as Whoosh scores it: the length its length byte decodes to (the
+    smallest of Whoosh's 256 lengths at or above it), so BM25 here equals the local index's."""
+    byte = np.minimum(np.searchsorted(_LENGTHS, lengths, side="left"), 255)
+    return _LENGTHS[byte]
+
+
+def _text(value: object) -> str:
+    """A value PostgreSQL can store as text: None is "", NUL and lone surrogates replaced."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+@dataclass(eq=False)
+class _Level:
+    """One level's new rows: documents (per row of the batch) and postings."""
+
+    level: int
+    keys: list[str]
+    owner: np.ndarray  # item position of each document
+    chunk_index: list[int]
+    length: np.ndarray
+    length_head: np.ndarray
+    row: np.ndarray  # per posting: its document
+    term: np.ndarray  # per posting: vocabulary id
+    tf: np.ndarray
+    tf_head: np.ndarray
+    w_vec: np.ndarray  # float32
+
+
+def _counted(ids: np.ndarray, rows: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    keys, counts = np.unique(rows.astype(np.int64) * size + ids, return_counts=True)
+    return keys, counts
+
+
+def _level_rows(
+    batch: AnalysedBatch,
+    level: int,
+    content: tuple[np.ndarray, np.ndarray],
+    head: tuple[np.ndarray, np.ndarray],
+    vec: tuple[np.ndarray, np.ndarray] | None,
+    sublinear: bool,
+    n_rows: int,
+) -> tuple[np.ndarray, ...]:
+    """(row, term, tf, tf_head, w_vec, length, length_head) of one level's documents; a
+    ``vec`` of None is the content itself (an item's vector is its content)."""
+    size = max(len(batch.vocab), 1)
+    kc, cc = _counted(*content, size)
+    kh, ch = _counted(*head, size)
+    kv, cv = (kc, cc) if vec is None else _counted(*vec, size)
+    keys = np.union1d(np.union1d(kc, kh), kv)
+    tf = np.zeros(keys.size, np.int64)
+    tf_head = np.zeros(keys.size, np.int64)
+    counts_vec = np.zeros(keys.size, np.float32)
+    tf[np.searchsorted(keys, kc)] = cc
+    tf_head[np.searchsorted(keys, kh)] = ch
+    counts_vec[np.searchsorted(keys, kv)] = cv
+    w_vec = np.zeros(keys.size, np.float32)
+    present = counts_vec > 0
+    # The local TF-IDF index's tf weights, in float32 as it keeps them.
+    w_vec[present] = (
+        np.log(counts_vec[present], dtype=np.float32) + np.float32(1.0)
+        if sublinear
+        else counts_vec[present]
+    )
+    row, term = np.divmod(keys, size)
+    length = np.bincount(content[1], minlength=n_rows).astype(np.int64)
+    length_head = np.bincount(head[1], minlength=n_rows).astype(np.int64)
+    return row, term, tf, tf_head, w_vec, length, length_head
+
+
+def _chunk_level(batch: AnalysedBatch, tfidf: TfidfConfig) -> _Level:
+    """The chunk documents of :func:`~knowledge_agent.backends.local.keyword.blocks.chunk_block`
+    (content: title unless the heading path starts with it, heading path and code symbol
+    ``HEADING_WEIGHT`` times each, body; heading: the heading path) and the TF-IDF chunk
+    rows (title if ``include_title``, heading path if ``include_heading``, body)."""
+    owner = batch.chunk_items()
+    n = owner.size
+    title = batch.title[owner]
+    title_end = np.where(batch.title_in_heading, title[:, 0], title[:, 1])
+    heading = (batch.heading[:, 0], batch.heading[:, 1])
+    parts = [(title[:, 0], title_end), *[heading] * HEADING_WEIGHT]
+    parts += [(batch.symbol[:, 0], batch.symbol[:, 1])] * HEADING_WEIGHT
+    parts.append((batch.body[:, 0], batch.body[:, 1]))
+    empty = np.zeros(n, np.int64)
+    vec_parts = [
+        (title[:, 0], title[:, 1]) if tfidf.include_title else (empty, empty),
+        heading if tfidf.include_heading else (empty, empty),
+        (batch.body[:, 0], batch.body[:, 1]),
+    ]
+    row, term, tf, tf_head, w_vec, length, length_head = _level_rows(
+        batch,
+        CHUNK_LEVEL,
+        batch.rows(parts),
+        batch.rows([heading]),
+        batch.rows(vec_parts),
+        tfidf.sublinear_tf,
+        n,
+    )
+    chunks = [chunk for _, item_chunks in batch.pairs for chunk in item_chunks]
+    return _Level(
+        CHUNK_LEVEL,
+        [chunk.id for chunk in chunks],
+        owner,
+        [int(chunk.chunk_index) for chunk in chunks],
+        length,
+        length_head,
+        row,
+        term,
+        tf,
+        tf_head,
+        w_vec,
+    )
+
+
+def _item_level(batch: AnalysedBatch, tfidf: TfidfConfig) -> _Level:
+    """The item documents (title; content: the title then the item-level text) — the TF-IDF
+    item row is the same content."""
+    every = np.arange(batch.n_items)
+    row, term, tf, tf_head, w_vec, length, length_head = _level_rows(
+        batch,
+        ITEM_LEVEL,
+        batch.item_rows(every),
+        batch.rows([(batch.title[:, 0], batch.title[:, 1])]),
+        None,
+        tfidf.sublinear_tf,
+        batch.n_items,
+    )
+    return _Level(
+        ITEM_LEVEL,
+        [item.id for item, _ in batch.pairs],
+        every,
+        [0] * batch.n_items,
+        length,
+        length_head,
+        row,
+        term,
+        tf,
+        tf_head,
+        w_vec,
+    )
+
+
+# --------------------------------------------------------------------------- the writer
+
+
+def _quoted(values: Sequence[str]) -> np.ndarray:
+    """Each string as a quoted element of an array literal."""
+    quoted = ['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]
+    return np.array(quoted, dtype=object)
+
+
+def _array(values: np.ndarray | Sequence[Any]) -> str:
+    """An array literal of numbers or of :func:`_quoted` strings."""
+    items = values.tolist() if isinstance(values, np.ndarray) else values
+    return "{" + ",".join(map(str, items)) + "}"
+
+
+_LOCK_STATS = """
+    INSERT INTO kw_stats (kb, level)
+    SELECT kb, level FROM unnest(%(kbs)s::text[]) AS k(kb), (VALUES (0), (1)) AS l(level)
+    ORDER BY kb, level
+    ON CONFLICT (kb, level) DO NOTHING
+"""
+_LOCK_STATS_ROWS = """
+    SELECT 1 FROM kw_stats WHERE kb = ANY(%(kbs)s::text[]) ORDER BY kb, level FOR UPDATE
+"""
+
+_REMOVE = """
+    WITH gone AS (
+        DELETE FROM kw_documents WHERE item_id = ANY(%(ids)s::text[])
+        RETURNING kb, doc, level, len, len_head
+    ),
+    gone_postings AS (
+        DELETE FROM kw_postings p USING gone g
+        WHERE p.kb = g.kb AND p.doc = g.doc
+        RETURNING p.kb, p.level, p.term, p.tf, p.tf_head, p.w_vec
+    ),
+    terms AS (
+        UPDATE kw_terms t
+        SET df = t.df - x.df, df_head = t.df_head - x.df_head, df_vec = t.df_vec - x.df_vec
+        FROM (
+            SELECT kb, level, term,
+                count(*) FILTER (WHERE tf > 0) AS df,
+                count(*) FILTER (WHERE tf_head > 0) AS df_head,
+                count(*) FILTER (WHERE w_vec > 0) AS df_vec
+            FROM gone_postings GROUP BY kb, level, term
+        ) x
+        WHERE t.level = x.level AND t.term = x.term AND t.kb = x.kb
+    ),
+    stats AS (
+        UPDATE kw_stats s
+        SET docs = s.docs - x.docs, len = s.len - x.len, len_head = s.len_head - x.len_head
+        FROM (
+            SELECT kb, level, count(*) AS docs, sum(len) AS len, sum(len_head) AS len_head
+            FROM gone GROUP BY kb, level
+        ) x
+        WHERE s.kb = x.kb AND s.level = x.level
+    )
+    SELECT count(*) FROM gone
+"""
+
+_INSERT_DOCUMENTS = """
+    INSERT INTO kw_documents (kb, doc, level, key, item_id, chunk_index, source_type,
+        doc_type, language, path, updated_at, len, len_head)
+    SELECT kb, doc, %s, key, item_id, chunk_index, source_type, doc_type, language, path,
+        updated_at, len, len_head
+    FROM unnest(%s::text[], %s::int8[], %s::text[], %s::text[], %s::int4[], %s::text[],
+        %s::text[], %s::text[], %s::text[], %s::float8[], %s::int4[], %s::int4[])
+        AS x(kb, doc, key, item_id, chunk_index, source_type, doc_type, language, path,
+            updated_at, len, len_head)
+"""
+
+_INSERT_POSTINGS = """
+    INSERT INTO kw_postings (kb, level, term, doc, tf, tf_head, w_vec, norm_len, norm_len_head)
+    SELECT kb, %s, term, doc, tf, tf_head, w_vec, norm_len, norm_len_head
+    FROM unnest(%s::text[], %s::text[], %s::int8[], %s::int4[], %s::int4[], %s::float4[],
+        %s::int4[], %s::int4[])
+        AS x(kb, term, doc, tf, tf_head, w_vec, norm_len, norm_len_head)
+"""
+
+_ADD_TERMS = """
+    INSERT INTO kw_terms AS t (kb, level, term, df, df_head, df_vec)
+    SELECT kb, %s, term, df, df_head, df_vec
+    FROM unnest(%s::text[], %s::text[], %s::int8[], %s::int8[], %s::int8[])
+        AS x(kb, term, df, df_head, df_vec)
+    ORDER BY term, kb
+    ON CONFLICT (level, term, kb) DO UPDATE
+    SET df = t.df + EXCLUDED.df, df_head = t.df_head + EXCLUDED.df_head,
+        df_vec = t.df_vec + EXCLUDED.df_vec
+"""
+
+_ADD_STATS = """
+    UPDATE kw_stats s
+    SET docs = s.docs + x.docs, len = s.len + x.len, len_head = s.len_head + x.len_head
+    FROM unnest(%s::text[], %s::int2[], %s::int8[], %s::int8[], %s::int8[])
+        AS x(kb, level, docs, len, len_head)
+    WHERE s.kb = x.kb AND s.level = x.level
+"""
+
+
+class PostingsWriter:
+    """Writes items and their chunks into the keyword tables, inside the caller's transaction.
+
+    The storage calls :meth:`replace` and :meth:`remove` within its write transaction (they
+    never commit), so an item, its chunks and its postings become visible together.
+    ``tfidf`` fixes how the TF-IDF vectors are weighted (a change needs a rebuild, as for the
+    local index).
+    """
+
+    def __init__(self, analyzer: TextAnalyzer, *, tfidf: TfidfConfig | None = None) -> None:
+        if not isinstance(analyzer, TextAnalyzer):
+            raise ConfigError(f"analyzer must be a TextAnalyzer, got {type(analyzer).__name__}")
+        self.analyzer = analyzer
+        self.tfidf = tfidf if tfidf is not None else TfidfConfig()
+
+    def analysed(self, pairs: Sequence[Pair] | AnalysedBatch) -> AnalysedBatch:
+        if isinstance(pairs, AnalysedBatch):
+            return pairs if pairs.matches(self.analyzer) else self.analysed(pairs.pairs)
+        return AnalysedBatch.build(self.analyzer, pairs)
+
+    def replace(self, conn: psycopg.Connection, pairs: Sequence[Pair] | AnalysedBatch) -> None:
+        """(Re)index these items and their chunks: their previous rows go, in the same
+        transaction."""
+        batch = self.analysed(pairs)
+        if batch.n_items == 0:
+            return
+        items = [item for item, _ in batch.pairs]
+        ids = [item.id for item in items]
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT DISTINCT kb FROM kw_documents WHERE item_id = ANY(%s::text[])", (ids,)
+            )
+            kbs = {row[0] for row in cur.fetchall()} | {_text(item.kb) for item in items}
+            self._lock(cur, kbs)
+            cur.execute(_REMOVE, {"ids": ids})
+            levels = [_chunk_level(batch, self.tfidf), _item_level(batch, self.tfidf)]
+            self._insert(cur, batch, items, levels)
+
+    def remove(self, conn: psycopg.Connection, item_ids: Sequence[str]) -> None:
+        """Drop every row of these items."""
+        ids = [item_ids] if isinstance(item_ids, str) else list(dict.fromkeys(item_ids))
+        if not ids:
+            return
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT DISTINCT kb FROM kw_documents WHERE item_id = ANY(%s::text[])", (ids,)
+            )
+            kbs = {row[0] for row in cur.fetchall()}
+            if not kbs:
+                return
+            self._lock(cur, kbs)
+            cur.execute(_REMOVE, {"ids": ids})
+
+    def clear(self, conn: psycopg.Connection) -> None:
+        """Drop every row (a rebuild's start). ``DELETE``, not ``TRUNCATE``: readers keep
+        answering from the old rows until the rebuild commits."""
+        with conn.cursor() as cur:
+            cur.execute("SELECT kb FROM kw_stats ORDER BY kb, level FOR UPDATE")
+            for table in TABLES:
+                cur.execute(f"DELETE FROM {table}")
+
+    @staticmethod
+    def _lock(cur: psycopg.Cursor[Any], kbs: set[str]) -> None:
+        names = sorted(kbs)
+        cur.execute(_LOCK_STATS, {"kbs": names})
+        cur.execute(_LOCK_STATS_ROWS, {"kbs": names})
+
+    def _insert(
+        self,
+        cur: psycopg.Cursor[Any],
+        batch: AnalysedBatch,
+        items: list[KnowledgeItem],
+        levels: list[_Level],
+    ) -> None:
+        """Insert the new rows and add them to the statistics. Arrays are sent as array
+        literals built here (psycopg dumps a list element by element in Python)."""
+        item_kb = [_text(item.kb) for item in items]
+        kb_of_item = _quoted(item_kb)
+        meta = [
+            _quoted([_text(getattr(item, name)) for item in items])
+            for name in ("source_type", "doc_type", "language", "source_uri")
+        ]
+        item_ids = _quoted([item.id for item in items])
+        updated = np.array([repr(to_epoch(item.updated_at)) for item in items], dtype=object)
+        vocab = _quoted([_text(term) for term in batch.vocab] or [""])
+        total = sum(len(level.keys) for level in levels)
+        if total >= _BATCH_SPAN:
+            raise ValueError(f"a batch of {total} documents is over {_BATCH_SPAN}: split it")
+        cur.execute("SELECT nextval('kw_documents_doc_seq')")
+        row = cur.fetchone()
+        assert row is not None
+        numbers = int(row[0]) * _BATCH_SPAN + np.arange(total, dtype=np.int64)
+        stats: dict[tuple[str, int], list[int]] = {}
+        start = 0
+        for level in levels:
+            n = len(level.keys)
+            if n == 0:
+                continue
+            doc = numbers[start : start + n]
+            start += n
+            owner = level.owner
+            kb = kb_of_item[owner]
+            cur.execute(
+                _INSERT_DOCUMENTS,
+                (
+                    level.level,
+                    _array(kb),
+                    _array(doc),
+                    _array(_quoted(level.keys)),
+                    _array(item_ids[owner]),
+                    _array(level.chunk_index),
+                    *(_array(values[owner]) for values in meta),
+                    _array(updated[owner]),
+                    _array(level.length),
+                    _array(level.length_head),
+                ),
+            )
+            cur.execute(
+                _INSERT_POSTINGS,
+                (
+                    level.level,
+                    _array(kb[level.row]),
+                    _array(vocab[level.term]),
+                    _array(doc[level.row]),
+                    _array(level.tf),
+                    _array(level.tf_head),
+                    _array(level.w_vec),
+                    _array(whoosh_length(level.length)[level.row]),
+                    _array(whoosh_length(level.length_head)[level.row]),
+                ),
+            )
+            kb_codes, kb_names, term, df, df_head, df_vec = self._term_counts(level, kb)
+            cur.execute(
+                _ADD_TERMS,
+                (
+                    level.level,
+                    _array(kb_names[kb_codes]),
+                    _array(vocab[term]),
+                    _array(df),
+                    _array(df_head),
+                    _array(df_vec),
+                ),
+            )
+            names = np.array([item_kb[i] for i in owner.tolist()], dtype=object)
+            for name in sorted(set(names.tolist())):
+                mask = names == name
+                found = stats.setdefault((name, level.level), [0, 0, 0])
+                found[0] += int(mask.sum())
+                found[1] += int(level.length[mask].sum())
+                found[2] += int(level.length_head[mask].sum())
+        keys = sorted(stats)
+        cur.execute(
+            _ADD_STATS,
+            (
+                [k for k, _ in keys],
+                [level for _, level in keys],
+                *([stats[key][i] for key in keys] for i in range(3)),
+            ),
+        )
+
+    @staticmethod
+    def _term_counts(level: _Level, kb: np.ndarray) -> tuple[Any, ...]:
+        """Per (kb, term) of one level: how many new documents hold it in each field."""
+        names, kb_code = np.unique(kb, return_inverse=True)
+        code = kb_code[level.row].astype(np.int64)
+        size = int(level.term.max(initial=0)) + 1
+        keys = code * size + level.term
+        distinct, where = np.unique(keys, return_inverse=True)
+        df = np.bincount(where, weights=level.tf > 0, minlength=distinct.size).astype(np.int64)
+        df_head = np.bincount(where, weights=level.tf_head > 0, minlength=distinct.size)
+        df_vec = np.bincount(where, weights=level.w_vec > 0, minlength=distinct.size)
+        kb_codes, term = np.divmod(distinct, size)
+        return (
+            kb_codes,
+            names.astype(object),
+            term,
+            df,
+            df_head.astype(np.int64),
+            df_vec.astype(np.int64),
+        )

@@ -1,0 +1,273 @@
+"""TF-IDF cosine over chunks and items in SQL: the semantic index of the PostgreSQL backend.
+
+The same scores as the local :class:`~knowledge_agent.backends.local.tfidf.index.
+SemanticSearcher`, from the postings of :mod:`.postings` (``w_vec``: the float32 tf weight
+``1 + log(count)`` of each term of a document's vector)::
+
+    idf    = float32(log((1 + N) / (1 + df)) + 1)     N, df over the level's live documents
+    q_t    = tf(query count) · idf_t                    query terms no document holds dropped
+    score  = Σ_t q_t · w_dt · idf_t / (‖d‖ · ‖q‖)       clipped to [0, 1]
+    ‖d‖    = sqrt(Σ_t (w_dt² · idf_t²))                 over every term of the document
+
+Norms depend on the idf of every term of a document, which every write changes, so they are
+computed at query time for the candidates only (the documents holding a query term that the
+filters allow): their postings joined to ``kw_terms``. ``min_similarity`` and the filters
+apply before the top-k; ties are ranked by document number, ``per_item`` caps the chunks of
+one item.
+
+Differences from the local index, both below the scores' float32 precision in practice: the
+local index hashes terms into ``n_features`` columns, so two terms sharing a column count as
+one there (here terms are never merged), and its norms are summed in float32.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.backends.postgres.filters import filter_condition
+from knowledge_agent.backends.postgres.indexes import PostingsIndex
+from knowledge_agent.backends.postgres.postings import (
+    CHUNK_LEVEL,
+    ITEM_LEVEL,
+    Pair,
+    PostingsWriter,
+)
+from knowledge_agent.errors import SearchIndexError
+from knowledge_agent.search.analysed_batch import AnalysedBatch
+from knowledge_agent.search.config import TfidfConfig
+from knowledge_agent.search.filters import SearchFilters
+from knowledge_agent.search.hits import ChunkHit, ItemHit
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PostgresTfidfIndex", "TfidfRefit"]
+
+
+def _cosine_sql(condition: str, per_item: bool) -> str:
+    join = "JOIN kw_documents d ON d.kb = p.kb AND d.doc = p.doc" if condition else ""
+    where = "p.w_vec > 0" + (f" AND {condition}" if condition else "")
+    ranked = "scored WHERE score > 0 AND score >= %(min)s"
+    if per_item:
+        ranked = """(
+            SELECT s.kb, s.doc, s.score, row_number() OVER (
+                PARTITION BY d.item_id ORDER BY s.score DESC, s.doc) AS rank
+            FROM scored s JOIN kw_documents d ON d.kb = s.kb AND d.doc = s.doc
+            WHERE s.score > 0 AND s.score >= %(min)s
+        ) r WHERE r.rank <= %(cap)s"""
+    # Every step is a lookup by key or a pass over its input, whatever the planner
+    # estimates: the query's weights and the candidates' idf² are JSON maps, not joins.
+    return f"""
+        WITH cand AS MATERIALIZED (
+            SELECT DISTINCT p.doc, p.kb FROM kw_postings p
+            {join}
+            WHERE p.level = %(level)s AND p.term = ANY(%(terms)s::text[]) AND {where}
+        ),
+        held AS MATERIALIZED (
+            SELECT p.kb, p.doc, p.term, p.w_vec
+            FROM cand c JOIN kw_postings p ON p.kb = c.kb AND p.doc = c.doc
+            WHERE p.w_vec > 0
+        ),
+        weights AS MATERIALIZED (
+            SELECT jsonb_object_agg(term, idf * idf) AS idf2 FROM (
+                SELECT t.term, ((ln((1.0::float8 + %(n)s::float8)
+                    / (1.0::float8 + sum(t.df_vec)::float8)) + 1.0::float8)::real)::float8 AS idf
+                FROM kw_terms t
+                WHERE t.level = %(level)s AND t.term IN (SELECT DISTINCT term FROM held)
+                GROUP BY t.term
+            ) x
+        ),
+        scored AS (
+            SELECT h.kb, h.doc, least(greatest(
+                sum(h.w_vec::float8 * coalesce((%(coef)s::jsonb ->> h.term)::float8, 0.0))
+                / (sqrt(sum((h.w_vec * h.w_vec)::float8 * (w.idf2 ->> h.term)::float8))
+                   * %(qnorm)s),
+                0.0::float8), 1.0::float8) AS score
+            FROM held h CROSS JOIN weights w
+            GROUP BY h.doc, h.kb
+        )
+        SELECT d.key, d.item_id, d.chunk_index, t.score
+        FROM (
+            SELECT kb, doc, score FROM {ranked} ORDER BY score DESC, doc LIMIT %(limit)s
+        ) t
+        JOIN kw_documents d ON d.kb = t.kb AND d.doc = t.doc
+        ORDER BY t.score DESC, t.doc
+    """
+
+
+class TfidfRefit:
+    """A rebuild of the postings tables in one transaction, fed batch by batch and committed
+    by :meth:`finish`; the index's connection is held (other calls wait) until then."""
+
+    def __init__(self, index: PostgresTfidfIndex) -> None:
+        self._index = index
+        self._db = index._db
+        self._db.lock.acquire()
+        self._tx: Any = None
+        try:
+            self._tx = self._db.conn.transaction()
+            self._tx.__enter__()
+            self._run("rebuild the TF-IDF index", lambda: index.writer.clear(self._db.conn))
+        except BaseException:
+            self.cancel()
+            raise
+
+    def _run(self, doing: str, step: Callable[[], None]) -> None:
+        if self._tx is None:
+            raise SearchIndexError("the rebuild is over")
+        try:
+            step()
+        except self._db.error as exc:
+            self.cancel()
+            raise SearchIndexError(f"cannot {doing}: {exc}") from exc
+
+    def add(self, upserts: Sequence[Pair] | AnalysedBatch) -> None:
+        self._run(
+            "rebuild the TF-IDF index", lambda: self._index.writer.replace(self._db.conn, upserts)
+        )
+
+    def finish(self) -> int:
+        """Commit the new rows; the number of chunks."""
+        self._run("rebuild the TF-IDF index", lambda: self._tx.__exit__(None, None, None))
+        self._tx = None
+        self._db.lock.release()
+        return self._index.chunk_count()
+
+    def cancel(self) -> None:
+        """Leave the index as it was (if :meth:`finish` has not committed); idempotent."""
+        if self._tx is None:
+            return
+        tx, self._tx = self._tx, None
+        try:
+            rollback = self._db.rollback
+            tx.__exit__(rollback, rollback(), None)
+        finally:
+            self._db.lock.release()
+
+
+class PostgresTfidfIndex(PostingsIndex):
+    """TF-IDF cosine search over chunk and item vectors in a PostgreSQL database.
+
+    ``source``: a database URL, a callable returning a connection, or a connection
+    (:class:`~.indexes.PostingsIndex`). ``config`` fixes the vectors' weighting, as the
+    postings hold it; changing it needs a rebuild.
+    """
+
+    _label = "TF-IDF index"
+
+    def __init__(
+        self,
+        source: str | psycopg.Connection | Callable[[], psycopg.Connection],
+        analyzer: TextAnalyzer | None = None,
+        config: TfidfConfig | None = None,
+    ) -> None:
+        self.config = config if config is not None else TfidfConfig()
+        analyzer = analyzer if analyzer is not None else TextAnalyzer()
+        super().__init__(source, PostingsWriter(analyzer, tfidf=self.config))
+
+    def refit(self) -> TfidfRefit:
+        """A rebuild fed batch by batch (see :class:`TfidfRefit`)."""
+        return TfidfRefit(self)
+
+    def has_chunks(self) -> bool:
+        """True when the index holds at least one chunk."""
+        return self.chunk_count() > 0
+
+    def search_chunks(
+        self,
+        query: Sequence[str],
+        /,
+        top_k: int,
+        min_similarity: float = 0.0,
+        filters: SearchFilters | None = None,
+        *,
+        per_item: int | None = None,
+    ) -> list[ChunkHit]:
+        """The ``top_k`` chunks most similar to the analysed ``query`` terms, best first;
+        at most ``per_item`` of one item when it is given."""
+        return [
+            ChunkHit(chunk_id=key, item_id=item_id, chunk_index=index, score=score)
+            for key, item_id, index, score in self._search(
+                CHUNK_LEVEL, query, top_k, min_similarity, filters, per_item
+            )
+        ]
+
+    def search_items(
+        self,
+        query: Sequence[str],
+        /,
+        top_k: int,
+        min_similarity: float = 0.0,
+        filters: SearchFilters | None = None,
+    ) -> list[ItemHit]:
+        """The ``top_k`` whole items (title + content) most similar to ``query``."""
+        return [
+            ItemHit(item_id=key, score=score)
+            for key, _, _, score in self._search(
+                ITEM_LEVEL, query, top_k, min_similarity, filters, None
+            )
+        ]
+
+    def _search(
+        self,
+        level: int,
+        terms: Sequence[str] | None,
+        top_k: int,
+        min_similarity: float,
+        filters: SearchFilters | None,
+        per_item: int | None,
+    ) -> list[tuple[str, str, int, float]]:
+        if top_k <= 0 or terms is None:
+            return []
+        if isinstance(terms, str):  # a bare string is one term, not a list of characters
+            terms = [terms]
+        counts = Counter(term for term in terms if isinstance(term, str) and term)
+        if not counts:
+            return []
+        threshold = float(min_similarity) if min_similarity == min_similarity else 0.0  # NaN
+        from psycopg.types.json import Jsonb
+
+        with self._db.cursor("search the TF-IDF index") as cur:
+            cur.execute("SELECT coalesce(sum(docs), 0) FROM kw_stats WHERE level = %s", (level,))
+            row = cur.fetchone()
+            n = int(row[0]) if row else 0
+            if n == 0:
+                return []
+            cur.execute(
+                "SELECT term, sum(df_vec) FROM kw_terms"
+                " WHERE level = %s AND term = ANY(%s::text[]) GROUP BY term HAVING sum(df_vec) > 0",
+                (level, list(counts)),
+            )
+            df = {term: int(found) for term, found in cur.fetchall()}
+            if not df:
+                return []
+            found_filter = filter_condition(cur, filters, level)
+            if found_filter is None:
+                return []
+            condition, filter_params = found_filter
+            names = list(df)
+            frequency = np.array([counts[t] for t in names], np.float64)
+            idf = (
+                np.log((1.0 + n) / (1.0 + np.array([df[t] for t in names], np.float64))) + 1.0
+            ).astype(np.float32)
+            idf64 = idf.astype(np.float64)
+            tf = 1.0 + np.log(frequency) if self.config.sublinear_tf else frequency
+            query = tf * idf64
+            params: dict[str, Any] = {
+                "terms": names,
+                "coef": Jsonb(dict(zip(names, (query * idf64).tolist(), strict=True))),
+                "qnorm": float(np.sqrt(query @ query)),
+                "n": n,
+                "level": level,
+                "min": threshold,
+                "limit": int(top_k),
+                "cap": per_item,
+                **filter_params,
+            }
+            cur.execute(_cosine_sql(condition, per_item is not None), params)
+            return [(str(k), str(i), int(c), float(s)) for k, i, c, s in cur.fetchall()]
