@@ -38,6 +38,29 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
+class _NothingToRefit:
+    def add(self, upserts: object) -> None:
+        pass
+
+    def finish(self) -> int:
+        return 0
+
+    def cancel(self) -> None:
+        pass
+
+
+class _SharedPostingsTfidf(PostgresTfidfIndex):
+    """The TF-IDF index reading the postings the keyword index writes: the keyword index's
+    rebuild and updates rewrite both, so its own do nothing (two transactions rewriting the
+    same rows would wait on each other)."""
+
+    def refit(self) -> _NothingToRefit:  # type: ignore[override]
+        return _NothingToRefit()
+
+    def update(self, upserts: object = (), deletes: object = ()) -> None:  # type: ignore[override]
+        pass
+
+
 class PostgresBackend:
     """The :class:`~knowledge_agent.protocols.Backend` over one PostgreSQL database."""
 
@@ -71,7 +94,7 @@ class PostgresBackend:
                 self._closing.append(reads.close)
             keyword = PostgresKeywordIndex(search_url, analyzer, keyword_config, tfidf=tfidf_config)
             self._closing.append(keyword.close)
-            semantic = PostgresTfidfIndex(search_url, analyzer, tfidf_config)
+            semantic = _SharedPostingsTfidf(search_url, analyzer, tfidf_config)
             self._closing.append(semantic.close)
             self.engine = SearchEngineImpl(reads, keyword, semantic, analyzer, search_config)
         except BaseException:

@@ -79,8 +79,9 @@ CHUNK_LEVEL = 0
 ITEM_LEVEL = 1
 COMPONENT = "keyword"
 
-MIGRATIONS: tuple[str, ...] = (
-    """
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """
     CREATE SEQUENCE kw_documents_doc_seq;
     CREATE TABLE kw_documents (
         kb text COLLATE "C" NOT NULL,
@@ -131,6 +132,7 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (kb, level)
     );
     """,
+    ),
 )
 """The keyword component's schema, one migration per release that changed it."""
 
