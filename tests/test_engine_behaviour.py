@@ -27,15 +27,26 @@ from knowledge_agent.search.ranking.fusion import fuse, reciprocal_rank_fusion
 
 OpenKb = Callable[..., KnowledgeAgentCore]
 
-BACKENDS = ("local",)
+BACKENDS = ("local", "postgresql")
 
 
-def _open_local(folder: Path, **options: Any) -> KnowledgeAgentCore:
+def _open_local(request: pytest.FixtureRequest, folder: Path, **options: Any) -> KnowledgeAgentCore:
     """The default backend: a data folder (SQLite, Whoosh, TF-IDF)."""
     return KnowledgeAgentCore(folder, **options)
 
 
-_OPENERS: dict[str, Callable[..., KnowledgeAgentCore]] = {"local": _open_local}
+def _open_postgresql(
+    request: pytest.FixtureRequest, folder: Path, **options: Any
+) -> KnowledgeAgentCore:
+    """A database of its own on the test session's PostgreSQL server."""
+    server = request.getfixturevalue("postgres_server")
+    return KnowledgeAgentCore(backend=server.new_database(), **options)
+
+
+_OPENERS: dict[str, Callable[..., KnowledgeAgentCore]] = {
+    "local": _open_local,
+    "postgresql": _open_postgresql,
+}
 
 
 @pytest.fixture(params=BACKENDS)
@@ -45,7 +56,7 @@ def open_kb(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenKb]:
     opened: list[KnowledgeAgentCore] = []
 
     def open_(**options: Any) -> KnowledgeAgentCore:
-        core = _OPENERS[request.param](tmp_path / f"kb{len(opened)}", **options)
+        core = _OPENERS[request.param](request, tmp_path / f"kb{len(opened)}", **options)
         opened.append(core)
         return core
 
