@@ -53,17 +53,32 @@ def schema_version(conn: psycopg.Connection, component: str) -> int:
     return 0 if row is None else int(row[0])
 
 
+def _read_only(conn: psycopg.Connection) -> bool:
+    """Whether the server refuses writes (a hot standby, or read-only by default)."""
+    row = conn.execute("SELECT current_setting('transaction_read_only')").fetchone()
+    return row is not None and row[0] == "on"
+
+
 def migrate(conn: psycopg.Connection, component: str, migrations: Sequence[Sequence[str]]) -> None:
     """Bring ``component``'s tables to version ``len(migrations)``, in one transaction.
 
     Migration ``n`` (1-based) is the statements that take it from version ``n - 1`` to ``n``.
     A database at a version above ``len(migrations)`` was written by a newer release: a
-    ``StorageError`` says to upgrade. Inside a transaction already open on ``conn`` the
+    ``StorageError`` says to upgrade. A read-only server (a hot standby) is only checked: it
+    must be at this version already. Inside a transaction already open on ``conn`` the
     work becomes a savepoint of it (and the lock is held until that transaction ends).
     """
     psycopg = import_psycopg()
     target = len(migrations)
     server = server_of(conn)
+    if _read_only(conn):  # a hot standby: its primary migrates, it follows
+        current = schema_version(conn, component)
+        if current != target:
+            raise StorageError(
+                f"{server} is read-only and holds {component} schema version {current}, not "
+                f"{target}: open the primary with this release first"
+            )
+        return
     try:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))

@@ -1,0 +1,159 @@
+"""A knowledge base on a PostgreSQL server (``backend="postgresql://…"``): the same answers as a
+data folder, writes searchable when they return in every process, several writer processes at
+once without a lock, searches on a hot standby, and the command line and ``migrate`` on it."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from files import write
+from postgres import PostgresServer, database_of
+
+from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.cli import cli
+from knowledge_agent.errors import ConfigError, StorageError
+
+GUARD_S = 60.0  # a hang guard, not a timing
+
+NOTES = {
+    "deploy.md": "# Deploy\n\nRoll back a release with the revert script.\n\n"
+    "## Cache\n\nThe cache keeps pages for max-age seconds.\n",
+    "ferry.md": "# Ferry\n\nThe harbour ferry leaves every hour from pier two.\n",
+    "chinese.md": "# 部署\n\n回滚发布时运行还原脚本。缓存保存页面。\n",
+}
+QUERIES = ["roll back a release", "max-age seconds", "harbour ferry", "回滚发布", "pier"]
+
+
+def answers(core: KnowledgeAgentCore) -> dict[str, list[tuple[str | None, str, float, float]]]:
+    found = {}
+    for query in QUERIES:
+        found[query] = [
+            (
+                result.item.source_uri,
+                result.matched_chunks[0].heading,
+                round(result.relevance_score, 6),
+                round(result.confidence, 6),
+            )
+            for result in core.search(query)
+        ]
+    return found
+
+
+def test_the_same_notes_give_the_same_answers_as_a_data_folder(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    for name, text in NOTES.items():
+        write(tmp_path / "notes" / name, text)
+    with KnowledgeAgentCore(tmp_path / "data", workers=1) as local:
+        local.collect_knowledge(tmp_path / "notes")
+        expected = answers(local)
+    with KnowledgeAgentCore(backend=postgres_url, workers=1) as server:
+        server.collect_knowledge(tmp_path / "notes")
+        assert answers(server) == expected
+        assert server.status().consistent and server.status().items == len(NOTES)
+        assert server.backend_url == postgres_url  # no password in the test server's URL
+
+
+def _add_notes(url: str, writer: int, count: int) -> None:
+    with KnowledgeAgentCore(backend=url) as core:
+        for number in range(count):
+            core.add_text(f"Note {number} of writer w{writer} about tide{number}.", kb=f"w{writer}")
+
+
+def test_writer_processes_need_no_lock_and_lose_nothing(postgres_url: str) -> None:
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_add_notes, args=(postgres_url, n, 25)) for n in range(3)]
+    with KnowledgeAgentCore(backend=postgres_url) as reader:
+        for process in writers:
+            process.start()
+        seen = 0
+        while any(process.is_alive() for process in writers):
+            # Every search answers while others write, and never loses what it saw.
+            now = len(reader.search("tide3", limit=10))
+            assert now >= seen
+            seen = now
+        for process in writers:
+            process.join(GUARD_S)
+            assert process.exitcode == 0
+        assert reader.status().items == 75 and reader.status().consistent
+        for writer in range(3):
+            hits = reader.search("tide7", limit=30, kb=f"w{writer}")
+            assert {hit.item.kb for hit in hits} == {f"w{writer}"}
+            assert "tide7." in hits[0].matched_chunks[0].content and len(hits) == 25
+
+
+def test_a_write_is_searchable_by_another_process_when_it_returns(postgres_url: str) -> None:
+    with (
+        KnowledgeAgentCore(backend=postgres_url) as first,
+        KnowledgeAgentCore(backend=postgres_url) as second,
+    ):
+        assert second.search("lighthouse keeper") == []
+        first.add_text("The lighthouse keeper logs the weather.", title="Log")
+        assert [hit.item.title for hit in second.search("lighthouse keeper")] == ["Log"]
+        first.delete_knowledge_item(first.list_items()[0].id)
+        assert second.search("lighthouse keeper") == []
+
+
+def test_searches_go_to_a_hot_standby_and_writes_to_the_primary(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    with KnowledgeAgentCore(backend=postgres_url) as primary:
+        primary.add_text("Before the standby: the tide table.", title="Tide")
+    standby = postgres_server.standby()
+    try:
+        standby_url = standby.url(database_of(postgres_url))
+        with KnowledgeAgentCore(backend=postgres_url, read_backend=standby_url) as core:
+            assert [hit.item.title for hit in core.search("tide table")] == ["Tide"]
+            core.add_text("After the standby: the ferry timetable.", title="Ferry")
+            deadline = time.monotonic() + GUARD_S
+            while not core.search("ferry timetable"):  # replayed by the standby
+                assert time.monotonic() < deadline, "the standby never replayed the write"
+                time.sleep(0.05)
+            assert [hit.item.title for hit in core.search("ferry timetable")] == ["Ferry"]
+        with (
+            pytest.raises(StorageError, match="hot standby"),
+            KnowledgeAgentCore(backend=standby_url) as on_standby,
+        ):
+            on_standby.add_text("A write sent to the standby.")
+    finally:
+        standby.stop()
+
+
+def test_what_the_server_backend_refuses(tmp_path: Path, postgres_url: str) -> None:
+    with pytest.raises(ConfigError, match="read_backend"):
+        KnowledgeAgentCore(tmp_path, read_backend=postgres_url)
+    with pytest.raises(ConfigError, match="embeddings"):
+        KnowledgeAgentCore(backend=postgres_url, embedder={"provider": "wordllama"})
+
+
+def cli_json(*args: str) -> dict:
+    result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_the_command_line_migrates_a_folder_then_works_on_the_server(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KNOWLEDGE_AGENT_HOME", raising=False)
+    monkeypatch.delenv("KNOWLEDGE_AGENT_BACKEND", raising=False)
+    for name, text in NOTES.items():
+        write(tmp_path / "notes" / name, text)
+    data = str(tmp_path / "data")
+    cli_json("--data-dir", data, "add", str(tmp_path / "notes"))
+    local = cli_json("--data-dir", data, "search", "roll back a release")
+    report = cli_json("--data-dir", data, "migrate", "--to", postgres_url)
+    assert report["items"] == len(NOTES) and report["roots"] == 1 and report["sources"] == 3
+    assert cli_json("--backend", postgres_url, "search", "roll back a release") == local
+    monkeypatch.setenv("KNOWLEDGE_AGENT_BACKEND", postgres_url)
+    write(tmp_path / "notes" / "new.md", "# New\n\nThe lighthouse keeper logs the weather.\n")
+    cli_json("sync")  # the roots went across: sync on the server picks up the new file
+    found = cli_json("search", "lighthouse keeper")
+    assert [Path(hit["item"]["source_uri"]).name for hit in found["results"]][:1] == ["new.md"]
+    assert cli_json("stats")["items"] == len(NOTES) + 1
+    assert cli_json("check")["consistent"] is True
