@@ -271,13 +271,39 @@ def test_the_indexes_implement_the_protocols(
     assert keyword.applied_seq == 0
 
 
+@pytest.mark.parametrize("stored_norms", [True, False], ids=["stored-norms", "query-norms"])
 def test_same_hits_as_the_local_indexes_with_filters_and_per_item(
-    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex],
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex], stored_norms: bool
 ) -> None:
     pairs = random_corpus(1, 40)
     local = local_indexes(pairs)
     indexes[0].update(pairs)
+    indexes[1].refresh_stale_norms = stored_norms
     assert compare_all(local, indexes, QUERIES, filters_cases()) > 500
+    assert indexes[1]._norms_fresh() is stored_norms
+
+
+def test_a_search_does_not_wait_for_a_writer_to_refresh_norms(
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex], postgres_url: str
+) -> None:
+    pairs = random_corpus(10, 20)
+    keyword, tfidf = indexes
+    keyword.update(pairs[:10])
+    assert tfidf.search_chunks(ANALYZER.terms("alpha"), 5)  # refreshes the norms
+    assert tfidf._norms_fresh()
+    keyword.update(pairs[10:])
+    local = local_indexes(pairs)
+    with psycopg.connect(postgres_url) as writer:
+        writer.execute("SELECT 1 FROM kw_stats FOR UPDATE")  # a writer mid-transaction
+        for text in QUERIES:
+            terms = ANALYZER.terms(text)
+            assert_same_hits(
+                local[1].search_chunks(terms, 20), tfidf.search_chunks(terms, 20), 1e-6
+            )
+        assert not tfidf._norms_fresh()
+        assert tfidf.refresh_norms(wait=False) is False
+    assert tfidf.refresh_norms(wait=False) is True
+    assert tfidf._norms_fresh()
 
 
 def test_statistics_equal_the_local_ones(

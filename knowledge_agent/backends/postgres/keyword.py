@@ -213,7 +213,7 @@ class PostgresKeywordIndex(PostingsIndex):
         content_boost = self.field_boosts["content"]
         if not weights or limit < 1 or (head_boost <= 0 and content_boost <= 0):
             return []
-        with self._db.cursor("search the keyword index") as cur:
+        with self._db.snapshot("search the keyword index") as cur:
             n, length, length_head = self._stats(cur, level)
             if n == 0:
                 return []

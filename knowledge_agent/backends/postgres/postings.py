@@ -8,10 +8,11 @@ the terms the local Whoosh and TF-IDF indexes hold for it:
 
 ``kw_documents``
     one row per chunk or item: ``doc`` (its number, in indexing order: ties are ranked by
-    it, as Whoosh ranks them by docnum), ``key`` (chunk or item id), ``item_id``,
-    ``chunk_index``, the filter columns (``source_type``, ``doc_type``, ``language``,
-    ``path``, ``updated_at`` in POSIX seconds) and the field lengths in terms: ``len`` (the
-    ``content`` field) and ``len_head`` (``heading`` for a chunk, ``title`` for an item).
+    it, as Whoosh ranks them by docnum; see ``_BATCH_SPAN``), ``key`` (chunk or item id),
+    ``item_id``, ``chunk_index``, the filter columns (``source_type``, ``doc_type``, ``language``,
+    ``path``, ``updated_at`` in POSIX seconds), the field lengths in terms: ``len`` (the
+    ``content`` field) and ``len_head`` (``heading`` for a chunk, ``title`` for an item), and
+    ``norm``, the TF-IDF vector's norm as of the last refresh (:mod:`.vectors`).
 ``kw_postings``
     one row per (document, term): ``tf`` in ``content``, ``tf_head`` in the heading / title
     field, ``w_vec`` the term's TF-IDF weight in the document's vector (float4, as the local
@@ -24,7 +25,8 @@ the terms the local Whoosh and TF-IDF indexes hold for it:
     every candidate, which counting postings at query time cannot give cheaply.
 ``kw_stats``
     per level: the number of documents and the total length of each field (the average
-    field length of BM25F).
+    field length of BM25F); ``changes`` counts the documents written and removed, and
+    ``norms_at`` is what it counted when the TF-IDF norms were last computed.
 
 ``kw_terms`` and ``kw_stats`` change in the same transaction as the postings (the writer runs
 inside the storage's write transaction), so a search never scans the corpus for statistics
@@ -96,6 +98,7 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at double precision NOT NULL,
         len integer NOT NULL,
         len_head integer NOT NULL,
+        norm double precision,
         PRIMARY KEY (kb, doc)
     );
     CREATE INDEX kw_documents_item ON kw_documents (item_id, level);
@@ -128,6 +131,8 @@ MIGRATIONS: tuple[str, ...] = (
         docs bigint NOT NULL DEFAULT 0,
         len bigint NOT NULL DEFAULT 0,
         len_head bigint NOT NULL DEFAULT 0,
+        changes bigint NOT NULL DEFAULT 0,
+        norms_at bigint NOT NULL DEFAULT 0,
         PRIMARY KEY (kb, level)
     );
     """,
@@ -360,7 +365,8 @@ _REMOVE = """
     ),
     stats AS (
         UPDATE kw_stats s
-        SET docs = s.docs - x.docs, len = s.len - x.len, len_head = s.len_head - x.len_head
+        SET docs = s.docs - x.docs, len = s.len - x.len, len_head = s.len_head - x.len_head,
+            changes = s.changes + x.docs
         FROM (
             SELECT kb, level, count(*) AS docs, sum(len) AS len, sum(len_head) AS len_head
             FROM gone GROUP BY kb, level
@@ -402,7 +408,8 @@ _ADD_TERMS = """
 
 _ADD_STATS = """
     UPDATE kw_stats s
-    SET docs = s.docs + x.docs, len = s.len + x.len, len_head = s.len_head + x.len_head
+    SET docs = s.docs + x.docs, len = s.len + x.len, len_head = s.len_head + x.len_head,
+        changes = s.changes + x.docs
     FROM unnest(%s::text[], %s::int2[], %s::int8[], %s::int8[], %s::int8[])
         AS x(kb, level, docs, len, len_head)
     WHERE s.kb = x.kb AND s.level = x.level
