@@ -239,6 +239,10 @@ def _level_rows(
         else counts_vec[present]
     )
     row, term = np.divmod(keys, size)
+    # In the primary key's order (term bytes, then document): the index grows page by page.
+    _, rank = batch.vocab_bytes()
+    order = np.lexsort((row, rank[term])) if term.size else np.zeros(0, np.int64)
+    row, term, tf, tf_head, w_vec = row[order], term[order], tf[order], tf_head[order], w_vec[order]
     length = np.bincount(content[1], minlength=n_rows).astype(np.int64)
     length_head = np.bincount(head[1], minlength=n_rows).astype(np.int64)
     return row, term, tf, tf_head, w_vec, length, length_head
