@@ -9,16 +9,18 @@ the terms the local Whoosh and TF-IDF indexes hold for it:
 ``kw_documents``
     one row per chunk or item: ``doc`` (its number, in indexing order: ties are ranked by
     it, as Whoosh ranks them by docnum; see ``_BATCH_SPAN``), ``key`` (chunk or item id),
-    ``item_id``, ``chunk_index``, the filter columns (``source_type``, ``doc_type``, ``language``,
-    ``path``, ``updated_at`` in POSIX seconds), the field lengths in terms: ``len`` (the
-    ``content`` field) and ``len_head`` (``heading`` for a chunk, ``title`` for an item), and
-    ``norm``, the TF-IDF vector's norm as of the last refresh (:mod:`.vectors`).
+    ``item_id``, ``chunk_index``, the filter columns (``source_type``, ``doc_type``,
+    ``language``, ``path``, ``updated_at`` in POSIX seconds), the field lengths in terms:
+    ``len`` (the ``content`` field) and ``len_head`` (``heading`` for a chunk, ``title`` for
+    an item), ``terms`` (its distinct terms, space-separated: where its postings are, so
+    the postings need no second index by document) and ``norm`` (its TF-IDF vector's norm as
+    of the last refresh, :mod:`.vectors`).
 ``kw_postings``
-    one row per (document, term): ``tf`` in ``content``, ``tf_head`` in the heading / title
-    field, ``w_vec`` the term's TF-IDF weight in the document's vector (float4, as the local
-    index keeps it; 0 when the vector lacks the term), and the document's two field lengths
-    as Whoosh scores them (``norm_len``, ``norm_len_head``: quantised to Whoosh's length
-    byte), so scoring reads no other table.
+    one row per (document, term), keyed by term: ``tf`` in ``content``, ``tf_head`` in the
+    heading / title field, ``w_vec`` the term's TF-IDF weight in the document's vector
+    (float4, as the local index keeps it; 0 when the vector lacks the term), and the
+    document's two field lengths as Whoosh scores them (``norm_len``, ``norm_len_head``:
+    quantised to Whoosh's length byte), so scoring reads no other table.
 ``kw_terms``
     per term the number of documents holding it in each field (``df``, ``df_head``) and in
     its vector (``df_vec``). TF-IDF row norms need the document frequency of every term of
@@ -98,6 +100,7 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at double precision NOT NULL,
         len integer NOT NULL,
         len_head integer NOT NULL,
+        terms text NOT NULL,
         norm double precision,
         PRIMARY KEY (kb, doc)
     );
@@ -115,7 +118,6 @@ MIGRATIONS: tuple[str, ...] = (
         norm_len_head integer NOT NULL,
         PRIMARY KEY (level, term, kb, doc)
     );
-    CREATE INDEX kw_postings_doc ON kw_postings (kb, doc);
     CREATE TABLE kw_terms (
         kb text COLLATE "C" NOT NULL,
         level smallint NOT NULL,
@@ -329,6 +331,14 @@ def _quoted(values: Sequence[str]) -> np.ndarray:
     return np.array(quoted, dtype=object)
 
 
+def _document_terms(vocab: np.ndarray, level: _Level, n: int) -> list[str]:
+    """Each document's distinct terms, space-separated (a term never holds whitespace)."""
+    order = np.argsort(level.row, kind="stable")
+    terms = vocab[level.term[order]].tolist()
+    ends = np.cumsum(np.bincount(level.row, minlength=n)).tolist()
+    return [" ".join(terms[start:end]) for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+
+
 def _array(values: np.ndarray | Sequence[Any]) -> str:
     """An array literal of numbers or of :func:`_quoted` strings."""
     items = values.tolist() if isinstance(values, np.ndarray) else values
@@ -348,11 +358,13 @@ _LOCK_STATS_ROWS = """
 _REMOVE = """
     WITH gone AS (
         DELETE FROM kw_documents WHERE item_id = ANY(%(ids)s::text[])
-        RETURNING kb, doc, level, len, len_head
+        RETURNING kb, doc, level, len, len_head, terms
     ),
     gone_postings AS (
-        DELETE FROM kw_postings p USING gone g
-        WHERE p.kb = g.kb AND p.doc = g.doc
+        DELETE FROM kw_postings p USING (
+            SELECT kb, level, doc, unnest(string_to_array(terms, ' ')) AS term FROM gone
+        ) g
+        WHERE p.level = g.level AND p.term = g.term AND p.kb = g.kb AND p.doc = g.doc
         RETURNING p.kb, p.level, p.term, p.tf, p.tf_head, p.w_vec
     ),
     terms AS (
@@ -382,13 +394,13 @@ _REMOVE = """
 
 _INSERT_DOCUMENTS = """
     INSERT INTO kw_documents (kb, doc, level, key, item_id, chunk_index, source_type,
-        doc_type, language, path, updated_at, len, len_head)
+        doc_type, language, path, updated_at, len, len_head, terms)
     SELECT kb, doc, %s, key, item_id, chunk_index, source_type, doc_type, language, path,
-        updated_at, len, len_head
+        updated_at, len, len_head, terms
     FROM unnest(%s::text[], %s::int8[], %s::text[], %s::text[], %s::int4[], %s::text[],
-        %s::text[], %s::text[], %s::text[], %s::float8[], %s::int4[], %s::int4[])
+        %s::text[], %s::text[], %s::text[], %s::float8[], %s::int4[], %s::int4[], %s::text[])
         AS x(kb, doc, key, item_id, chunk_index, source_type, doc_type, language, path,
-            updated_at, len, len_head)
+            updated_at, len, len_head, terms)
 """
 
 _INSERT_POSTINGS = """
@@ -504,7 +516,8 @@ class PostingsWriter:
         ]
         item_ids = _quoted([item.id for item in items])
         updated = np.array([repr(to_epoch(item.updated_at)) for item in items], dtype=object)
-        vocab = _quoted([_text(term) for term in batch.vocab] or [""])
+        plain = np.array([_text(term) for term in batch.vocab] or [""], dtype=object)
+        vocab = _quoted(plain.tolist())
         total = sum(len(level.keys) for level in levels)
         if total >= _BATCH_SPAN:
             raise ValueError(f"a batch of {total} documents is over {_BATCH_SPAN}: split it")
@@ -535,6 +548,7 @@ class PostingsWriter:
                     _array(updated[owner]),
                     _array(level.length),
                     _array(level.length_head),
+                    _array(_quoted(_document_terms(plain, level, n))),
                 ),
             )
             cur.execute(

@@ -78,7 +78,11 @@ _QUERY_TIME_NORMS = """
     ),
     held AS MATERIALIZED (
         SELECT p.kb, p.doc, p.term, p.w_vec
-        FROM cand c JOIN kw_postings p ON p.kb = c.kb AND p.doc = c.doc
+        FROM cand c
+        JOIN kw_documents e ON e.kb = c.kb AND e.doc = c.doc
+        CROSS JOIN LATERAL unnest(string_to_array(e.terms, ' ')) AS t(term)
+        JOIN kw_postings p
+            ON p.level = %(level)s AND p.term = t.term AND p.kb = c.kb AND p.doc = c.doc
         WHERE p.w_vec > 0
     ),
     weights AS MATERIALIZED (
