@@ -517,3 +517,21 @@ def test_concurrent_writers_keep_the_statistics_exact(postgres_url: str) -> None
             assert sorted((h.chunk_id, round(h.score, 9)) for h in a) == sorted(
                 (h.chunk_id, round(h.score, 9)) for h in b
             )
+
+
+def test_a_connection_or_a_factory_instead_of_a_url(postgres_url: str) -> None:
+    pairs = random_corpus(12, 6)
+    terms = ANALYZER.terms("alpha beta")
+    with PostgresKeywordIndex(lambda: psycopg.connect(postgres_url), ANALYZER) as made:
+        made.update(pairs)  # a connection outside autocommit: its own transactions still
+        expected = made.search_chunks(terms, 10)
+        assert expected
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        given = PostgresKeywordIndex(conn, ANALYZER)
+        assert given.search_chunks(terms, 10) == expected
+        given.close()
+        assert not conn.closed  # the caller's connection is the caller's to close
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute("SELECT 1")  # inside a transaction the caller opened
+        with PostgresTfidfIndex(conn, ANALYZER) as tfidf:
+            assert [h.chunk_id for h in tfidf.search_chunks(terms, 10)]
