@@ -71,24 +71,33 @@ CHUNKER = ContentChunker(ChunkConfig(min_chunk_size=20, max_chunk_size=120, over
 # --------------------------------------------------------------------------- the schema
 
 
-def _stand_in_migrate(conn: psycopg.Connection, component: str, migrations: Sequence[str]) -> int:
-    """The storage's ``schema.migrate`` contract: apply the migrations past the component's
-    recorded version, record the new one."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_versions (component text PRIMARY KEY, version int)"
-    )
+def _stand_in_version(conn: psycopg.Connection, component: str) -> int:
+    exists = conn.execute("SELECT to_regclass('schema_versions') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return 0
     row = conn.execute(
         "SELECT version FROM schema_versions WHERE component = %s", (component,)
     ).fetchone()
-    version = row[0] if row else 0
-    for sql in migrations[version:]:
-        conn.execute(sql)
-    conn.execute(
-        "INSERT INTO schema_versions VALUES (%s, %s)"
-        " ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version",
-        (component, len(migrations)),
-    )
-    return len(migrations)
+    return 0 if row is None else int(row[0])
+
+
+def _stand_in_migrate(
+    conn: psycopg.Connection, component: str, migrations: Sequence[Sequence[str]]
+) -> None:
+    """The storage's ``schema.migrate`` contract: apply the migrations (each a list of
+    statements) past the component's recorded version, record the new one."""
+    with conn.transaction():
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_versions (component text PRIMARY KEY, version int)"
+        )
+        for migration in migrations[_stand_in_version(conn, component) :]:
+            for statement in migration:
+                conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_versions VALUES (%s, %s)"
+            " ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version",
+            (component, len(migrations)),
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -100,6 +109,7 @@ def schema_module(monkeypatch: pytest.MonkeyPatch) -> None:
     except ImportError:
         module = types.ModuleType(name)
         module.migrate = _stand_in_migrate  # type: ignore[attr-defined]
+        module.schema_version = _stand_in_version  # type: ignore[attr-defined]
         monkeypatch.setitem(sys.modules, name, module)
 
 

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.errors import ConfigError
+from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch
@@ -83,63 +83,72 @@ CHUNK_LEVEL = 0
 ITEM_LEVEL = 1
 COMPONENT = "keyword"
 
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE SEQUENCE kw_documents_doc_seq;
-    CREATE TABLE kw_documents (
-        kb text COLLATE "C" NOT NULL,
-        doc bigint NOT NULL,
-        level smallint NOT NULL,
-        key text NOT NULL,
-        item_id text NOT NULL,
-        chunk_index integer NOT NULL,
-        source_type text NOT NULL,
-        doc_type text NOT NULL,
-        language text NOT NULL,
-        path text COLLATE "C" NOT NULL,
-        updated_at double precision NOT NULL,
-        len integer NOT NULL,
-        len_head integer NOT NULL,
-        terms text NOT NULL,
-        norm double precision,
-        PRIMARY KEY (kb, doc)
-    );
-    CREATE INDEX kw_documents_item ON kw_documents (item_id, level);
-    CREATE INDEX kw_documents_path ON kw_documents (level, path);
-    CREATE TABLE kw_postings (
-        kb text COLLATE "C" NOT NULL,
-        level smallint NOT NULL,
-        term text COLLATE "C" NOT NULL,
-        doc bigint NOT NULL,
-        tf integer NOT NULL,
-        tf_head integer NOT NULL,
-        w_vec real NOT NULL,
-        norm_len integer NOT NULL,
-        norm_len_head integer NOT NULL,
-        PRIMARY KEY (level, term, kb, doc)
-    );
-    CREATE TABLE kw_terms (
-        kb text COLLATE "C" NOT NULL,
-        level smallint NOT NULL,
-        term text COLLATE "C" NOT NULL,
-        df bigint NOT NULL,
-        df_head bigint NOT NULL,
-        df_vec bigint NOT NULL,
-        PRIMARY KEY (level, term, kb)
-    );
-    CREATE TABLE kw_stats (
-        kb text COLLATE "C" NOT NULL,
-        level smallint NOT NULL,
-        docs bigint NOT NULL DEFAULT 0,
-        len bigint NOT NULL DEFAULT 0,
-        len_head bigint NOT NULL DEFAULT 0,
-        changes bigint NOT NULL DEFAULT 0,
-        norms_at bigint NOT NULL DEFAULT 0,
-        PRIMARY KEY (kb, level)
-    );
-    """,
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        "CREATE SEQUENCE kw_documents_doc_seq",
+        """
+        CREATE TABLE kw_documents (
+            kb text COLLATE "C" NOT NULL,
+            doc bigint NOT NULL,
+            level smallint NOT NULL,
+            key text NOT NULL,
+            item_id text NOT NULL,
+            chunk_index integer NOT NULL,
+            source_type text NOT NULL,
+            doc_type text NOT NULL,
+            language text NOT NULL,
+            path text COLLATE "C" NOT NULL,
+            updated_at double precision NOT NULL,
+            len integer NOT NULL,
+            len_head integer NOT NULL,
+            terms text NOT NULL,
+            norm double precision,
+            PRIMARY KEY (kb, doc)
+        )
+        """,
+        "CREATE INDEX kw_documents_item ON kw_documents (item_id, level)",
+        "CREATE INDEX kw_documents_path ON kw_documents (level, path)",
+        """
+        CREATE TABLE kw_postings (
+            kb text COLLATE "C" NOT NULL,
+            level smallint NOT NULL,
+            term text COLLATE "C" NOT NULL,
+            doc bigint NOT NULL,
+            tf integer NOT NULL,
+            tf_head integer NOT NULL,
+            w_vec real NOT NULL,
+            norm_len integer NOT NULL,
+            norm_len_head integer NOT NULL,
+            PRIMARY KEY (level, term, kb, doc)
+        )
+        """,
+        """
+        CREATE TABLE kw_terms (
+            kb text COLLATE "C" NOT NULL,
+            level smallint NOT NULL,
+            term text COLLATE "C" NOT NULL,
+            df bigint NOT NULL,
+            df_head bigint NOT NULL,
+            df_vec bigint NOT NULL,
+            PRIMARY KEY (level, term, kb)
+        )
+        """,
+        """
+        CREATE TABLE kw_stats (
+            kb text COLLATE "C" NOT NULL,
+            level smallint NOT NULL,
+            docs bigint NOT NULL DEFAULT 0,
+            len bigint NOT NULL DEFAULT 0,
+            len_head bigint NOT NULL DEFAULT 0,
+            changes bigint NOT NULL DEFAULT 0,
+            norms_at bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (kb, level)
+        )
+        """,
+    ),
 )
-"""The keyword component's schema, one migration per release that changed it."""
+"""The keyword component's schema: migration ``n`` is the statements that take it from
+version ``n - 1`` to ``n`` (``schema.migrate``)."""
 
 _BATCH_SPAN = 1 << 24
 """Document numbers are (write number) × this + position in the write: one sequence call per
@@ -151,10 +160,25 @@ Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
 
 
 def install(conn: psycopg.Connection) -> None:
-    """Create or upgrade the tables (the storage's ``schema.migrate`` keeps the version)."""
+    """Create or upgrade the tables; on a hot standby (which the primary's migrations reach
+    by replication), check that they are this release's."""
     from knowledge_agent.backends.postgres import schema
 
-    schema.migrate(conn, COMPONENT, MIGRATIONS)
+    row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+    if not (row and row[0]):
+        schema.migrate(conn, COMPONENT, MIGRATIONS)
+        return
+    version = schema.schema_version(conn, COMPONENT)
+    if version < len(MIGRATIONS):
+        raise SearchIndexError(
+            f"the standby holds keyword tables of version {version}, this release needs "
+            f"{len(MIGRATIONS)}: open the primary with it once to migrate them"
+        )
+    if version > len(MIGRATIONS):
+        raise SearchIndexError(
+            f"the standby's keyword tables (version {version}) were written by a newer "
+            "release of knowledge-agent: upgrade it to use them"
+        )
 
 
 # --------------------------------------------------------------------------- documents
