@@ -9,11 +9,15 @@ SemanticSearcher`, from the postings of :mod:`.postings` (``w_vec``: the float32
     score  = Σ_t q_t · w_dt · idf_t / (‖d‖ · ‖q‖)       clipped to [0, 1]
     ‖d‖    = sqrt(Σ_t (w_dt² · idf_t²))                 over every term of the document
 
-Norms depend on the idf of every term of a document, which every write changes, so they are
-computed at query time for the candidates only (the documents holding a query term that the
-filters allow): their postings joined to ``kw_terms``. ``min_similarity`` and the filters
-apply before the top-k; ties are ranked by document number, ``per_item`` caps the chunks of
-one item.
+Norms depend on the idf of every term of a document, which every write changes. They are
+stored in ``kw_documents.norm`` by :meth:`PostgresTfidfIndex.refresh_norms` (one pass over
+the postings, recording the statistics' change counts it reflects); a search reads them when
+no write came since. A search that finds them stale refreshes them first, unless a writer
+holds the statistics (it never waits for one) or the database is a standby: it then computes
+its candidates' norms from their postings, exact but slower (a pass over every posting of
+every document holding a query term). Either way the scores are those of the statistics the
+search's snapshot sees. ``min_similarity`` and the filters apply before the top-k; ties are
+ranked by document number, ``per_item`` caps the chunks of one item.
 
 Differences from the local index, both below the scores' float32 precision in practice: the
 local index hashes terms into ``n_features`` columns, so two terms sharing a column count as
