@@ -234,17 +234,19 @@ def _counted(ids: np.ndarray, rows: np.ndarray, size: int) -> tuple[np.ndarray, 
     return keys, counts
 
 
-def _level_rows(
+def _level(
     batch: AnalysedBatch,
     level: int,
+    documents: tuple[list[str], np.ndarray, list[int]],
     content: tuple[np.ndarray, np.ndarray],
     head: tuple[np.ndarray, np.ndarray],
     vec: tuple[np.ndarray, np.ndarray] | None,
     sublinear: bool,
-    n_rows: int,
-) -> tuple[np.ndarray, ...]:
-    """(row, term, tf, tf_head, w_vec, length, length_head) of one level's documents; a
-    ``vec`` of None is the content itself (an item's vector is its content)."""
+) -> _Level:
+    """One level's rows from its documents (keys, item positions, chunk indexes) and the
+    (term ids, row) of each field; a ``vec`` of None is the content itself (an item's
+    vector is its content)."""
+    n_rows = len(documents[0])
     size = max(len(batch.vocab), 1)
     kc, cc = _counted(*content, size)
     kh, ch = _counted(*head, size)
@@ -268,10 +270,17 @@ def _level_rows(
     # In the primary key's order (term bytes, then document): the index grows page by page.
     _, rank = batch.vocab_bytes()
     order = np.lexsort((row, rank[term])) if term.size else np.zeros(0, np.int64)
-    row, term, tf, tf_head, w_vec = row[order], term[order], tf[order], tf_head[order], w_vec[order]
-    length = np.bincount(content[1], minlength=n_rows).astype(np.int64)
-    length_head = np.bincount(head[1], minlength=n_rows).astype(np.int64)
-    return row, term, tf, tf_head, w_vec, length, length_head
+    return _Level(
+        level,
+        *documents,
+        length=np.bincount(content[1], minlength=n_rows).astype(np.int64),
+        length_head=np.bincount(head[1], minlength=n_rows).astype(np.int64),
+        row=row[order],
+        term=term[order],
+        tf=tf[order],
+        tf_head=tf_head[order],
+        w_vec=w_vec[order],
+    )
 
 
 def _chunk_level(batch: AnalysedBatch, tfidf: TfidfConfig) -> _Level:
@@ -280,41 +289,28 @@ def _chunk_level(batch: AnalysedBatch, tfidf: TfidfConfig) -> _Level:
     ``HEADING_WEIGHT`` times each, body; heading: the heading path) and the TF-IDF chunk
     rows (title if ``include_title``, heading path if ``include_heading``, body)."""
     owner = batch.chunk_items()
-    n = owner.size
     title = batch.title[owner]
     title_end = np.where(batch.title_in_heading, title[:, 0], title[:, 1])
     heading = (batch.heading[:, 0], batch.heading[:, 1])
+    body = (batch.body[:, 0], batch.body[:, 1])
     parts = [(title[:, 0], title_end), *[heading] * HEADING_WEIGHT]
     parts += [(batch.symbol[:, 0], batch.symbol[:, 1])] * HEADING_WEIGHT
-    parts.append((batch.body[:, 0], batch.body[:, 1]))
-    empty = np.zeros(n, np.int64)
+    empty = np.zeros(owner.size, np.int64)
     vec_parts = [
         (title[:, 0], title[:, 1]) if tfidf.include_title else (empty, empty),
         heading if tfidf.include_heading else (empty, empty),
-        (batch.body[:, 0], batch.body[:, 1]),
+        body,
     ]
-    row, term, tf, tf_head, w_vec, length, length_head = _level_rows(
+    chunks = [chunk for _, item_chunks in batch.pairs for chunk in item_chunks]
+    documents = ([c.id for c in chunks], owner, [int(c.chunk_index) for c in chunks])
+    return _level(
         batch,
         CHUNK_LEVEL,
-        batch.rows(parts),
+        documents,
+        batch.rows([*parts, body]),
         batch.rows([heading]),
         batch.rows(vec_parts),
         tfidf.sublinear_tf,
-        n,
-    )
-    chunks = [chunk for _, item_chunks in batch.pairs for chunk in item_chunks]
-    return _Level(
-        CHUNK_LEVEL,
-        [chunk.id for chunk in chunks],
-        owner,
-        [int(chunk.chunk_index) for chunk in chunks],
-        length,
-        length_head,
-        row,
-        term,
-        tf,
-        tf_head,
-        w_vec,
     )
 
 
@@ -322,27 +318,15 @@ def _item_level(batch: AnalysedBatch, tfidf: TfidfConfig) -> _Level:
     """The item documents (title; content: the title then the item-level text) — the TF-IDF
     item row is the same content."""
     every = np.arange(batch.n_items)
-    row, term, tf, tf_head, w_vec, length, length_head = _level_rows(
+    documents = ([item.id for item, _ in batch.pairs], every, [0] * batch.n_items)
+    return _level(
         batch,
         ITEM_LEVEL,
+        documents,
         batch.item_rows(every),
         batch.rows([(batch.title[:, 0], batch.title[:, 1])]),
         None,
         tfidf.sublinear_tf,
-        batch.n_items,
-    )
-    return _Level(
-        ITEM_LEVEL,
-        [item.id for item, _ in batch.pairs],
-        every,
-        [0] * batch.n_items,
-        length,
-        length_head,
-        row,
-        term,
-        tf,
-        tf_head,
-        w_vec,
     )
 
 
