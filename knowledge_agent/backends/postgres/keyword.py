@@ -12,7 +12,9 @@ index.SearchIndexManager`), computed from the tables of :mod:`.postings`:
   score of every matching document from its postings, summed in clause order as Whoosh sums
   them;
 * filters restrict the documents inside the query, before ranking; ties are ranked by
-  document number (indexing order); ``per_item`` keeps at most that many chunks of one item.
+  document number (indexing order); ``per_item`` keeps at most that many chunks of one item;
+* a search reads one snapshot (a read-only repeatable-read transaction): statistics and
+  postings agree even while writers commit.
 
 Statistics count live documents only. The local index counts documents deleted since its
 segments were last merged until they are, so after deletions the two can differ slightly

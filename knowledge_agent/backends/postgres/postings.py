@@ -528,7 +528,7 @@ class PostingsWriter:
         vocab = _quoted(plain.tolist())
         total = sum(len(level.keys) for level in levels)
         if total >= _BATCH_SPAN:
-            raise ValueError(f"a batch of {total} documents is over {_BATCH_SPAN}: split it")
+            raise SearchIndexError(f"a write of {total} documents is over {_BATCH_SPAN}: split it")
         cur.execute("SELECT nextval('kw_documents_doc_seq')")
         row = cur.fetchone()
         assert row is not None
