@@ -71,24 +71,33 @@ CHUNKER = ContentChunker(ChunkConfig(min_chunk_size=20, max_chunk_size=120, over
 # --------------------------------------------------------------------------- the schema
 
 
-def _stand_in_migrate(conn: psycopg.Connection, component: str, migrations: Sequence[str]) -> int:
-    """The storage's ``schema.migrate`` contract: apply the migrations past the component's
-    recorded version, record the new one."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_versions (component text PRIMARY KEY, version int)"
-    )
+def _stand_in_version(conn: psycopg.Connection, component: str) -> int:
+    exists = conn.execute("SELECT to_regclass('schema_versions') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return 0
     row = conn.execute(
         "SELECT version FROM schema_versions WHERE component = %s", (component,)
     ).fetchone()
-    version = row[0] if row else 0
-    for sql in migrations[version:]:
-        conn.execute(sql)
-    conn.execute(
-        "INSERT INTO schema_versions VALUES (%s, %s)"
-        " ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version",
-        (component, len(migrations)),
-    )
-    return len(migrations)
+    return 0 if row is None else int(row[0])
+
+
+def _stand_in_migrate(
+    conn: psycopg.Connection, component: str, migrations: Sequence[Sequence[str]]
+) -> None:
+    """The storage's ``schema.migrate`` contract: apply the migrations (each a list of
+    statements) past the component's recorded version, record the new one."""
+    with conn.transaction():
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_versions (component text PRIMARY KEY, version int)"
+        )
+        for migration in migrations[_stand_in_version(conn, component) :]:
+            for statement in migration:
+                conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_versions VALUES (%s, %s)"
+            " ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version",
+            (component, len(migrations)),
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -100,6 +109,7 @@ def schema_module(monkeypatch: pytest.MonkeyPatch) -> None:
     except ImportError:
         module = types.ModuleType(name)
         module.migrate = _stand_in_migrate  # type: ignore[attr-defined]
+        module.schema_version = _stand_in_version  # type: ignore[attr-defined]
         monkeypatch.setitem(sys.modules, name, module)
 
 
@@ -271,13 +281,39 @@ def test_the_indexes_implement_the_protocols(
     assert keyword.applied_seq == 0
 
 
+@pytest.mark.parametrize("stored_norms", [True, False], ids=["stored-norms", "query-norms"])
 def test_same_hits_as_the_local_indexes_with_filters_and_per_item(
-    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex],
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex], stored_norms: bool
 ) -> None:
     pairs = random_corpus(1, 40)
     local = local_indexes(pairs)
     indexes[0].update(pairs)
+    indexes[1].refresh_stale_norms = stored_norms
     assert compare_all(local, indexes, QUERIES, filters_cases()) > 500
+    assert indexes[1]._norms_fresh() is stored_norms
+
+
+def test_a_search_does_not_wait_for_a_writer_to_refresh_norms(
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex], postgres_url: str
+) -> None:
+    pairs = random_corpus(10, 20)
+    keyword, tfidf = indexes
+    keyword.update(pairs[:10])
+    assert tfidf.search_chunks(ANALYZER.terms("alpha"), 5)  # refreshes the norms
+    assert tfidf._norms_fresh()
+    keyword.update(pairs[10:])
+    local = local_indexes(pairs)
+    with psycopg.connect(postgres_url) as writer:
+        writer.execute("SELECT 1 FROM kw_stats FOR UPDATE")  # a writer mid-transaction
+        for text in QUERIES:
+            terms = ANALYZER.terms(text)
+            assert_same_hits(
+                local[1].search_chunks(terms, 20), tfidf.search_chunks(terms, 20), 1e-6
+            )
+        assert not tfidf._norms_fresh()
+        assert tfidf.refresh_norms(wait=False) is False
+    assert tfidf.refresh_norms(wait=False) is True
+    assert tfidf._norms_fresh()
 
 
 def test_statistics_equal_the_local_ones(
@@ -491,3 +527,21 @@ def test_concurrent_writers_keep_the_statistics_exact(postgres_url: str) -> None
             assert sorted((h.chunk_id, round(h.score, 9)) for h in a) == sorted(
                 (h.chunk_id, round(h.score, 9)) for h in b
             )
+
+
+def test_a_connection_or_a_factory_instead_of_a_url(postgres_url: str) -> None:
+    pairs = random_corpus(12, 6)
+    terms = ANALYZER.terms("alpha beta")
+    with PostgresKeywordIndex(lambda: psycopg.connect(postgres_url), ANALYZER) as made:
+        made.update(pairs)  # a connection outside autocommit: its own transactions still
+        expected = made.search_chunks(terms, 10)
+        assert expected
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        given = PostgresKeywordIndex(conn, ANALYZER)
+        assert given.search_chunks(terms, 10) == expected
+        given.close()
+        assert not conn.closed  # the caller's connection is the caller's to close
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute("SELECT 1")  # inside a transaction the caller opened
+        with PostgresTfidfIndex(conn, ANALYZER) as tfidf:
+            assert [h.chunk_id for h in tfidf.search_chunks(terms, 10)]

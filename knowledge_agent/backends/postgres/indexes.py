@@ -31,12 +31,11 @@ from knowledge_agent.search.analysed_batch import AnalysedBatch
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["IndexConnection", "PostingsIndex", "Source"]
-
-Source = "str | psycopg.Connection | Callable[[], psycopg.Connection]"
+__all__ = ["IndexConnection", "PostingsIndex", "load_psycopg"]
 
 
-def _psycopg() -> Any:
+def load_psycopg() -> Any:
+    """The psycopg module, imported now; missing, a ConfigError naming the extra."""
     try:
         import psycopg
     except ImportError as exc:  # pragma: no cover - the [postgres] extra is installed in tests
@@ -56,7 +55,7 @@ class IndexConnection:
     """
 
     def __init__(self, source: str | psycopg.Connection | Callable[[], psycopg.Connection]) -> None:
-        psycopg = _psycopg()
+        psycopg = load_psycopg()
         self.lock = threading.RLock()
         self._owned = not isinstance(source, psycopg.Connection)
         try:
@@ -70,6 +69,7 @@ class IndexConnection:
             raise SearchIndexError(f"cannot connect to the index database: {exc}") from exc
         self.error: type[Exception] = psycopg.Error
         self.rollback: type[Exception] = psycopg.Rollback
+        self._idle = psycopg.pq.TransactionStatus.IDLE
         self._closed = False
 
     @contextmanager
@@ -80,6 +80,22 @@ class IndexConnection:
                 raise SearchIndexError("the index is closed")
             try:
                 with self.conn.cursor() as cur:
+                    yield cur
+            except self.error as exc:
+                raise SearchIndexError(f"cannot {doing}: {exc}") from exc
+
+    @contextmanager
+    def snapshot(self, doing: str) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor inside one read-only transaction that sees one snapshot (repeatable
+        read), so that the statistics and the postings a search reads agree."""
+        with self.lock:
+            if self._closed:
+                raise SearchIndexError("the index is closed")
+            idle = self.conn.info.transaction_status == self._idle
+            try:
+                with self.conn.transaction(), self.conn.cursor() as cur:
+                    if idle:  # only the first statement of a transaction may set it
+                        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     yield cur
             except self.error as exc:
                 raise SearchIndexError(f"cannot {doing}: {exc}") from exc

@@ -12,7 +12,9 @@ index.SearchIndexManager`), computed from the tables of :mod:`.postings`:
   score of every matching document from its postings, summed in clause order as Whoosh sums
   them;
 * filters restrict the documents inside the query, before ranking; ties are ranked by
-  document number (indexing order); ``per_item`` keeps at most that many chunks of one item.
+  document number (indexing order); ``per_item`` keeps at most that many chunks of one item;
+* a search reads one snapshot (a read-only repeatable-read transaction): statistics and
+  postings agree even while writers commit.
 
 Statistics count live documents only. The local index counts documents deleted since its
 segments were last merged until they are, so after deletions the two can differ slightly
@@ -213,7 +215,7 @@ class PostgresKeywordIndex(PostingsIndex):
         content_boost = self.field_boosts["content"]
         if not weights or limit < 1 or (head_boost <= 0 and content_boost <= 0):
             return []
-        with self._db.cursor("search the keyword index") as cur:
+        with self._db.snapshot("search the keyword index") as cur:
             n, length, length_head = self._stats(cur, level)
             if n == 0:
                 return []

@@ -8,23 +8,27 @@ the terms the local Whoosh and TF-IDF indexes hold for it:
 
 ``kw_documents``
     one row per chunk or item: ``doc`` (its number, in indexing order: ties are ranked by
-    it, as Whoosh ranks them by docnum), ``key`` (chunk or item id), ``item_id``,
-    ``chunk_index``, the filter columns (``source_type``, ``doc_type``, ``language``,
-    ``path``, ``updated_at`` in POSIX seconds) and the field lengths in terms: ``len`` (the
-    ``content`` field) and ``len_head`` (``heading`` for a chunk, ``title`` for an item).
+    it, as Whoosh ranks them by docnum; see ``_BATCH_SPAN``), ``key`` (chunk or item id),
+    ``item_id``, ``chunk_index``, the filter columns (``source_type``, ``doc_type``,
+    ``language``, ``path``, ``updated_at`` in POSIX seconds), the field lengths in terms:
+    ``len`` (the ``content`` field) and ``len_head`` (``heading`` for a chunk, ``title`` for
+    an item), ``terms`` (its distinct terms, space-separated: where its postings are, so
+    the postings need no second index by document) and ``norm`` (its TF-IDF vector's norm as
+    of the last refresh, :mod:`.vectors`).
 ``kw_postings``
-    one row per (document, term): ``tf`` in ``content``, ``tf_head`` in the heading / title
-    field, ``w_vec`` the term's TF-IDF weight in the document's vector (float4, as the local
-    index keeps it; 0 when the vector lacks the term), and the document's two field lengths
-    as Whoosh scores them (``norm_len``, ``norm_len_head``: quantised to Whoosh's length
-    byte), so scoring reads no other table.
+    one row per (document, term), keyed by term: ``tf`` in ``content``, ``tf_head`` in the
+    heading / title field, ``w_vec`` the term's TF-IDF weight in the document's vector
+    (float4, as the local index keeps it; 0 when the vector lacks the term), and the
+    document's two field lengths as Whoosh scores them (``norm_len``, ``norm_len_head``:
+    quantised to Whoosh's length byte), so scoring reads no other table.
 ``kw_terms``
     per term the number of documents holding it in each field (``df``, ``df_head``) and in
     its vector (``df_vec``). TF-IDF row norms need the document frequency of every term of
     every candidate, which counting postings at query time cannot give cheaply.
 ``kw_stats``
     per level: the number of documents and the total length of each field (the average
-    field length of BM25F).
+    field length of BM25F); ``changes`` counts the documents written and removed, and
+    ``norms_at`` is what it counted when the TF-IDF norms were last computed.
 
 ``kw_terms`` and ``kw_stats`` change in the same transaction as the postings (the writer runs
 inside the storage's write transaction), so a search never scans the corpus for statistics
@@ -52,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.errors import ConfigError
+from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch
@@ -81,60 +85,70 @@ COMPONENT = "keyword"
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
+        "CREATE SEQUENCE kw_documents_doc_seq",
         """
-    CREATE SEQUENCE kw_documents_doc_seq;
-    CREATE TABLE kw_documents (
-        kb text COLLATE "C" NOT NULL,
-        doc bigint NOT NULL,
-        level smallint NOT NULL,
-        key text NOT NULL,
-        item_id text NOT NULL,
-        chunk_index integer NOT NULL,
-        source_type text NOT NULL,
-        doc_type text NOT NULL,
-        language text NOT NULL,
-        path text COLLATE "C" NOT NULL,
-        updated_at double precision NOT NULL,
-        len integer NOT NULL,
-        len_head integer NOT NULL,
-        PRIMARY KEY (kb, doc)
-    );
-    CREATE INDEX kw_documents_item ON kw_documents (item_id, level);
-    CREATE INDEX kw_documents_path ON kw_documents (level, path);
-    CREATE TABLE kw_postings (
-        kb text COLLATE "C" NOT NULL,
-        level smallint NOT NULL,
-        term text COLLATE "C" NOT NULL,
-        doc bigint NOT NULL,
-        tf integer NOT NULL,
-        tf_head integer NOT NULL,
-        w_vec real NOT NULL,
-        norm_len integer NOT NULL,
-        norm_len_head integer NOT NULL,
-        PRIMARY KEY (level, term, kb, doc)
-    );
-    CREATE INDEX kw_postings_doc ON kw_postings (kb, doc);
-    CREATE TABLE kw_terms (
-        kb text COLLATE "C" NOT NULL,
-        level smallint NOT NULL,
-        term text COLLATE "C" NOT NULL,
-        df bigint NOT NULL,
-        df_head bigint NOT NULL,
-        df_vec bigint NOT NULL,
-        PRIMARY KEY (level, term, kb)
-    );
-    CREATE TABLE kw_stats (
-        kb text COLLATE "C" NOT NULL,
-        level smallint NOT NULL,
-        docs bigint NOT NULL DEFAULT 0,
-        len bigint NOT NULL DEFAULT 0,
-        len_head bigint NOT NULL DEFAULT 0,
-        PRIMARY KEY (kb, level)
-    );
-    """,
+        CREATE TABLE kw_documents (
+            kb text COLLATE "C" NOT NULL,
+            doc bigint NOT NULL,
+            level smallint NOT NULL,
+            key text NOT NULL,
+            item_id text NOT NULL,
+            chunk_index integer NOT NULL,
+            source_type text NOT NULL,
+            doc_type text NOT NULL,
+            language text NOT NULL,
+            path text COLLATE "C" NOT NULL,
+            updated_at double precision NOT NULL,
+            len integer NOT NULL,
+            len_head integer NOT NULL,
+            terms text NOT NULL,
+            norm double precision,
+            PRIMARY KEY (kb, doc)
+        )
+        """,
+        "CREATE INDEX kw_documents_item ON kw_documents (item_id, level)",
+        "CREATE INDEX kw_documents_path ON kw_documents (level, path)",
+        """
+        CREATE TABLE kw_postings (
+            kb text COLLATE "C" NOT NULL,
+            level smallint NOT NULL,
+            term text COLLATE "C" NOT NULL,
+            doc bigint NOT NULL,
+            tf integer NOT NULL,
+            tf_head integer NOT NULL,
+            w_vec real NOT NULL,
+            norm_len integer NOT NULL,
+            norm_len_head integer NOT NULL,
+            PRIMARY KEY (level, term, kb, doc)
+        )
+        """,
+        """
+        CREATE TABLE kw_terms (
+            kb text COLLATE "C" NOT NULL,
+            level smallint NOT NULL,
+            term text COLLATE "C" NOT NULL,
+            df bigint NOT NULL,
+            df_head bigint NOT NULL,
+            df_vec bigint NOT NULL,
+            PRIMARY KEY (level, term, kb)
+        )
+        """,
+        """
+        CREATE TABLE kw_stats (
+            kb text COLLATE "C" NOT NULL,
+            level smallint NOT NULL,
+            docs bigint NOT NULL DEFAULT 0,
+            len bigint NOT NULL DEFAULT 0,
+            len_head bigint NOT NULL DEFAULT 0,
+            changes bigint NOT NULL DEFAULT 0,
+            norms_at bigint NOT NULL DEFAULT 0,
+            PRIMARY KEY (kb, level)
+        )
+        """,
     ),
 )
-"""The keyword component's schema, one migration per release that changed it."""
+"""The keyword component's schema: migration ``n`` is the statements that take it from
+version ``n - 1`` to ``n`` (``schema.migrate``)."""
 
 _BATCH_SPAN = 1 << 24
 """Document numbers are (write number) × this + position in the write: one sequence call per
@@ -146,10 +160,25 @@ Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
 
 
 def install(conn: psycopg.Connection) -> None:
-    """Create or upgrade the tables (the storage's ``schema.migrate`` keeps the version)."""
+    """Create or upgrade the tables; on a hot standby (which the primary's migrations reach
+    by replication), check that they are this release's."""
     from knowledge_agent.backends.postgres import schema
 
-    schema.migrate(conn, COMPONENT, MIGRATIONS)
+    row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+    if not (row and row[0]):
+        schema.migrate(conn, COMPONENT, MIGRATIONS)
+        return
+    version = schema.schema_version(conn, COMPONENT)
+    if version < len(MIGRATIONS):
+        raise SearchIndexError(
+            f"the standby holds keyword tables of version {version}, this release needs "
+            f"{len(MIGRATIONS)}: open the primary with it once to migrate them"
+        )
+    if version > len(MIGRATIONS):
+        raise SearchIndexError(
+            f"the standby's keyword tables (version {version}) were written by a newer "
+            "release of knowledge-agent: upgrade it to use them"
+        )
 
 
 # --------------------------------------------------------------------------- documents
@@ -205,17 +234,19 @@ def _counted(ids: np.ndarray, rows: np.ndarray, size: int) -> tuple[np.ndarray, 
     return keys, counts
 
 
-def _level_rows(
+def _level(
     batch: AnalysedBatch,
     level: int,
+    documents: tuple[list[str], np.ndarray, list[int]],
     content: tuple[np.ndarray, np.ndarray],
     head: tuple[np.ndarray, np.ndarray],
     vec: tuple[np.ndarray, np.ndarray] | None,
     sublinear: bool,
-    n_rows: int,
-) -> tuple[np.ndarray, ...]:
-    """(row, term, tf, tf_head, w_vec, length, length_head) of one level's documents; a
-    ``vec`` of None is the content itself (an item's vector is its content)."""
+) -> _Level:
+    """One level's rows from its documents (keys, item positions, chunk indexes) and the
+    (term ids, row) of each field; a ``vec`` of None is the content itself (an item's
+    vector is its content)."""
+    n_rows = len(documents[0])
     size = max(len(batch.vocab), 1)
     kc, cc = _counted(*content, size)
     kh, ch = _counted(*head, size)
@@ -236,9 +267,20 @@ def _level_rows(
         else counts_vec[present]
     )
     row, term = np.divmod(keys, size)
-    length = np.bincount(content[1], minlength=n_rows).astype(np.int64)
-    length_head = np.bincount(head[1], minlength=n_rows).astype(np.int64)
-    return row, term, tf, tf_head, w_vec, length, length_head
+    # In the primary key's order (term bytes, then document): the index grows page by page.
+    _, rank = batch.vocab_bytes()
+    order = np.lexsort((row, rank[term])) if term.size else np.zeros(0, np.int64)
+    return _Level(
+        level,
+        *documents,
+        length=np.bincount(content[1], minlength=n_rows).astype(np.int64),
+        length_head=np.bincount(head[1], minlength=n_rows).astype(np.int64),
+        row=row[order],
+        term=term[order],
+        tf=tf[order],
+        tf_head=tf_head[order],
+        w_vec=w_vec[order],
+    )
 
 
 def _chunk_level(batch: AnalysedBatch, tfidf: TfidfConfig) -> _Level:
@@ -247,41 +289,28 @@ def _chunk_level(batch: AnalysedBatch, tfidf: TfidfConfig) -> _Level:
     ``HEADING_WEIGHT`` times each, body; heading: the heading path) and the TF-IDF chunk
     rows (title if ``include_title``, heading path if ``include_heading``, body)."""
     owner = batch.chunk_items()
-    n = owner.size
     title = batch.title[owner]
     title_end = np.where(batch.title_in_heading, title[:, 0], title[:, 1])
     heading = (batch.heading[:, 0], batch.heading[:, 1])
+    body = (batch.body[:, 0], batch.body[:, 1])
     parts = [(title[:, 0], title_end), *[heading] * HEADING_WEIGHT]
     parts += [(batch.symbol[:, 0], batch.symbol[:, 1])] * HEADING_WEIGHT
-    parts.append((batch.body[:, 0], batch.body[:, 1]))
-    empty = np.zeros(n, np.int64)
+    empty = np.zeros(owner.size, np.int64)
     vec_parts = [
         (title[:, 0], title[:, 1]) if tfidf.include_title else (empty, empty),
         heading if tfidf.include_heading else (empty, empty),
-        (batch.body[:, 0], batch.body[:, 1]),
+        body,
     ]
-    row, term, tf, tf_head, w_vec, length, length_head = _level_rows(
+    chunks = [chunk for _, item_chunks in batch.pairs for chunk in item_chunks]
+    documents = ([c.id for c in chunks], owner, [int(c.chunk_index) for c in chunks])
+    return _level(
         batch,
         CHUNK_LEVEL,
-        batch.rows(parts),
+        documents,
+        batch.rows([*parts, body]),
         batch.rows([heading]),
         batch.rows(vec_parts),
         tfidf.sublinear_tf,
-        n,
-    )
-    chunks = [chunk for _, item_chunks in batch.pairs for chunk in item_chunks]
-    return _Level(
-        CHUNK_LEVEL,
-        [chunk.id for chunk in chunks],
-        owner,
-        [int(chunk.chunk_index) for chunk in chunks],
-        length,
-        length_head,
-        row,
-        term,
-        tf,
-        tf_head,
-        w_vec,
     )
 
 
@@ -289,27 +318,15 @@ def _item_level(batch: AnalysedBatch, tfidf: TfidfConfig) -> _Level:
     """The item documents (title; content: the title then the item-level text) — the TF-IDF
     item row is the same content."""
     every = np.arange(batch.n_items)
-    row, term, tf, tf_head, w_vec, length, length_head = _level_rows(
+    documents = ([item.id for item, _ in batch.pairs], every, [0] * batch.n_items)
+    return _level(
         batch,
         ITEM_LEVEL,
+        documents,
         batch.item_rows(every),
         batch.rows([(batch.title[:, 0], batch.title[:, 1])]),
         None,
         tfidf.sublinear_tf,
-        batch.n_items,
-    )
-    return _Level(
-        ITEM_LEVEL,
-        [item.id for item, _ in batch.pairs],
-        every,
-        [0] * batch.n_items,
-        length,
-        length_head,
-        row,
-        term,
-        tf,
-        tf_head,
-        w_vec,
     )
 
 
@@ -320,6 +337,14 @@ def _quoted(values: Sequence[str]) -> np.ndarray:
     """Each string as a quoted element of an array literal."""
     quoted = ['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]
     return np.array(quoted, dtype=object)
+
+
+def _document_terms(vocab: np.ndarray, level: _Level, n: int) -> list[str]:
+    """Each document's distinct terms, space-separated (a term never holds whitespace)."""
+    order = np.argsort(level.row, kind="stable")
+    terms = vocab[level.term[order]].tolist()
+    ends = np.cumsum(np.bincount(level.row, minlength=n)).tolist()
+    return [" ".join(terms[start:end]) for start, end in zip([0, *ends[:-1]], ends, strict=True)]
 
 
 def _array(values: np.ndarray | Sequence[Any]) -> str:
@@ -341,11 +366,13 @@ _LOCK_STATS_ROWS = """
 _REMOVE = """
     WITH gone AS (
         DELETE FROM kw_documents WHERE item_id = ANY(%(ids)s::text[])
-        RETURNING kb, doc, level, len, len_head
+        RETURNING kb, doc, level, len, len_head, terms
     ),
     gone_postings AS (
-        DELETE FROM kw_postings p USING gone g
-        WHERE p.kb = g.kb AND p.doc = g.doc
+        DELETE FROM kw_postings p USING (
+            SELECT kb, level, doc, unnest(string_to_array(terms, ' ')) AS term FROM gone
+        ) g
+        WHERE p.level = g.level AND p.term = g.term AND p.kb = g.kb AND p.doc = g.doc
         RETURNING p.kb, p.level, p.term, p.tf, p.tf_head, p.w_vec
     ),
     terms AS (
@@ -362,7 +389,8 @@ _REMOVE = """
     ),
     stats AS (
         UPDATE kw_stats s
-        SET docs = s.docs - x.docs, len = s.len - x.len, len_head = s.len_head - x.len_head
+        SET docs = s.docs - x.docs, len = s.len - x.len, len_head = s.len_head - x.len_head,
+            changes = s.changes + x.docs
         FROM (
             SELECT kb, level, count(*) AS docs, sum(len) AS len, sum(len_head) AS len_head
             FROM gone GROUP BY kb, level
@@ -374,13 +402,13 @@ _REMOVE = """
 
 _INSERT_DOCUMENTS = """
     INSERT INTO kw_documents (kb, doc, level, key, item_id, chunk_index, source_type,
-        doc_type, language, path, updated_at, len, len_head)
+        doc_type, language, path, updated_at, len, len_head, terms)
     SELECT kb, doc, %s, key, item_id, chunk_index, source_type, doc_type, language, path,
-        updated_at, len, len_head
+        updated_at, len, len_head, terms
     FROM unnest(%s::text[], %s::int8[], %s::text[], %s::text[], %s::int4[], %s::text[],
-        %s::text[], %s::text[], %s::text[], %s::float8[], %s::int4[], %s::int4[])
+        %s::text[], %s::text[], %s::text[], %s::float8[], %s::int4[], %s::int4[], %s::text[])
         AS x(kb, doc, key, item_id, chunk_index, source_type, doc_type, language, path,
-            updated_at, len, len_head)
+            updated_at, len, len_head, terms)
 """
 
 _INSERT_POSTINGS = """
@@ -404,7 +432,8 @@ _ADD_TERMS = """
 
 _ADD_STATS = """
     UPDATE kw_stats s
-    SET docs = s.docs + x.docs, len = s.len + x.len, len_head = s.len_head + x.len_head
+    SET docs = s.docs + x.docs, len = s.len + x.len, len_head = s.len_head + x.len_head,
+        changes = s.changes + x.docs
     FROM unnest(%s::text[], %s::int2[], %s::int8[], %s::int8[], %s::int8[])
         AS x(kb, level, docs, len, len_head)
     WHERE s.kb = x.kb AND s.level = x.level
@@ -495,10 +524,11 @@ class PostingsWriter:
         ]
         item_ids = _quoted([item.id for item in items])
         updated = np.array([repr(to_epoch(item.updated_at)) for item in items], dtype=object)
-        vocab = _quoted([_text(term) for term in batch.vocab] or [""])
+        plain = np.array([_text(term) for term in batch.vocab] or [""], dtype=object)
+        vocab = _quoted(plain.tolist())
         total = sum(len(level.keys) for level in levels)
         if total >= _BATCH_SPAN:
-            raise ValueError(f"a batch of {total} documents is over {_BATCH_SPAN}: split it")
+            raise SearchIndexError(f"a write of {total} documents is over {_BATCH_SPAN}: split it")
         cur.execute("SELECT nextval('kw_documents_doc_seq')")
         row = cur.fetchone()
         assert row is not None
@@ -526,6 +556,7 @@ class PostingsWriter:
                     _array(updated[owner]),
                     _array(level.length),
                     _array(level.length_head),
+                    _array(_quoted(_document_terms(plain, level, n))),
                 ),
             )
             cur.execute(

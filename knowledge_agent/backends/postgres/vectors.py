@@ -9,11 +9,15 @@ SemanticSearcher`, from the postings of :mod:`.postings` (``w_vec``: the float32
     score  = Σ_t q_t · w_dt · idf_t / (‖d‖ · ‖q‖)       clipped to [0, 1]
     ‖d‖    = sqrt(Σ_t (w_dt² · idf_t²))                 over every term of the document
 
-Norms depend on the idf of every term of a document, which every write changes, so they are
-computed at query time for the candidates only (the documents holding a query term that the
-filters allow): their postings joined to ``kw_terms``. ``min_similarity`` and the filters
-apply before the top-k; ties are ranked by document number, ``per_item`` caps the chunks of
-one item.
+Norms depend on the idf of every term of a document, which every write changes. They are
+stored in ``kw_documents.norm`` by :meth:`PostgresTfidfIndex.refresh_norms` (one pass over
+the postings, recording the statistics' change counts it reflects); a search reads them when
+no write came since. A search that finds them stale refreshes them first, unless a writer
+holds the statistics (it never waits for one) or the database is a standby: it then computes
+its candidates' norms from their postings, exact but slower (a pass over every posting of
+every document holding a query term). Either way the scores are those of the statistics the
+search's snapshot sees. ``min_similarity`` and the filters apply before the top-k; ties are
+ranked by document number, ``per_item`` caps the chunks of one item.
 
 Differences from the local index, both below the scores' float32 precision in practice: the
 local index hashes terms into ``n_features`` columns, so two terms sharing a column count as
@@ -22,6 +26,7 @@ one there (here terms are never merged), and its norms are summed in float32.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,7 +35,7 @@ import numpy as np
 
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.backends.postgres.filters import filter_condition
-from knowledge_agent.backends.postgres.indexes import PostingsIndex
+from knowledge_agent.backends.postgres.indexes import PostingsIndex, load_psycopg
 from knowledge_agent.backends.postgres.postings import (
     CHUNK_LEVEL,
     ITEM_LEVEL,
@@ -48,8 +53,88 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresTfidfIndex", "TfidfRefit"]
 
+logger = logging.getLogger(__name__)
 
-def _cosine_sql(condition: str, per_item: bool) -> str:
+
+_STORED_NORMS = """
+    dots AS (
+        SELECT p.doc, p.kb, sum(p.w_vec::float8 * q.coef) AS dot
+        FROM unnest(%(terms)s::text[], %(coefs)s::float8[]) AS q(term, coef)
+        JOIN kw_postings p ON p.level = %(level)s AND p.term = q.term
+        {join}
+        WHERE {where}
+        GROUP BY p.doc, p.kb
+    ),
+    scored AS (
+        SELECT c.kb, c.doc,
+            least(greatest(c.dot / (n.norm * %(qnorm)s), 0.0::float8), 1.0::float8) AS score
+        FROM dots c JOIN kw_documents n ON n.kb = c.kb AND n.doc = c.doc
+    )
+"""
+
+# Every step is a lookup by key or a pass over its input, whatever the planner estimates:
+# the query's weights and the candidates' idf² are JSON maps, not joins.
+_QUERY_TIME_NORMS = """
+    cand AS MATERIALIZED (
+        SELECT DISTINCT p.doc, p.kb FROM kw_postings p
+        {join}
+        WHERE p.level = %(level)s AND p.term = ANY(%(terms)s::text[]) AND {where}
+    ),
+    held AS MATERIALIZED (
+        SELECT p.kb, p.doc, p.term, p.w_vec
+        FROM cand c
+        JOIN kw_documents e ON e.kb = c.kb AND e.doc = c.doc
+        CROSS JOIN LATERAL unnest(string_to_array(e.terms, ' ')) AS t(term)
+        JOIN kw_postings p
+            ON p.level = %(level)s AND p.term = t.term AND p.kb = c.kb AND p.doc = c.doc
+        WHERE p.w_vec > 0
+    ),
+    weights AS MATERIALIZED (
+        SELECT jsonb_object_agg(term, idf * idf) AS idf2 FROM (
+            SELECT t.term, ((ln((1.0::float8 + %(n)s::float8)
+                / (1.0::float8 + sum(t.df_vec)::float8)) + 1.0::float8)::real)::float8 AS idf
+            FROM kw_terms t
+            WHERE t.level = %(level)s AND t.term IN (SELECT DISTINCT term FROM held)
+            GROUP BY t.term
+        ) x
+    ),
+    scored AS (
+        SELECT h.kb, h.doc, least(greatest(
+            sum(h.w_vec::float8 * coalesce((%(coef)s::jsonb ->> h.term)::float8, 0.0))
+            / (sqrt(sum((h.w_vec * h.w_vec)::float8 * (w.idf2 ->> h.term)::float8))
+               * %(qnorm)s),
+            0.0::float8), 1.0::float8) AS score
+        FROM held h CROSS JOIN weights w
+        GROUP BY h.doc, h.kb
+    )
+"""
+
+# Every document's norm under the statistics the statement sees, and the change counts
+# they reflect recorded in the same statement (one snapshot: a write committed meanwhile
+# leaves its counts ahead, so the norms read as stale).
+_REFRESH_NORMS = """
+    WITH n AS (SELECT level, sum(docs) AS n FROM kw_stats GROUP BY level),
+    idf AS (
+        SELECT t.level, t.term, ((ln((1.0::float8 + n.n::float8)
+            / (1.0::float8 + sum(t.df_vec)::float8)) + 1.0::float8)::real)::float8 AS idf
+        FROM kw_terms t JOIN n ON n.level = t.level
+        GROUP BY t.level, t.term, n.n
+    ),
+    norms AS (
+        SELECT p.kb, p.doc, sqrt(sum((p.w_vec * p.w_vec)::float8 * (i.idf * i.idf))) AS norm
+        FROM kw_postings p JOIN idf i ON i.level = p.level AND i.term = p.term
+        WHERE p.w_vec > 0
+        GROUP BY p.kb, p.doc
+    ),
+    written AS (
+        UPDATE kw_documents d SET norm = norms.norm FROM norms
+        WHERE d.kb = norms.kb AND d.doc = norms.doc
+    )
+    UPDATE kw_stats SET norms_at = changes
+"""
+
+
+def _cosine_sql(condition: str, per_item: bool, stored_norms: bool) -> str:
     join = "JOIN kw_documents d ON d.kb = p.kb AND d.doc = p.doc" if condition else ""
     where = "p.w_vec > 0" + (f" AND {condition}" if condition else "")
     ranked = "scored WHERE score > 0 AND score >= %(min)s"
@@ -60,37 +145,9 @@ def _cosine_sql(condition: str, per_item: bool) -> str:
             FROM scored s JOIN kw_documents d ON d.kb = s.kb AND d.doc = s.doc
             WHERE s.score > 0 AND s.score >= %(min)s
         ) r WHERE r.rank <= %(cap)s"""
-    # Every step is a lookup by key or a pass over its input, whatever the planner
-    # estimates: the query's weights and the candidates' idf² are JSON maps, not joins.
+    scoring = (_STORED_NORMS if stored_norms else _QUERY_TIME_NORMS).format(join=join, where=where)
     return f"""
-        WITH cand AS MATERIALIZED (
-            SELECT DISTINCT p.doc, p.kb FROM kw_postings p
-            {join}
-            WHERE p.level = %(level)s AND p.term = ANY(%(terms)s::text[]) AND {where}
-        ),
-        held AS MATERIALIZED (
-            SELECT p.kb, p.doc, p.term, p.w_vec
-            FROM cand c JOIN kw_postings p ON p.kb = c.kb AND p.doc = c.doc
-            WHERE p.w_vec > 0
-        ),
-        weights AS MATERIALIZED (
-            SELECT jsonb_object_agg(term, idf * idf) AS idf2 FROM (
-                SELECT t.term, ((ln((1.0::float8 + %(n)s::float8)
-                    / (1.0::float8 + sum(t.df_vec)::float8)) + 1.0::float8)::real)::float8 AS idf
-                FROM kw_terms t
-                WHERE t.level = %(level)s AND t.term IN (SELECT DISTINCT term FROM held)
-                GROUP BY t.term
-            ) x
-        ),
-        scored AS (
-            SELECT h.kb, h.doc, least(greatest(
-                sum(h.w_vec::float8 * coalesce((%(coef)s::jsonb ->> h.term)::float8, 0.0))
-                / (sqrt(sum((h.w_vec * h.w_vec)::float8 * (w.idf2 ->> h.term)::float8))
-                   * %(qnorm)s),
-                0.0::float8), 1.0::float8) AS score
-            FROM held h CROSS JOIN weights w
-            GROUP BY h.doc, h.kb
-        )
+        WITH {scoring}
         SELECT d.key, d.item_id, d.chunk_index, t.score
         FROM (
             SELECT kb, doc, score FROM {ranked} ORDER BY score DESC, doc LIMIT %(limit)s
@@ -159,6 +216,10 @@ class PostgresTfidfIndex(PostingsIndex):
     """
 
     _label = "TF-IDF index"
+
+    #: Whether a search that finds the stored norms stale refreshes them first, if no
+    #: writer holds the statistics (otherwise it computes its candidates' norms).
+    refresh_stale_norms: bool = True
 
     def __init__(
         self,
@@ -232,15 +293,21 @@ class PostgresTfidfIndex(PostingsIndex):
         threshold = float(min_similarity) if min_similarity == min_similarity else 0.0  # NaN
         from psycopg.types.json import Jsonb
 
-        with self._db.cursor("search the TF-IDF index") as cur:
-            cur.execute("SELECT coalesce(sum(docs), 0) FROM kw_stats WHERE level = %s", (level,))
+        if self.refresh_stale_norms and not self._norms_fresh():
+            self.refresh_norms(wait=False)
+        with self._db.snapshot("search the TF-IDF index") as cur:
+            cur.execute(
+                "SELECT coalesce(sum(docs), 0), coalesce(bool_and(changes = norms_at), true)"
+                " FROM kw_stats WHERE level = %s",
+                (level,),
+            )
             row = cur.fetchone()
-            n = int(row[0]) if row else 0
+            n, fresh = (int(row[0]), bool(row[1])) if row else (0, True)
             if n == 0:
                 return []
             cur.execute(
-                "SELECT term, sum(df_vec) FROM kw_terms"
-                " WHERE level = %s AND term = ANY(%s::text[]) GROUP BY term HAVING sum(df_vec) > 0",
+                "SELECT term, sum(df_vec) FROM kw_terms WHERE level = %s"
+                " AND term = ANY(%s::text[]) GROUP BY term HAVING sum(df_vec) > 0",
                 (level, list(counts)),
             )
             df = {term: int(found) for term, found in cur.fetchall()}
@@ -258,9 +325,11 @@ class PostgresTfidfIndex(PostingsIndex):
             idf64 = idf.astype(np.float64)
             tf = 1.0 + np.log(frequency) if self.config.sublinear_tf else frequency
             query = tf * idf64
+            coef = (query * idf64).tolist()
             params: dict[str, Any] = {
                 "terms": names,
-                "coef": Jsonb(dict(zip(names, (query * idf64).tolist(), strict=True))),
+                "coefs": coef,
+                "coef": Jsonb(dict(zip(names, coef, strict=True))),
                 "qnorm": float(np.sqrt(query @ query)),
                 "n": n,
                 "level": level,
@@ -269,5 +338,37 @@ class PostgresTfidfIndex(PostingsIndex):
                 "cap": per_item,
                 **filter_params,
             }
-            cur.execute(_cosine_sql(condition, per_item is not None), params)
+            cur.execute(_cosine_sql(condition, per_item is not None, fresh), params)
             return [(str(k), str(i), int(c), float(s)) for k, i, c, s in cur.fetchall()]
+
+    # -- norms ---------------------------------------------------------------------------
+
+    def _norms_fresh(self) -> bool:
+        with self._db.cursor("read the TF-IDF index") as cur:
+            cur.execute("SELECT coalesce(bool_and(changes = norms_at), true) FROM kw_stats")
+            row = cur.fetchone()
+            return bool(row[0]) if row else True
+
+    def refresh_norms(self, *, wait: bool = True) -> bool:
+        """Store every document's norm under the current statistics (one pass over the
+        postings), so that searches read the norms instead of computing their candidates'.
+
+        It waits for writers (it takes the statistics' locks); without ``wait`` it gives
+        up at once, returning False, when a writer holds them or the database is a
+        read-only standby.
+        """
+        psycopg = load_psycopg()
+        lock = "FOR UPDATE" if wait else "FOR UPDATE NOWAIT"
+        with self._db.lock:
+            try:
+                with self._db.conn.transaction():
+                    self._db.conn.execute(f"SELECT 1 FROM kw_stats ORDER BY kb, level {lock}")
+                    self._db.conn.execute(_REFRESH_NORMS)
+            except (psycopg.errors.LockNotAvailable, psycopg.errors.ReadOnlySqlTransaction):
+                if wait:
+                    raise
+                logger.debug("TF-IDF norms not refreshed: the statistics are busy or read-only")
+                return False
+            except psycopg.Error as exc:
+                raise SearchIndexError(f"cannot refresh the TF-IDF norms: {exc}") from exc
+        return True
