@@ -154,6 +154,6 @@ def test_the_command_line_migrates_a_folder_then_works_on_the_server(
     write(tmp_path / "notes" / "new.md", "# New\n\nThe lighthouse keeper logs the weather.\n")
     cli_json("sync")  # the roots went across: sync on the server picks up the new file
     found = cli_json("search", "lighthouse keeper")
-    assert [Path(hit["item"]["source_uri"]).name for hit in found["results"]][:1] == ["new.md"]
-    assert cli_json("stats")["items"] == len(NOTES) + 1
+    assert [Path(hit["path"]).name for hit in found["results"]][:1] == ["new.md"]
+    assert cli_json("stats")["status"]["items"] == len(NOTES) + 1
     assert cli_json("check")["consistent"] is True

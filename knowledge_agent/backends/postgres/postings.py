@@ -160,25 +160,11 @@ Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
 
 
 def install(conn: psycopg.Connection) -> None:
-    """Create or upgrade the tables; on a hot standby (which the primary's migrations reach
-    by replication), check that they are this release's."""
+    """Create or upgrade the tables (on a hot standby, which the primary's migrations reach
+    by replication, only check that they are this release's)."""
     from knowledge_agent.backends.postgres import schema
 
-    row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
-    if not (row and row[0]):
-        schema.migrate(conn, COMPONENT, MIGRATIONS)
-        return
-    version = schema.schema_version(conn, COMPONENT)
-    if version < len(MIGRATIONS):
-        raise SearchIndexError(
-            f"the standby holds keyword tables of version {version}, this release needs "
-            f"{len(MIGRATIONS)}: open the primary with it once to migrate them"
-        )
-    if version > len(MIGRATIONS):
-        raise SearchIndexError(
-            f"the standby's keyword tables (version {version}) were written by a newer "
-            "release of knowledge-agent: upgrade it to use them"
-        )
+    schema.migrate(conn, COMPONENT, MIGRATIONS)
 
 
 # --------------------------------------------------------------------------- documents
