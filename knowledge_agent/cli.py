@@ -1039,8 +1039,8 @@ written; a damaged index is named with its file. Exit code 1 when an index is
 damaged or disagrees with the database (and was not repaired).
 
 \b
---json prints IndexStatus.to_dict(): {"data_dir", "knowledge_bases", "items", "chunks",
-"sources", "roots", "keyword_index": {"items", "chunks"}, "semantic_index": {...},
+--json prints IndexStatus.to_dict(): {"data_dir", "backend", "knowledge_bases", "items",
+"chunks", "sources", "roots", "keyword_index": {"items", "chunks"}, "semantic_index": {...},
 "pending_changes", "last_indexed_at", "sizes", "consistent", "problems",
 "damaged": [{"index", "file", "problem"}], "repaired"}."""
 )

@@ -959,8 +959,13 @@ def print_status(
     """Counts, index sizes and consistency, one ``name  value`` line each."""
     sizes = status.sizes
     where = status.data_dir or "(in memory)"
+    place = (
+        ("data folder", f"{where}" + (f"  ({origin})" if origin else ""))
+        if status.backend == "local"
+        else ("server", status.backend)
+    )
     rows = [
-        ("data folder", f"{where}" + (f"  ({origin})" if origin else "")),
+        place,
         ("project file", config_file or "-"),
         ("knowledge bases", str(status.knowledge_bases)),
         ("items", str(status.items)),

@@ -155,5 +155,6 @@ def test_the_command_line_migrates_a_folder_then_works_on_the_server(
     cli_json("sync")  # the roots went across: sync on the server picks up the new file
     found = cli_json("search", "lighthouse keeper")
     assert [Path(hit["path"]).name for hit in found["results"]][:1] == ["new.md"]
-    assert cli_json("stats")["status"]["items"] == len(NOTES) + 1
+    stats = cli_json("stats")["status"]
+    assert stats["items"] == len(NOTES) + 1 and stats["backend"] == postgres_url
     assert cli_json("check")["consistent"] is True

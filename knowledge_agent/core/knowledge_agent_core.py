@@ -1020,6 +1020,7 @@ class KnowledgeAgentCore:
                 last_indexed_at=latest.isoformat() if latest else None,
                 sizes=self._sizes(),
                 damaged=self._backend.damage(full=full),
+                backend=self.backend_url,
             )
         damaged: dict[str, list[IndexDamage]] = {}
         for damage in status.damaged:

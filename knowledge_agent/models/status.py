@@ -70,6 +70,8 @@ class IndexStatus:
     problems: list[str] = field(default_factory=list)
     damaged: list[IndexDamage] = field(default_factory=list)
     repaired: bool = False
+    backend: str = "local"
+    """``local`` (the data folder) or the database's URL without its password."""
 
     @property
     def consistent(self) -> bool:
@@ -78,6 +80,7 @@ class IndexStatus:
     def to_dict(self) -> dict[str, Any]:
         return {
             "data_dir": self.data_dir,
+            "backend": self.backend,
             "knowledge_bases": self.knowledge_bases,
             "items": self.items,
             "chunks": self.chunks,
