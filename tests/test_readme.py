@@ -10,14 +10,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "knowledge_agent" / "samples"
-# Tests never use the network: a block that needs it says so on its first line.
-BLOCKS = [
-    block
-    for block in re.findall(
-        r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S
-    )
-    if not block.startswith("# Needs the network")
-]
+# Tests never use the network: a block that needs it says so on its first line. A block that
+# needs a PostgreSQL server runs against the test server instead of the one it names.
+ALL_BLOCKS = re.findall(
+    r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S
+)
+BLOCKS = [block for block in ALL_BLOCKS if not block.startswith("# Needs")]
+SERVER_BLOCKS = [block for block in ALL_BLOCKS if block.startswith("# Needs a PostgreSQL")]
 
 
 @pytest.mark.parametrize("code", BLOCKS)
@@ -32,5 +31,17 @@ def test_readme_python_block_runs(
         assert "Rolling back a failed deploy" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("code", SERVER_BLOCKS)
+def test_readme_server_block_runs_on_a_real_server(
+    code: str, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    named = re.findall(r'"(postgresql://[^"]+)"', code)
+    assert named, "the block names no server"
+    for url in set(named):
+        code = code.replace(url, postgres_url)
+    exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "Release policy"
+
+
 def test_readme_has_python_examples() -> None:
-    assert len(BLOCKS) >= 2
+    assert len(BLOCKS) >= 2 and SERVER_BLOCKS
