@@ -99,29 +99,32 @@ def test_a_write_is_searchable_by_another_process_when_it_returns(postgres_url: 
         assert second.search("lighthouse keeper") == []
 
 
-def test_searches_go_to_a_hot_standby_and_writes_to_the_primary(
-    postgres_server: PostgresServer, postgres_url: str
-) -> None:
-    with KnowledgeAgentCore(backend=postgres_url) as primary:
-        primary.add_text("Before the standby: the tide table.", title="Tide")
-    standby = postgres_server.standby()
+def test_searches_go_to_a_hot_standby_and_writes_to_the_primary() -> None:
+    primary_server = PostgresServer()  # its own: a base backup copies every database
     try:
-        standby_url = standby.url(database_of(postgres_url))
-        with KnowledgeAgentCore(backend=postgres_url, read_backend=standby_url) as core:
-            assert [hit.item.title for hit in core.search("tide table")] == ["Tide"]
-            core.add_text("After the standby: the ferry timetable.", title="Ferry")
-            deadline = time.monotonic() + GUARD_S
-            while not core.search("ferry timetable"):  # replayed by the standby
-                assert time.monotonic() < deadline, "the standby never replayed the write"
-                time.sleep(0.05)
-            assert [hit.item.title for hit in core.search("ferry timetable")] == ["Ferry"]
-        with (
-            pytest.raises(StorageError, match="hot standby"),
-            KnowledgeAgentCore(backend=standby_url) as on_standby,
-        ):
-            on_standby.add_text("A write sent to the standby.")
+        postgres_url = primary_server.new_database()
+        with KnowledgeAgentCore(backend=postgres_url) as primary:
+            primary.add_text("Before the standby: the tide table.", title="Tide")
+        standby = primary_server.standby()
+        try:
+            standby_url = standby.url(database_of(postgres_url))
+            with KnowledgeAgentCore(backend=postgres_url, read_backend=standby_url) as core:
+                assert [hit.item.title for hit in core.search("tide table")] == ["Tide"]
+                core.add_text("After the standby: the ferry timetable.", title="Ferry")
+                deadline = time.monotonic() + GUARD_S
+                while not core.search("ferry timetable"):  # replayed by the standby
+                    assert time.monotonic() < deadline, "the standby never replayed the write"
+                    time.sleep(0.05)
+                assert [hit.item.title for hit in core.search("ferry timetable")] == ["Ferry"]
+            with (
+                pytest.raises(StorageError, match="hot standby"),
+                KnowledgeAgentCore(backend=standby_url) as on_standby,
+            ):
+                on_standby.add_text("A write sent to the standby.")
+        finally:
+            standby.stop()
     finally:
-        standby.stop()
+        primary_server.stop()
 
 
 def test_what_the_server_backend_refuses(tmp_path: Path, postgres_url: str) -> None:
