@@ -587,15 +587,21 @@ def test_stop_ends_the_iteration_while_a_request_hangs(server: SiteServer) -> No
     start = slow_site(server)
     crawler = Crawler(start, CrawlOptions(timeout=3600))
     events: list[Event] = []
+    fast_page = threading.Event()
 
     def crawl() -> None:
         with crawler:
             stopper = threading.Thread(target=stop_when_requested, daemon=True)
             stopper.start()
-            events.extend(crawler)
+            for event in crawler:
+                events.append(event)
+                if isinstance(event, CrawlPage) and event.url.endswith("/fast.html"):
+                    fast_page.set()
 
     def stop_when_requested() -> None:
+        # Once the slow page hangs and the fast one is through, whichever finished first.
         wait_for_hit(server, "/slow.html")
+        fast_page.wait(GUARD_S)
         crawler.stop()
 
     within_guard(crawl, "stop() did not end the crawl")
