@@ -137,6 +137,7 @@ class App:
     debug: bool = False
     cwd: Path = field(default_factory=Path.cwd)
     backend: str | None = None
+    read_backend: str | None = None
     # For the Ctrl-C message of add, sync and watch: files committed by this invocation.
     collecting: bool = False
     committed: int = 0
@@ -148,7 +149,9 @@ class App:
         What an untrusted project file was refused is said once per command, on stderr
         (stdout is the protocol under ``serve``).
         """
-        settings = resolve_settings(self.data_dir, backend=self.backend, cwd=self.cwd)
+        settings = resolve_settings(
+            self.data_dir, backend=self.backend, read_backend=self.read_backend, cwd=self.cwd
+        )
         if settings.warning:
             click.echo(f"warning: {settings.warning}", err=True)
         return settings
@@ -176,6 +179,7 @@ class App:
         return KnowledgeAgentCore(
             None if settings.backend else settings.data_dir,
             backend=settings.backend,
+            read_backend=settings.read_backend,
             chunk_config=settings.config.chunk_config,
             search_config=settings.config.search_config,
             doc_type_rules=settings.config.doc_type_rules,
@@ -488,12 +492,24 @@ $KNOWLEDGE_AGENT_BACKEND, or [backend] url) it lives in that database instead.
     help="Keep the knowledge base in this PostgreSQL database (postgresql://…) instead of "
     "the data folder (overrides $KNOWLEDGE_AGENT_BACKEND and [backend] url).",
 )
+@click.option(
+    "--read-backend",
+    metavar="URL",
+    help="A hot standby of --backend that answers searches (overrides "
+    "$KNOWLEDGE_AGENT_READ_BACKEND and [backend] read_url).",
+)
 @click.option("--debug", is_flag=True, help="Print tracebacks and debug logging on stderr.")
 @click.version_option(package_name="knowledge-agent", prog_name="knowledge-agent")
 @click.pass_context
-def cli(ctx: click.Context, data_dir: Path | None, backend: str | None, debug: bool) -> None:
+def cli(
+    ctx: click.Context,
+    data_dir: Path | None,
+    backend: str | None,
+    read_backend: str | None,
+    debug: bool,
+) -> None:
     """An offline knowledge base: collect files, then search them by meaning and keywords."""
-    ctx.obj = App(data_dir=data_dir, debug=debug, backend=backend)
+    ctx.obj = App(data_dir=data_dir, debug=debug, backend=backend, read_backend=read_backend)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

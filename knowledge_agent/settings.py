@@ -64,6 +64,7 @@ __all__ = [
     "ENDPOINT_KEYS",
     "ENV_BACKEND",
     "ENV_HOME",
+    "ENV_READ_BACKEND",
     "LOCAL_DATA_DIR",
     "NETWORK_PROVIDERS",
     "PATH_KEYS",
@@ -84,6 +85,7 @@ CONFIG_FILE_NAME = ".knowledge-agent.toml"
 USER_CONFIG_NAME = "config.toml"
 ENV_HOME = "KNOWLEDGE_AGENT_HOME"
 ENV_BACKEND = "KNOWLEDGE_AGENT_BACKEND"
+ENV_READ_BACKEND = "KNOWLEDGE_AGENT_READ_BACKEND"
 LOCAL_DATA_DIR = ".knowledge-agent"
 APP_NAME = "knowledge-agent"
 
@@ -149,6 +151,8 @@ class ProjectConfig:
     """The ``[rerank]`` table (``provider = "openai"`` …), checked when a core opens."""
     backend_url: str | None = None
     """``[backend] url``: a ``postgresql://`` URL (or ``"local"``), checked when read."""
+    backend_read_url: str | None = None
+    """``[backend] read_url``: a hot standby of that server, for searches."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,8 @@ class Settings:
     backend: str | None = None
     """Where the knowledge base lives when not in ``data_dir``: a server URL (None: the
     folder)."""
+    read_backend: str | None = None
+    """A hot standby of :attr:`backend` that answers searches (None: the server itself)."""
 
 
 # -- finding and resolving ---------------------------------------------------------------
@@ -190,6 +196,7 @@ def resolve_settings(
     data_dir: str | os.PathLike[str] | None = None,
     *,
     backend: str | None = None,
+    read_backend: str | None = None,
     cwd: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
     trust: TrustStore | None = None,
@@ -201,18 +208,32 @@ def resolve_settings(
     """
     env = os.environ if environ is None else environ
     settings = _folder_settings(data_dir, cwd=cwd, environ=env, trust=trust)
-    for origin, chosen in (
+    where = f"of {settings.config_file}"
+    chosen = _first_server(
         ("--backend", backend),
         (f"${ENV_BACKEND}", env.get(ENV_BACKEND)),
-        (f"[backend] url of {settings.config_file}", settings.config.backend_url),
-    ):
-        if chosen:
+        (f"[backend] url {where}", settings.config.backend_url),
+    )
+    if chosen is None:
+        return settings
+    standby = _first_server(
+        ("--read-backend", read_backend),
+        (f"${ENV_READ_BACKEND}", env.get(ENV_READ_BACKEND)),
+        (f"[backend] read_url {where}", settings.config.backend_read_url),
+    )
+    return dataclasses.replace(settings, backend=chosen, read_backend=standby)
+
+
+def _first_server(*candidates: tuple[str, str | None]) -> str | None:
+    """The first URL given among ``(origin, value)``, None when it is the data folder."""
+    for origin, value in candidates:
+        if value:
             try:
-                label = backend_label(chosen)
+                label = backend_label(value)
             except ConfigError as exc:
                 raise ConfigError(f"{origin}: {exc}") from None
-            return settings if label == "local" else dataclasses.replace(settings, backend=chosen)
-    return settings
+            return None if label == "local" else value
+    return None
 
 
 def _folder_settings(
@@ -319,13 +340,14 @@ def confine_config(
         tables[name] = None if leaving else table
         if leaving:
             ignored.append(f"[{name}] ({', '.join(leaving)})")
-    backend_url = config.backend_url
-    if backend_url is not None and backend_label(backend_url) != "local":
-        ignored.append("[backend] url")
-        backend_url = None
-    confined = dataclasses.replace(
-        config, data_dir=data_dir, scan=tuple(scan), backend_url=backend_url, **tables
-    )
+    servers = {}
+    for key, name in (("backend_url", "url"), ("backend_read_url", "read_url")):
+        value = getattr(config, key)
+        leaves = value is not None and backend_label(value) != "local"
+        servers[key] = None if leaves else value
+        if leaves:
+            ignored.append(f"[backend] {name}")
+    confined = dataclasses.replace(config, data_dir=data_dir, scan=tuple(scan), **servers, **tables)
     return confined, tuple(ignored)
 
 
@@ -421,20 +443,21 @@ def _project_config(data: dict[str, Any], base: Path) -> ProjectConfig:
         doc_type_rules=_doc_types(data.get("doc_types")),
         embeddings=_provider(data, "embeddings", base),
         rerank=_provider(data, "rerank", base),
-        backend_url=_backend_url(data),
+        backend_url=_backend_url(data, "url"),
+        backend_read_url=_backend_url(data, "read_url"),
     )
 
 
-def _backend_url(data: Mapping[str, Any]) -> str | None:
-    """``[backend] url``, checked: ``"local"`` or a ``postgresql://`` URL."""
+def _backend_url(data: Mapping[str, Any], key: str) -> str | None:
+    """``[backend] url`` or ``read_url``, checked: ``"local"`` or a ``postgresql://`` URL."""
     table = _table(data, "backend")
-    _no_unknown_keys(table, ("url",), "backend.")
-    url = _string(table, "url", "backend.")
+    _no_unknown_keys(table, ("url", "read_url"), "backend.")
+    url = _string(table, key, "backend.")
     if url is not None:
         try:
             backend_label(url)
         except ConfigError as exc:
-            raise ConfigError(f"backend.url: {exc}") from None
+            raise ConfigError(f"backend.{key}: {exc}") from None
     return url
 
 
@@ -622,6 +645,7 @@ def default_config_text() -> str:
         '# "knowledge-agent[postgres]"); from a project file only once you trust it.',
         "# [backend]",
         '# url = "postgresql://user@db.example.com/knowledge"',
+        '# read_url = "postgresql://user@standby.example.com/knowledge"   # searches',
         "",
         "# Folders `sync` collects (none by default). Paths are relative to this file;",
         "# include / exclude are gitignore-style globs. Repeat the block for more folders.",

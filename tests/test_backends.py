@@ -18,6 +18,7 @@ from knowledge_agent.settings import (
     CONFIG_FILE_NAME,
     ENV_BACKEND,
     ENV_HOME,
+    ENV_READ_BACKEND,
     load_config,
     resolve_settings,
     trust_config_file,
@@ -61,15 +62,33 @@ def test_the_option_beats_the_environment_beats_the_trusted_project_file(
     assert resolve_settings(backend="local", cwd=tmp_path, environ=env).backend is None
 
 
+def test_a_standby_for_searches_is_chosen_the_same_way_and_only_beside_a_server(
+    tmp_path: Path, user_config: Path
+) -> None:
+    toml = write(
+        tmp_path / CONFIG_FILE_NAME, f'[backend]\nurl = "{SERVER}"\nread_url = "{OTHER}"\n'
+    )
+    trust_config_file(toml, TrustStore(user_config))
+    env = {"KNOWLEDGE_AGENT_CONFIG_DIR": str(user_config)}
+    settings = resolve_settings(cwd=tmp_path, environ=env)
+    assert (settings.backend, settings.read_backend) == (SERVER, OTHER)
+    env[ENV_READ_BACKEND] = "postgresql://env-standby/kb"
+    assert resolve_settings(cwd=tmp_path, environ=env).read_backend == "postgresql://env-standby/kb"
+    chosen = resolve_settings(read_backend="postgresql://opt/kb", cwd=tmp_path, environ=env)
+    assert chosen.read_backend == "postgresql://opt/kb"
+    assert resolve_settings(backend="local", cwd=tmp_path, environ=env).read_backend is None
+
+
 def test_an_untrusted_project_file_cannot_send_the_knowledge_base_to_a_server(
     tmp_path: Path, user_config: Path
 ) -> None:
-    write(tmp_path / CONFIG_FILE_NAME, f'[backend]\nurl = "{SERVER}"\n')
+    write(tmp_path / CONFIG_FILE_NAME, f'[backend]\nurl = "{SERVER}"\nread_url = "{OTHER}"\n')
     settings = resolve_settings(
         cwd=tmp_path, environ={"KNOWLEDGE_AGENT_CONFIG_DIR": str(user_config)}
     )
-    assert settings.backend is None
-    assert settings.warning is not None and "[backend] url" in settings.warning
+    assert settings.backend is None and settings.read_backend is None
+    assert settings.warning is not None
+    assert "[backend] url" in settings.warning and "[backend] read_url" in settings.warning
     assert settings.data_dir == tmp_path / ".knowledge-agent"  # still the project's folder
 
 
