@@ -119,9 +119,16 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def core(docs: Path) -> Iterator[KnowledgeAgentCore]:
-    with KnowledgeAgentCore(docs.parent / "data") as knowledge_base:
+@pytest.fixture(scope="module", params=["local", "postgresql"])
+def core(docs: Path, request: pytest.FixtureRequest) -> Iterator[KnowledgeAgentCore]:
+    """The knowledge base the tools serve, in a data folder and on a PostgreSQL server."""
+    if request.param == "local":
+        opened = KnowledgeAgentCore(docs.parent / "data")
+    else:
+        opened = KnowledgeAgentCore(
+            backend=request.getfixturevalue("postgres_server").new_database()
+        )
+    with opened as knowledge_base:
         knowledge_base.collect_knowledge(docs, kb="docs")
         knowledge_base.describe_kb("docs", KB_INTRO)
         knowledge_base.add_text(
