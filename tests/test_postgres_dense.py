@@ -18,7 +18,7 @@ from test_dense_search import FakeEmbedder
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.backends.local.dense.index import DenseIndex
 from knowledge_agent.backends.postgres.dense import PostgresDenseIndex
-from knowledge_agent.errors import EmbeddingError
+from knowledge_agent.errors import EmbeddingError, SearchIndexError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.search.filters import SearchFilters
 
@@ -329,3 +329,17 @@ def test_an_embedder_set_later_or_changed_embeds_every_chunk_once(postgres_url: 
         assert other.embedded == chunks
         core.rebuild_index()
         assert other.embedded == 2 * chunks
+
+
+def test_a_second_embedder_replaces_the_vectors_and_the_first_is_told(postgres_url: str) -> None:
+    pairs = corpus(4)
+    with PostgresDenseIndex(postgres_url, FakeEmbedder("fake:1")) as first:
+        first.update(pairs)
+        with PostgresDenseIndex(postgres_url, FakeEmbedder("fake:2")) as second:
+            assert second.chunk_count() == 0 and not second.is_complete()
+            with pytest.raises(SearchIndexError, match="another embedder"):
+                first.update(pairs[:1])
+            with pytest.raises(SearchIndexError, match="another embedder"):
+                first.search_chunks("cat", 3)
+            second.update(pairs)
+            assert second.indexed_item_ids() == {item.id for item, _ in pairs}

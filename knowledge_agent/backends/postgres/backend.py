@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.backends.postgres.dense import PostgresDenseIndex, stored_pairs
+from knowledge_agent.backends.postgres.dense import PostgresDenseIndex
 from knowledge_agent.backends.postgres.keyword import PostgresKeywordIndex
 from knowledge_agent.backends.postgres.postings import PostingsWriter
 from knowledge_agent.backends.postgres.storage import IndexWriter, PostgresStorage
@@ -120,7 +120,10 @@ class PostgresBackend:
             return
         with self.lock:
             logger.info("embedding the stored chunks with %s", dense.embedder_name)
-            dense.fit_chunks(stored_pairs(self.storage))
+            dense.fit_chunks(
+                (item, self.storage.get_chunks_for_item(item.id))
+                for item in self.storage.iter_items()
+            )
 
     @contextmanager
     def writing(self) -> Iterator[None]:
