@@ -520,7 +520,7 @@ class PostgresDenseIndex:
         self._db = IndexConnection(source)
         try:
             with self._db.lock:
-                self._id, self.complete = self._open_table(self._db.conn)
+                self._id = self._open_table(self._db.conn)
                 _prepare(self._db.conn)
         except BaseException:
             self._db.close()
@@ -533,21 +533,18 @@ class PostgresDenseIndex:
         """The name of the embedder the stored vectors were made with (this one's)."""
         return self._embedding.name
 
-    def _open_table(self, conn: psycopg.Connection) -> tuple[int, bool]:
-        """This embedder's table: (its id, whether it was ever filled). On a writable
+    def _open_table(self, conn: psycopg.Connection) -> int:
+        """The id of this embedder's table. On a writable
         server a missing one is created and the tables of other embedders dropped."""
         psycopg = load_psycopg()
         name, dimensions = self._embedding.name, self.dimensions
-        find = (
-            "SELECT id, complete FROM dense_embedders"
-            " WHERE name = %s AND dimensions = %s AND recipe = %s"
-        )
+        find = "SELECT id FROM dense_embedders WHERE name = %s AND dimensions = %s AND recipe = %s"
         server = server_of(conn)
         try:
             migrate(conn, COMPONENT, MIGRATIONS)
             row = conn.execute(find, (name, dimensions, RECIPE)).fetchone()
             if row is not None:
-                return int(row[0]), bool(row[1])
+                return int(row[0])
             if conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]:  # type: ignore[index]
                 raise SearchIndexError(
                     f"{server} holds no vectors made with the embedder {name} ({dimensions} "
@@ -557,7 +554,7 @@ class PostgresDenseIndex:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
                 row = conn.execute(find, (name, dimensions, RECIPE)).fetchone()
                 if row is not None:  # another process made it meanwhile
-                    return int(row[0]), bool(row[1])
+                    return int(row[0])
                 for other, other_name, other_dimensions in conn.execute(
                     "SELECT id, name, dimensions FROM dense_embedders ORDER BY id"
                 ).fetchall():
@@ -578,7 +575,7 @@ class PostgresDenseIndex:
                 conn.execute(_CREATE_TABLE.format(table=table, dimensions=dimensions))
                 conn.execute(f"CREATE INDEX {table}_item ON {table} (item_id)")
                 conn.execute(f"CREATE INDEX {table}_path ON {table} (path)")
-                return int(made[0]), False
+                return int(made[0])
         except psycopg.Error as exc:
             raise SearchIndexError(f"cannot open the dense index on {server}: {exc}") from exc
 
