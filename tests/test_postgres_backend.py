@@ -130,8 +130,6 @@ def test_searches_go_to_a_hot_standby_and_writes_to_the_primary() -> None:
 def test_what_the_server_backend_refuses(tmp_path: Path, postgres_url: str) -> None:
     with pytest.raises(ConfigError, match="read_backend"):
         KnowledgeAgentCore(tmp_path, read_backend=postgres_url)
-    with pytest.raises(ConfigError, match="embeddings"):
-        KnowledgeAgentCore(backend=postgres_url, embedder={"provider": "wordllama"})
 
 
 def cli_json(*args: str) -> dict:

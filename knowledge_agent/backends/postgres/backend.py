@@ -8,6 +8,10 @@ writer processes need no coordination beyond the database's own.
 With ``read_url`` (a hot standby streaming from the primary), searches and the reads that
 hydrate their results go there, while writes go to ``url``; a write then reaches searches once
 the standby has replayed it (usually well under a second).
+
+With an embedder, the vectors of every chunk are in pgvector (:mod:`.dense`), written in the
+same transaction as the chunks; a database new to the embedder (or indexed with another one)
+has every stored chunk embedded when it is opened.
 """
 
 from __future__ import annotations
@@ -19,11 +23,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.backends.postgres.dense import PostgresDenseIndex
 from knowledge_agent.backends.postgres.keyword import PostgresKeywordIndex
 from knowledge_agent.backends.postgres.postings import PostingsWriter
-from knowledge_agent.backends.postgres.storage import PostgresStorage
+from knowledge_agent.backends.postgres.storage import IndexWriter, PostgresStorage
 from knowledge_agent.backends.postgres.vectors import PostgresTfidfIndex
-from knowledge_agent.errors import ConfigError
 from knowledge_agent.models.status import IndexDamage
 from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
 from knowledge_agent.search.search_engine_impl import SearchEngineImpl
@@ -75,18 +79,19 @@ class PostgresBackend:
         embedder: Embedder | None = None,
         read_url: str | None = None,
     ) -> None:
-        if embedder is not None:
-            raise ConfigError(
-                "embeddings are not available with a postgresql backend yet: "
-                "leave out the embedder ([embeddings]) or use the data folder"
-            )
         self.lock = threading.RLock()
         self.lock_timeout: float | None = None
-        self.storage = PostgresStorage(
-            url, index_writers=[PostingsWriter(analyzer, tfidf=tfidf_config)]
-        )
-        self._closing: list[Callable[[], None]] = [self.storage.close]
+        self._closing: list[Callable[[], None]] = []
+        # The vectors' own writer goes first, so that embedding holds no statistics lock.
+        writers: list[IndexWriter] = [PostingsWriter(analyzer, tfidf=tfidf_config)]
+        self._dense: PostgresDenseIndex | None = None
+        if embedder is not None:
+            self._dense = PostgresDenseIndex(url, embedder)
+            self._closing.append(self._dense.close)
+            writers.insert(0, self._dense.writer)
         try:
+            self.storage = PostgresStorage(url, index_writers=writers)
+            self._closing.append(self.storage.close)
             search_url = read_url or url
             reads = self.storage
             if read_url is not None:
@@ -96,7 +101,11 @@ class PostgresBackend:
             self._closing.append(keyword.close)
             semantic = _SharedPostingsTfidf(search_url, analyzer, tfidf_config)
             self._closing.append(semantic.close)
-            self.engine = SearchEngineImpl(reads, keyword, semantic, analyzer, search_config)
+            dense = self._dense
+            if embedder is not None and read_url is not None:
+                dense = PostgresDenseIndex(read_url, embedder)
+                self._closing.append(dense.close)
+            self.engine = SearchEngineImpl(reads, keyword, semantic, analyzer, search_config, dense)
         except BaseException:
             self.close()
             raise
@@ -104,7 +113,17 @@ class PostgresBackend:
     # What a data folder needs to share itself between processes, a database does itself.
 
     def open(self) -> None:
-        """Nothing to check or repair: every write was indexed in its transaction."""
+        """Embed every stored chunk when the database holds no vectors of the embedder yet;
+        nothing else to check or repair: every write was indexed in its transaction."""
+        dense = self._dense
+        if dense is None or self.storage.read_only or dense.is_complete():
+            return
+        with self.lock:
+            logger.info("embedding the stored chunks with %s", dense.embedder_name)
+            dense.fit_chunks(
+                (item, self.storage.get_chunks_for_item(item.id))
+                for item in self.storage.iter_items()
+            )
 
     @contextmanager
     def writing(self) -> Iterator[None]:

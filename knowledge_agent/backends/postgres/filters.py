@@ -1,5 +1,8 @@
 """Search filters as a SQL condition on ``kw_documents`` (alias ``d``), applied before ranking.
 
+Any table with the same filter columns (``kb``, ``source_type``, ``doc_type``, ``language``,
+``path``, ``updated_at``) can be filtered alike: name it as ``table`` (the dense vectors do).
+
 Metadata fields and dates compare columns. Paths are matched as the local indexes match them:
 the distinct paths that can match (a ``LIKE`` prefix over the ``(level, path)`` index) are
 tested with :meth:`SearchFilters.matches_path` itself, so prefix and glob semantics are the
@@ -38,18 +41,28 @@ def _starts(filters: SearchFilters) -> list[str]:
     return [glob[:end] for glob, end in zip(filters.path_glob, cut, strict=True)]
 
 
-def matching_paths(cur: psycopg.Cursor[Any], filters: SearchFilters, level: int) -> list[str]:
-    """The distinct paths of ``level``'s documents that pass the path prefixes and globs."""
-    starts = _starts(filters)
+def matching_paths(
+    cur: psycopg.Cursor[Any],
+    filters: SearchFilters,
+    level: int | None,
+    table: str = "kw_documents",
+) -> list[str]:
+    """The distinct paths of ``level``'s documents (every row of ``table`` when None) that
+    pass the path prefixes and globs."""
+    starts = [_like_prefix(start) for start in _starts(filters)]
+    level_is = "" if level is None else "level = %s AND "
     cur.execute(
-        "SELECT DISTINCT path FROM kw_documents WHERE level = %s AND path LIKE ANY(%s::text[])",
-        (level, [_like_prefix(start) for start in starts]),
+        f"SELECT DISTINCT path FROM {table} WHERE {level_is}path LIKE ANY(%s::text[])",
+        (starts,) if level is None else (level, starts),
     )
     return [path for (path,) in cur.fetchall() if filters.matches_path(path)]
 
 
 def filter_condition(
-    cur: psycopg.Cursor[Any], filters: SearchFilters | None, level: int
+    cur: psycopg.Cursor[Any],
+    filters: SearchFilters | None,
+    level: int | None,
+    table: str = "kw_documents",
 ) -> tuple[str, dict[str, Any]] | None:
     """(SQL condition on ``d``, its named parameters ``f0``, ``f1``, …) for ``filters``;
     ("", {}) when they allow everything; None when they allow nothing (no path matches)."""
@@ -72,7 +85,7 @@ def filter_condition(
     if filters.updated_before is not None:
         add("d.updated_at <= %s", to_epoch(filters.updated_before))
     if filters.path_prefix or filters.path_glob:
-        paths = matching_paths(cur, filters, level)
+        paths = matching_paths(cur, filters, level, table)
         if not paths:
             return None
         add("d.path = ANY(%s::text[])", paths)
