@@ -116,6 +116,8 @@ def test_searches_go_to_a_hot_standby_and_writes_to_the_primary() -> None:
                     assert time.monotonic() < deadline, "the standby never replayed the write"
                     time.sleep(0.05)
                 assert [hit.item.title for hit in core.search("ferry timetable")] == ["Ferry"]
+                assert core.rebuild_index() == 2  # on the primary: the standby cannot write
+                assert [hit.item.title for hit in core.search("tide table")] == ["Tide"]
             with (
                 pytest.raises(StorageError, match="hot standby"),
                 KnowledgeAgentCore(backend=standby_url) as on_standby,

@@ -16,6 +16,7 @@ has every stored chunk embedded when it is opened.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterator
@@ -81,6 +82,20 @@ class PostgresBackend:
     ) -> None:
         self.lock = threading.RLock()
         self.lock_timeout: float | None = None
+        # A rebuild writes: with searches on a standby, it runs on a primary-only backend.
+        self._primary_only = (
+            None
+            if read_url is None
+            else functools.partial(
+                PostgresBackend,
+                url,
+                analyzer,
+                search_config,
+                keyword_config=keyword_config,
+                tfidf_config=tfidf_config,
+                embedder=embedder,
+            )
+        )
         self._closing: list[Callable[[], None]] = []
         # The vectors' own writer goes first, so that embedding holds no statistics lock.
         writers: list[IndexWriter] = [PostingsWriter(analyzer, tfidf=tfidf_config)]
@@ -154,9 +169,16 @@ class PostgresBackend:
         self.rebuild()
 
     def rebuild(self, *, reuse_vectors: bool = False) -> int:
-        """Rewrite the postings from the stored items and chunks."""
+        """Rewrite the postings (and vectors) from the stored items and chunks, on the
+        primary."""
         with self.lock:
-            return self.engine.rebuild(reuse_vectors=reuse_vectors)
+            if self._primary_only is None:
+                return self.engine.rebuild(reuse_vectors=reuse_vectors)
+            primary = self._primary_only()
+            try:
+                return primary.rebuild(reuse_vectors=reuse_vectors)
+            finally:
+                primary.close()
 
     def close(self) -> None:
         for close in reversed(self._closing):
