@@ -25,7 +25,8 @@ fixed seed, and a larger N later extends the same draw. The score is then over t
 with its 95 % (Wilson) interval.
 
 For each module the table gives the mutants, how they ended (killed, survived, timeout, no
-tests: no test calls the function) and the score, killed / (mutants run - equivalent). Mutants
+tests: no test calls the function) and the score, caught / (mutants run - equivalent), where a
+mutant is caught when a test fails or the tests never end (a timeout: an endless loop). Mutants
 judged equivalent (no input can tell them from the original) are listed with the reason in
 ``benchmarks/mutation_equivalent.toml``. The table and the mutants not killed (file, line, the
 change) are written to ``mutants/mutation-report.md``.
@@ -280,10 +281,15 @@ def _scored(result: ModuleResult, equivalents: dict[str, str]) -> int:
     )
 
 
+def _caught(result: ModuleResult) -> int:
+    """Mutants a test failed on, or whose tests never ended."""
+    return result.count("killed") + result.count("timeout")
+
+
 def score(result: ModuleResult, equivalents: dict[str, str]) -> float | None:
-    """killed / (mutants run - equivalent), or None when nothing is left to score."""
+    """caught / (mutants run - equivalent), or None when nothing is left to score."""
     total = _scored(result, equivalents)
-    return result.count("killed") / total if total else None
+    return _caught(result) / total if total else None
 
 
 def interval(result: ModuleResult, equivalents: dict[str, str]) -> tuple[float, float] | None:
@@ -292,7 +298,7 @@ def interval(result: ModuleResult, equivalents: dict[str, str]) -> tuple[float, 
     if not total or not result.count("not run"):
         return None
     z = 1.96
-    share = result.count("killed") / total
+    share = _caught(result) / total
     scale = 1 + z * z / total
     centre = (share + z * z / (2 * total)) / scale
     half = z * math.sqrt(share * (1 - share) / total + z * z / (4 * total * total)) / scale
@@ -356,11 +362,11 @@ def change(mutant: Mutant) -> tuple[int | None, list[str]]:
 
 
 def survivors(result: ModuleResult, equivalents: dict[str, str]) -> Iterator[str]:
-    """Markdown lines: every mutant of ``result`` not killed and not judged equivalent."""
+    """Markdown lines: every mutant of ``result`` run, not caught and not judged equivalent."""
     left = [
         mutant
         for mutant in result.mutants
-        if mutant.status not in ("killed", "not run") and mutant.name not in equivalents
+        if mutant.status not in ("killed", "timeout", "not run") and mutant.name not in equivalents
     ]
     for mutant in sorted(left, key=lambda m: (m.path, _number(m.name))):
         line, lines = change(mutant)
