@@ -38,6 +38,7 @@ __all__ = [
     "Backend",
     "DenseVectorIndex",
     "DocSources",
+    "EngineFactory",
     "IndexState",
     "KeywordIndex",
     "Refit",
@@ -319,3 +320,12 @@ class Backend(Protocol):
 
     def rebuild(self, *, reuse_vectors: bool = False) -> int: ...
     def close(self) -> None: ...
+
+
+EngineFactory = Callable[
+    [Storage, KeywordIndex, "VectorIndex[Sequence[str]]", "DenseVectorIndex | None"],
+    "SearchEngineImpl",
+]
+"""What the core gives a backend to put its engine together: (storage, keyword index, TF-IDF
+index, dense index or None) -> the engine. The backend owns its indexes; the core, above both,
+owns how a query runs over them."""

@@ -57,6 +57,18 @@ def test_backends_storage_and_models_never_reach_up_to_the_core() -> None:
     assert {path: names for path, names in offenders.items() if names} == {}
 
 
+def test_backends_do_not_put_the_engine_together() -> None:
+    """The core gives each backend an engine factory: a backend names no search stage."""
+    engine = ("knowledge_agent.search.search_engine_impl", "knowledge_agent.search.ranking")
+    offenders = {
+        str(path.relative_to(PACKAGE)): sorted(
+            name for name in runtime_imports(path) if name.startswith(engine)
+        )
+        for path in (PACKAGE / "backends").rglob("*.py")
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
 def test_the_exception_tree_and_the_protocols_import_nothing_of_the_package() -> None:
     assert runtime_imports(PACKAGE / "errors.py") == set()
     assert runtime_imports(PACKAGE / "protocols.py") == set()

@@ -48,7 +48,13 @@ from knowledge_agent.models import KnowledgeItem, ScoreExplanation, SearchResult
 from knowledge_agent.models.evidence import chunk_hash, lines_label
 from knowledge_agent.models.knowledge_item import utc_now
 from knowledge_agent.models.status import ChunkContext, IndexDamage, IndexStatus
-from knowledge_agent.protocols import Backend, Storage
+from knowledge_agent.protocols import (
+    Backend,
+    DenseVectorIndex,
+    KeywordIndex,
+    Storage,
+    VectorIndex,
+)
 from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.ranking.explain import FieldMatches
@@ -237,6 +243,17 @@ class KnowledgeAgentCore:
         keyword = _config(keyword_config, KeywordIndexConfig, "keyword_config")
         tfidf = _config(tfidf_config, TfidfConfig, "tfidf_config")
         self.backend_url = backend_label(backend)
+
+        def make_engine(
+            storage: Storage,
+            keyword_index: KeywordIndex,
+            semantic: VectorIndex[Sequence[str]],
+            dense: DenseVectorIndex | None,
+        ) -> SearchEngineImpl:
+            return SearchEngineImpl(
+                storage, keyword_index, semantic, self.analyzer, config, dense, faults=faults
+            )
+
         self._backend: Backend
         if read_backend is not None and (
             self.backend_url == "local" or backend_label(read_backend) == "local"
@@ -248,7 +265,7 @@ class KnowledgeAgentCore:
             self._backend = PostgresBackend(
                 str(backend),
                 self.analyzer,
-                config,
+                make_engine,
                 keyword_config=keyword,
                 tfidf_config=tfidf,
                 embedder=embedder,
@@ -264,7 +281,7 @@ class KnowledgeAgentCore:
                     self.data_dir,
                     self.storage,
                     self.analyzer,
-                    config,
+                    make_engine,
                     keyword_config=keyword,
                     tfidf_config=tfidf,
                     lock_timeout=lock_timeout,

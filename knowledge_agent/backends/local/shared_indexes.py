@@ -61,12 +61,11 @@ from knowledge_agent.backends.local.tfidf.store import verify_tfidf_folder
 from knowledge_agent.errors import DamagedIndexError, KnowledgeAgentError, SearchIndexError
 from knowledge_agent.faults import Faults
 from knowledge_agent.models.status import IndexDamage
-from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
-from knowledge_agent.search.search_engine_impl import SearchEngineImpl
+from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
 
 if TYPE_CHECKING:
     from knowledge_agent.embeddings import Embedder
-    from knowledge_agent.protocols import Storage
+    from knowledge_agent.protocols import EngineFactory, Storage
 
 __all__ = ["INDEX_LABELS", "REPAIR_HINT", "SharedIndexes"]
 
@@ -104,7 +103,7 @@ class SharedIndexes:
         data_dir: Path | None,
         storage: Storage,
         analyzer: TextAnalyzer,
-        search_config: SearchConfig,
+        make_engine: EngineFactory,
         *,
         keyword_config: KeywordIndexConfig,
         tfidf_config: TfidfConfig,
@@ -154,15 +153,7 @@ class SharedIndexes:
         except BaseException:
             keyword_index.close()
             raise
-        self.engine = SearchEngineImpl(
-            storage,
-            keyword_index,
-            semantic_searcher,
-            analyzer,
-            search_config,
-            dense_index,
-            faults=self._faults,
-        )
+        self.engine = make_engine(storage, keyword_index, semantic_searcher, dense_index)
 
     @property
     def keyword_index(self) -> SearchIndexManager:

@@ -30,11 +30,11 @@ from knowledge_agent.backends.postgres.postings import PostingsWriter
 from knowledge_agent.backends.postgres.storage import IndexWriter, PostgresStorage
 from knowledge_agent.backends.postgres.vectors import PostgresTfidfIndex
 from knowledge_agent.models.status import IndexDamage
-from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig, TfidfConfig
-from knowledge_agent.search.search_engine_impl import SearchEngineImpl
+from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
 
 if TYPE_CHECKING:
     from knowledge_agent.embeddings import Embedder
+    from knowledge_agent.protocols import EngineFactory
 
 __all__ = ["PostgresBackend"]
 
@@ -73,7 +73,7 @@ class PostgresBackend:
         self,
         url: str,
         analyzer: TextAnalyzer,
-        search_config: SearchConfig,
+        make_engine: EngineFactory,
         *,
         keyword_config: KeywordIndexConfig,
         tfidf_config: TfidfConfig,
@@ -90,7 +90,7 @@ class PostgresBackend:
                 PostgresBackend,
                 url,
                 analyzer,
-                search_config,
+                make_engine,
                 keyword_config=keyword_config,
                 tfidf_config=tfidf_config,
                 embedder=embedder,
@@ -120,7 +120,7 @@ class PostgresBackend:
             if embedder is not None and read_url is not None:
                 dense = PostgresDenseIndex(read_url, embedder)
                 self._closing.append(dense.close)
-            self.engine = SearchEngineImpl(reads, keyword, semantic, analyzer, search_config, dense)
+            self.engine = make_engine(reads, keyword, semantic, dense)
         except BaseException:
             self.close()
             raise
