@@ -161,3 +161,21 @@ def test_the_command_line_migrates_a_folder_then_works_on_the_server(
     stats = cli_json("stats")["status"]
     assert stats["items"] == len(NOTES) + 1 and stats["backend"] == postgres_url
     assert cli_json("check")["consistent"] is True
+
+
+def test_check_finds_postings_that_disagree_and_repair_rebuilds_them(postgres_url: str) -> None:
+    import psycopg
+
+    with KnowledgeAgentCore(backend=postgres_url) as core:
+        core.add_text("The lighthouse keeper logs the weather.", title="Log")
+        core.add_text("The harbour ferry leaves every hour.", title="Ferry")
+        with psycopg.connect(postgres_url, autocommit=True) as conn:  # past the index writer
+            conn.execute("DELETE FROM knowledge_items WHERE title = 'Ferry'")
+        found = core.check()
+        assert not found.consistent and not found.repaired
+        assert any("keyword index holds 2 items and 2 chunks" in p for p in found.problems)
+        repaired = core.check(repair=True)
+        assert repaired.consistent and repaired.repaired
+        assert (repaired.keyword_items, repaired.keyword_chunks) == (1, 1)
+        assert core.search("harbour ferry") == []
+        assert [hit.item.title for hit in core.search("lighthouse keeper")] == ["Log"]
