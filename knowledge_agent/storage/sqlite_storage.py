@@ -188,14 +188,14 @@ def _item_to_row(item: KnowledgeItem) -> tuple[Any, ...]:
 
 
 def _row_to_item(row: sqlite3.Row) -> KnowledgeItem:
-    return KnowledgeItem(content=row["content"], **_item_fields(row))
+    return KnowledgeItem(content=row["content"], **item_fields(row))
 
 
 def _row_to_summary(row: sqlite3.Row) -> ItemSummary:
-    return ItemSummary(content_chars=row["content_chars"], **_item_fields(row))
+    return ItemSummary(content_chars=row["content_chars"], **item_fields(row))
 
 
-def _item_fields(row: sqlite3.Row) -> dict[str, Any]:
+def item_fields(row: sqlite3.Row) -> dict[str, Any]:
     """An item row's fields but the text."""
     what = f"item {row['id']!r}"
     try:
@@ -251,7 +251,8 @@ def _chunk_to_row(chunk: KnowledgeChunk, item_id: str) -> tuple[Any, ...]:
     )
 
 
-def _row_to_chunk(row: sqlite3.Row) -> KnowledgeChunk:
+def row_to_chunk(row: sqlite3.Row) -> KnowledgeChunk:
+    """A chunk row as its :class:`KnowledgeChunk` (also for rows read like SQLite's)."""
     return KnowledgeChunk(
         id=row["id"],
         item_id=row["item_id"],
@@ -889,17 +890,17 @@ class SQLiteStorageManager:
             rows = conn.execute(
                 f"{_CHUNK_SELECT} WHERE item_id = ? ORDER BY chunk_index", (item_id,)
             ).fetchall()
-        return [_row_to_chunk(row) for row in rows]
+        return [row_to_chunk(row) for row in rows]
 
     def get_chunk_by_id(self, chunk_id: str) -> KnowledgeChunk | None:
         """The chunk with this id, or None."""
         with self._db.reading("get_chunk_by_id") as conn:
             row = conn.execute(f"{_CHUNK_SELECT} WHERE id = ?", (chunk_id,)).fetchone()
-        return None if row is None else _row_to_chunk(row)
+        return None if row is None else row_to_chunk(row)
 
     def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, KnowledgeChunk]:
         """The chunks found among these ids, by id; missing ids are absent."""
-        return self._by_ids("get_chunks", _CHUNK_SELECT, chunk_ids, _row_to_chunk)
+        return self._by_ids("get_chunks", _CHUNK_SELECT, chunk_ids, row_to_chunk)
 
     def get_adjacent_chunks(
         self, item_id: str, chunk_index: int, window: int = 1
@@ -915,14 +916,14 @@ class SQLiteStorageManager:
                 "AND chunk_index != ? ORDER BY chunk_index",
                 (item_id, chunk_index - window, chunk_index + window, chunk_index),
             ).fetchall()
-        return [_row_to_chunk(row) for row in rows]
+        return [row_to_chunk(row) for row in rows]
 
     def iter_chunks(self, *, batch_size: int = 1000) -> Iterator[KnowledgeChunk]:
         """Stream every chunk in (item_id, chunk_index) order, one page at a time."""
         rows = self._pages(
             "iter_chunks", _CHUNK_SELECT, "", [], ("item_id", "chunk_index"), batch_size
         )
-        return (_row_to_chunk(row) for row in rows)
+        return (row_to_chunk(row) for row in rows)
 
     def count_chunks(self, *, kb: str | None = None, item_id: str | None = None) -> int:
         """How many chunks (of one item, or of the items in one kb, if given)."""

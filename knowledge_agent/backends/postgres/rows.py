@@ -17,8 +17,8 @@ from typing import Any
 
 from knowledge_agent.errors import QueryError
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
-from knowledge_agent.storage.sqlite_storage import ItemFacts, _item_fields
-from knowledge_agent.storage.sqlite_storage import _row_to_chunk as _sqlite_row_to_chunk
+from knowledge_agent.storage.sqlite_storage import ItemFacts, item_fields
+from knowledge_agent.storage.sqlite_storage import row_to_chunk as _sqlite_row_to_chunk
 
 __all__ = [
     "CHUNK_INSERT",
@@ -160,12 +160,12 @@ def _db_row(row: Row, texts: frozenset[str]) -> dict[str, Any]:
 
 def row_to_item(row: Row) -> KnowledgeItem:
     fields = _db_row(row, _ITEM_TEXTS)
-    return KnowledgeItem(content=fields["content"], **_item_fields(fields))  # type: ignore[arg-type]
+    return KnowledgeItem(content=fields["content"], **item_fields(fields))  # type: ignore[arg-type]
 
 
 def row_to_summary(row: Row) -> ItemSummary:
     fields = _db_row(row, _ITEM_TEXTS)
-    return ItemSummary(content_chars=fields["content_chars"], **_item_fields(fields))  # type: ignore[arg-type]
+    return ItemSummary(content_chars=fields["content_chars"], **item_fields(fields))  # type: ignore[arg-type]
 
 
 def row_to_facts(row: Row) -> ItemFacts:
