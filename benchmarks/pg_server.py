@@ -86,6 +86,20 @@ class PostgresServer:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the server's processes have used so far (the postmaster, the backends
+        it has reaped and those alive): Linux /proc only, else None."""
+        try:
+            postmaster = int((self._folder / "data" / "postmaster.pid").read_text().split()[0])
+            total = _cpu_of(postmaster, reaped=True)
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                fields = _stat_fields(stat)
+                if fields is not None and int(fields[1]) == postmaster:
+                    total += _cpu_of(int(stat.parent.name))
+            return total
+        except (OSError, ValueError, IndexError):
+            return None
+
     def stop(self) -> None:
         try:
             self._server.cleanup()
@@ -122,8 +136,32 @@ class ExternalServer:
         with psycopg.connect(self._url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database_of(url)}" WITH (FORCE)')
 
+    def cpu_seconds(self) -> float | None:
+        """Unknown: the server's processes may be on another machine."""
+        return None
+
     def stop(self) -> None:
         """Nothing to stop: the server is not this process's."""
+
+
+def _stat_fields(path: Path) -> list[str] | None:
+    """The fields of a /proc/PID/stat after the command name (state, ppid, …), or None when
+    the process is gone."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def _cpu_of(pid: int, reaped: bool = False) -> float:
+    """User + system CPU seconds of ``pid`` (and of its reaped children when ``reaped``)."""
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    if fields is None:
+        return 0.0
+    # utime, stime, cutime, cstime are fields 14-17 of stat: 11-14 after the name.
+    ticks = sum(int(value) for value in fields[11 : 15 if reaped else 13])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def database_of(url: str) -> str:
