@@ -45,6 +45,8 @@ class KillFamily:
     expected: Callable[[], dict[str, str]]
     # ``remove`` run again after a kill that came too late has nothing left to remove.
     rerun_may_exit_1: bool = False
+    # What ``verify`` opens for a trial (after ``prepare``): its data folder, or a database.
+    target: Callable[[int, Path], str] = lambda trial, data_dir: str(data_dir)
 
 
 def _trial(
@@ -52,10 +54,11 @@ def _trial(
 ) -> dict[str, Any]:
     data_dir = work / f"trial{trial:03d}"
     args = family.prepare(trial, data_dir)
+    target = family.target(trial, data_dir)
     killed = run_cli(args, timeout=timeout, kill_after=delay, workdir=work)
-    after_kill = run_child(verify, str(data_dir), timeout=VERIFY_TIMEOUT)
+    after_kill = run_child(verify, target, timeout=VERIFY_TIMEOUT)
     rerun = run_cli(args, timeout=timeout, workdir=work)
-    after_rerun = run_child(verify, str(data_dir), family.expected(), timeout=VERIFY_TIMEOUT)
+    after_rerun = run_child(verify, target, family.expected(), timeout=VERIFY_TIMEOUT)
     kill_problems = verdict_problems(after_kill)
     rerun_problems = verdict_problems(after_rerun, complete=True)
     allowed = (0, 1) if family.rerun_may_exit_1 else (0,)
@@ -138,6 +141,19 @@ def add_family(corpus: Corpus) -> KillFamily:
         return ["--data-dir", str(data_dir), "add", str(corpus.root)]
 
     return KillFamily("add", prepare, lambda: expected)
+
+
+def database_add_family(corpus: Corpus, server: Any) -> KillFamily:
+    """``add`` of the whole corpus into a new empty database of ``server`` per trial (see
+    benchmarks/pg_server.py)."""
+    expected = {str(path): planted for path, planted in corpus.tokens().items()}
+    urls: dict[int, str] = {}
+
+    def prepare(trial: int, data_dir: Path) -> list[str]:
+        urls[trial] = server.new_database()
+        return ["--backend", urls[trial], "add", str(corpus.root)]
+
+    return KillFamily("add", prepare, lambda: expected, target=lambda trial, _: urls[trial])
 
 
 def edit_family(corpus: Corpus, base: Path) -> KillFamily:
