@@ -321,10 +321,13 @@ def writers_scenario(work: Path, settings: Settings, seed: int, server: Any) -> 
     figures = run_concurrency(work / name, writers=4, readers_reopen=4, readers_keep=4,
                               seconds=settings.seconds, files=settings.concurrency_files,
                               seed=seed, target=url)  # fmt: skip
+    after = figures["after"]
     rows = [
         _zero_row(name, "failed reads", figures["failed_reads"]),
         _zero_row(name, "writes returned but missing afterwards (lost)",
                   figures["committed_missing"]),
+        Row(name, f"consistent afterwards, tables whole: {after.get('consistent')}", "True",
+            after.get("consistent") is True),
         _zero_row(name, "hits to items missing from the database",
                   figures["hits_to_missing_items"]),
         _zero_row(name, "never-changed files missed by keyword/hybrid reads",
