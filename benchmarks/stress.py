@@ -201,6 +201,8 @@ def kill_scenario(
         _info_row(name, "killed before it finished", f"{figures['killed_before_end']}/{trials}"),
         _info_row(name, "command duration, s", figures["duration_s"]),
     ]
+    if server is not None:  # the kills fall between the first stored item and the end
+        rows.append(_info_row(name, "first item stored at, s", figures["first_item_s"]))
     if name == "kill_add":
         partial = sum(
             1

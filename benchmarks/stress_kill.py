@@ -11,8 +11,12 @@ the folder must hold now.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import signal
+import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +28,7 @@ from benchmarks.stress_checks import (
     log,
     run_child,
     run_cli,
+    start_cli,
     verdict_problems,
     verify,
 )
@@ -47,6 +52,9 @@ class KillFamily:
     rerun_may_exit_1: bool = False
     # What ``verify`` opens for a trial (after ``prepare``): its data folder, or a database.
     target: Callable[[int, Path], str] = lambda trial, data_dir: str(data_dir)
+    # Items a trial's target holds now, read while its command runs: the kills then fall
+    # between the first stored item and the end (start-up and extraction come first).
+    stored: Callable[[int, Path], int] | None = None
 
 
 def _trial(
@@ -97,21 +105,48 @@ def command_duration(family: KillFamily, work: Path, timeout: float) -> float:
     return timing.seconds
 
 
+def writing_window(family: KillFamily, work: Path, timeout: float) -> tuple[float, float]:
+    """Seconds from the start of the family's command (run once to completion, trial 0) to
+    its first stored item and to its end, the stored count read every 50 ms."""
+    assert family.stored is not None
+    work.mkdir(parents=True, exist_ok=True)
+    timing_dir = work / "timing"
+    args = family.prepare(0, timing_dir)
+    first: float | None = None
+    with open(work / ".stress-stderr", "w+b") as stderr:
+        started = time.perf_counter()
+        process = start_cli(args, subprocess.DEVNULL, stderr)  # type: ignore[arg-type]
+        while process.poll() is None and time.perf_counter() - started < timeout:
+            if first is None and family.stored(0, timing_dir) > 0:
+                first = time.perf_counter() - started
+            time.sleep(0.05)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        end = time.perf_counter() - started
+    shutil.rmtree(timing_dir, ignore_errors=True)
+    return (end if first is None else first), end
+
+
 def run_family(
     family: KillFamily, trials: int, work: Path, seed: int, timeout: float
 ) -> dict[str, Any]:
     """Measure the command once on trial 0 (run to completion), then ``trials`` killed runs."""
     rng = random.Random(seed)
-    duration = command_duration(family, work, timeout)
-    log(f"  {family.name}: {duration:.1f} s to completion; {trials} kills within that")
+    if family.stored is None:
+        start, duration = 0.0, command_duration(family, work, timeout)
+    else:
+        start, duration = writing_window(family, work, timeout)
+    log(f"  {family.name}: {duration:.1f} s to completion, the first item stored at "
+        f"{start:.1f} s; {trials} kills between")  # fmt: skip
     results = []
     for trial in range(1, trials + 1):
-        delay = rng.uniform(0, duration)
+        delay = rng.uniform(start, duration)
         result = _trial(family, trial, work, delay, timeout)
         results.append(result)
         state = "ok" if result["ok"] else "; ".join(result["after_kill"] + result["after_rerun"])
         log(f"    trial {trial}/{trials}: kill at {delay:.2f} s — {state}")
-    return summarize(family.name, duration, results)
+    return {**summarize(family.name, duration, results), "first_item_s": round(start, 2)}
 
 
 def summarize(name: str, duration: float, results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -153,7 +188,18 @@ def database_add_family(corpus: Corpus, server: Any) -> KillFamily:
         urls[trial] = server.new_database()
         return ["--backend", urls[trial], "add", str(corpus.root)]
 
-    return KillFamily("add", prepare, lambda: expected, target=lambda trial, _: urls[trial])
+    def stored(trial: int, _: Path) -> int:
+        import psycopg
+
+        try:
+            with psycopg.connect(urls[trial]) as conn:
+                row: Any = conn.execute("SELECT count(*) FROM knowledge_items").fetchone()
+                return int(row[0])
+        except psycopg.Error:  # the tables are not made yet
+            return 0
+
+    return KillFamily("add", prepare, lambda: expected, target=lambda trial, _: urls[trial],
+                      stored=stored)  # fmt: skip
 
 
 def edit_family(corpus: Corpus, base: Path) -> KillFamily:
