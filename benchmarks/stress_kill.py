@@ -31,6 +31,7 @@ from benchmarks.stress_checks import (
     start_cli,
     verdict_problems,
     verify,
+    wait_group_gone,
 )
 from benchmarks.stress_corpus import Corpus, edit_files, write_corpus
 
@@ -52,18 +53,25 @@ class KillFamily:
     rerun_may_exit_1: bool = False
     # What ``verify`` opens for a trial (after ``prepare``): its data folder, or a database.
     target: Callable[[int, Path], str] = lambda trial, data_dir: str(data_dir)
-    # Items a trial's target holds now, read while its command runs: the kills then fall
-    # between the first stored item and the end (start-up and extraction come first).
+    # Items a trial's target holds now, read while its command runs: with it, each kill
+    # comes when a number of items drawn between 1 and all but one are stored (mid-write,
+    # whatever the machine's load), not after a drawn delay.
     stored: Callable[[int, Path], int] | None = None
 
 
 def _trial(
     family: KillFamily, trial: int, work: Path, delay: float, timeout: float
 ) -> dict[str, Any]:
+    """A trial killed after ``delay`` seconds, or, for a family with ``stored``, once
+    ``delay`` items are stored."""
     data_dir = work / f"trial{trial:03d}"
     args = family.prepare(trial, data_dir)
     target = family.target(trial, data_dir)
-    killed = run_cli(args, timeout=timeout, kill_after=delay, workdir=work)
+    if family.stored is None:
+        killed = run_cli(args, timeout=timeout, kill_after=delay, workdir=work)
+    else:
+        killed = run_until_stored(args, lambda: family.stored(trial, data_dir), int(delay),
+                                  timeout, work)  # fmt: skip
     after_kill = run_child(verify, target, timeout=VERIFY_TIMEOUT)
     rerun = run_cli(args, timeout=timeout, workdir=work)
     after_rerun = run_child(verify, target, family.expected(), timeout=VERIFY_TIMEOUT)
@@ -105,27 +113,28 @@ def command_duration(family: KillFamily, work: Path, timeout: float) -> float:
     return timing.seconds
 
 
-def writing_window(family: KillFamily, work: Path, timeout: float) -> tuple[float, float]:
-    """Seconds from the start of the family's command (run once to completion, trial 0) to
-    its first stored item and to its end, the stored count read every 50 ms."""
-    assert family.stored is not None
-    work.mkdir(parents=True, exist_ok=True)
-    timing_dir = work / "timing"
-    args = family.prepare(0, timing_dir)
-    first: float | None = None
+def run_until_stored(
+    args: list[str], stored: Callable[[], int], count: int, timeout: float, work: Path
+) -> CliRun:
+    """Run ``knowledge-agent ARGS`` in a session of its own and SIGKILL its group as soon as
+    ``stored()`` (read every 20 ms) reaches ``count``; killed after ``timeout`` all the same."""
     with open(work / ".stress-stderr", "w+b") as stderr:
         started = time.perf_counter()
         process = start_cli(args, subprocess.DEVNULL, stderr)  # type: ignore[arg-type]
-        while process.poll() is None and time.perf_counter() - started < timeout:
-            if first is None and family.stored(0, timing_dir) > 0:
-                first = time.perf_counter() - started
-            time.sleep(0.05)
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        killed = False
+        while process.poll() is None:
+            over = time.perf_counter() - started > timeout
+            if over or stored() >= count:
+                os.killpg(process.pid, signal.SIGKILL)
+                killed = not over
+                break
+            time.sleep(0.02)
         process.wait()
-        end = time.perf_counter() - started
-    shutil.rmtree(timing_dir, ignore_errors=True)
-    return (end if first is None else first), end
+        seconds = time.perf_counter() - started
+        leftovers = wait_group_gone(process.pid) if killed else 0
+        stderr.seek(0)
+        timed_out = not killed and process.returncode < 0
+        return CliRun(process.returncode, b"", stderr.read(), seconds, killed, timed_out, leftovers)
 
 
 def run_family(
@@ -133,20 +142,21 @@ def run_family(
 ) -> dict[str, Any]:
     """Measure the command once on trial 0 (run to completion), then ``trials`` killed runs."""
     rng = random.Random(seed)
-    if family.stored is None:
-        start, duration = 0.0, command_duration(family, work, timeout)
-    else:
-        start, duration = writing_window(family, work, timeout)
-    log(f"  {family.name}: {duration:.1f} s to completion, the first item stored at "
-        f"{start:.1f} s; {trials} kills between")  # fmt: skip
+    duration = command_duration(family, work, timeout)
+    items = len(family.expected())
+    when = "s" if family.stored is None else f"of {items} items stored"
+    log(f"  {family.name}: {duration:.1f} s to completion; {trials} kills within that")
     results = []
     for trial in range(1, trials + 1):
-        delay = rng.uniform(start, duration)
+        if family.stored is None:
+            delay = rng.uniform(0, duration)
+        else:
+            delay = rng.randint(1, max(1, items - 1))
         result = _trial(family, trial, work, delay, timeout)
         results.append(result)
         state = "ok" if result["ok"] else "; ".join(result["after_kill"] + result["after_rerun"])
-        log(f"    trial {trial}/{trials}: kill at {delay:.2f} s — {state}")
-    return {**summarize(family.name, duration, results), "first_item_s": round(start, 2)}
+        log(f"    trial {trial}/{trials}: kill at {delay:.2f} {when} — {state}")
+    return summarize(family.name, duration, results)
 
 
 def summarize(name: str, duration: float, results: list[dict[str, Any]]) -> dict[str, Any]:
