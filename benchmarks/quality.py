@@ -5,6 +5,7 @@
     python benchmarks/quality.py --systems knowledge_agent,bm25s-doc --ka-option key=value
     python benchmarks/quality.py --json figures.json
     python benchmarks/quality.py --systems knowledge_agent,knowledge_agent+rerank --reranker JSON
+    python benchmarks/quality.py --backend postgresql    # + the same on a PostgreSQL database
 
 Data sets are read in place from ../shared/datasets (or --datasets DIR, or
 $KNOWLEDGE_AGENT_DATASETS). Quality figures are comparable across machines; ingest and query
@@ -14,6 +15,10 @@ numpy; the [minilm] extra and its weights) as a third ranking; it runs only when
 knowledge_agent+rerank is the default search with rerank=True; its reranker is --reranker, a
 configuration as KnowledgeAgentCore(reranker=...) takes it, e.g. '{"provider": "openai",
 "base_url": "http://127.0.0.1:8911/v1", "model": "minilm"}' for benchmarks/rerank_server.py.
+With --backend postgresql, knowledge_agent and knowledge_agent-item also run on a PostgreSQL
+database (a new one per data set, on an embedded server started here or on the server of
+--backend-url), named ``…@postgresql``, and each data set reports their top-1 agreement with
+the local backend and the largest figure difference (benchmarks/backend_compare.py).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: import the harness as the `benchmarks` package
     sys.path[0] = str(Path(__file__).resolve().parents[1])
@@ -40,6 +46,7 @@ try:
 except ImportError as exc:
     sys.exit(f"{exc}: install the bench extra first: pip install -e '.[bench]'")
 
+from benchmarks.backend_compare import agreements, format_agreements, postgres_systems
 from benchmarks.datasets import DATASET_NAMES, Dataset, default_datasets_dir, load_dataset
 from benchmarks.evaluation import METRICS, evaluate
 from benchmarks.package_system import (
@@ -75,6 +82,7 @@ class SystemResult:
     query_ms: float = 0.0
     queries: int = 0
     error: str | None = None
+    runs: dict[str, list[Hit]] = field(default_factory=dict, repr=False)  # query id → hits
 
 
 def build_systems(
@@ -137,6 +145,7 @@ def run_system(system: System, dataset: Dataset) -> SystemResult:
     elapsed = time.perf_counter() - started
     result.query_ms = 1000 * elapsed / max(1, len(dataset.queries))
     result.figures = evaluate(dataset, runs)
+    result.runs = runs
     return result
 
 
@@ -287,9 +296,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="reranker of knowledge_agent+rerank, as KnowledgeAgentCore(reranker=...) takes it, "
         'e.g. \'{"provider": "openai", "base_url": "http://127.0.0.1:8911/v1", "model": "m"}\'',
     )
+    parser.add_argument(
+        "--backend",
+        choices=("local", "postgresql"),
+        default="local",
+        help="postgresql: also run knowledge_agent and knowledge_agent-item on a PostgreSQL "
+        "database and compare them with the local backend (default: local only)",
+    )
+    parser.add_argument(
+        "--backend-url",
+        default=None,
+        metavar="URL",
+        help="with --backend postgresql: a server whose user may create databases (default: "
+        "an embedded server started for the run)",
+    )
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write figures")
     args = parser.parse_args(argv)
-    if args.systems is None:
+    if args.backend_url and args.backend != "postgresql":
+        parser.error("--backend-url needs --backend postgresql")
+    if args.systems is None and args.backend == "postgresql":
+        args.systems = list(REFERENCE_SYSTEMS + PACKAGE_SYSTEMS)
+    elif args.systems is None:
         args.systems = [
             name
             for name in SYSTEM_NAMES
@@ -344,6 +371,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"the reranker does not answer: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
 
+    server = None
+    if args.backend == "postgresql":
+        if core_class is None or not any(name in PACKAGE_SYSTEMS for name in args.systems):
+            print("--backend postgresql compares knowledge_agent systems: none to run",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        from benchmarks.pg_server import server_for
+
+        server = server_for(args.backend_url)
+    try:
+        return measure(args, root, core_class, server)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def measure(args: argparse.Namespace, root: Path, core_class: type | None, server: Any) -> int:
+    """Every data set of ``args``, printed and written; ``server`` gives a database per data
+    set for the systems on the postgresql backend (None: the local backend only)."""
     started = time.perf_counter()
     env = environment()
     print("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
@@ -358,14 +404,26 @@ def main(argv: list[str] | None = None) -> int:
         "reranker": args.reranker,
         "limit_queries": args.limit_queries,
         "seed": args.seed,
+        "backend": args.backend,
         "datasets": {},
     }
     for name in args.datasets_only:
         dataset = load_dataset(name, root).sample_queries(args.limit_queries, args.seed)
         systems = build_systems(args.systems, core_class, args.ka_options, args.reranker)
-        results = run_dataset(dataset, systems)
+        url = server.new_database() if server is not None else None
+        if url is not None:
+            assert core_class is not None  # checked by main
+            systems += postgres_systems(args.systems, core_class, args.ka_options, url)
+        try:
+            results = run_dataset(dataset, systems)
+        finally:
+            if url is not None:
+                server.drop_database(url)
         print()
         print(format_table(dataset, results), flush=True)
+        compared = agreements(results)
+        if compared:
+            print(format_agreements(compared), flush=True)
         report["datasets"][name] = {
             "documents": len(dataset.documents),
             "queries": len(dataset.queries),
@@ -381,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
                 for r in results
             },
         }
+        if compared:
+            report["datasets"][name]["agreement"] = {a.system: a.to_dict() for a in compared}
     total = time.perf_counter() - started
     report["total_seconds"] = total
     print(f"\ntotal {total:.0f} s")

@@ -6,6 +6,7 @@
     python benchmarks/speed.py --reuse /tmp/kb100k             # measure again, no ingest
     python benchmarks/speed.py --size 10k --profile 50         # + cProfile of hybrid queries
     python benchmarks/speed.py --only writes                   # the small figures alone, < 1 min
+    python benchmarks/speed.py --backend postgresql --size 10k # local beside a PostgreSQL database
 
 Real text (the tldr pages, squad-long and Cranfield from ../shared/datasets or --datasets DIR,
 and this interpreter's standard library) is written as files into a folder, replicated under
@@ -28,6 +29,12 @@ progress to stderr.
 Times on a shared machine are noise; the ratios to the references carry across machines.
 ``--keep DIR`` leaves the files and the knowledge base in DIR; ``--reuse DIR`` measures such
 a base again and reports the ingest figures recorded when it was built.
+
+``--backend postgresql`` collects the tree into a local data folder and into a PostgreSQL
+database (an embedded server started here, or a new database on the server of
+``--backend-url``) and reports ingest and query latency of both side by side, with the CPU
+seconds of client, workers and server during each ingest (benchmarks/speed_postgres.py);
+``--profile-ingest N`` adds a cProfile of the database's ingest.
 """
 
 from __future__ import annotations
@@ -742,9 +749,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="writes: only the write and start-up figures (no corpus, no base; under a minute)",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("local", "postgresql"),
+        default="local",
+        help="postgresql: the local data folder beside a PostgreSQL database (ingest, queries)",
+    )
+    parser.add_argument(
+        "--backend-url",
+        default=None,
+        metavar="URL",
+        help="with --backend postgresql: a server whose user may create databases (default: "
+        "an embedded server started for the run)",
+    )
+    parser.add_argument(
+        "--profile-ingest",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --backend postgresql: cProfile the database's ingest (top N functions)",
+    )
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="write the figures here")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.backend == "postgresql" and (args.reuse or args.only):
+        parser.error("--backend postgresql measures a fresh ingest: no --reuse, no --only")
+    if args.backend != "postgresql" and (args.backend_url or args.profile_ingest):
+        parser.error("--backend-url and --profile-ingest need --backend postgresql")
     for name in ("queries", "edits", "cold_runs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -754,6 +785,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     env = machine()
+    if args.backend == "postgresql":
+        return main_postgres(args, env)
     result = None
     if args.only != "writes":
         with workspace(args.keep, args.reuse) as ws:
@@ -763,6 +796,39 @@ def main(argv: list[str] | None = None) -> int:
     figures = report(result, writes, env, args)
     log(f"done in {figures['total_seconds']:.0f} s")
     if args.json:
+        args.json.write_text(json.dumps(figures, indent=2, ensure_ascii=False) + "\n")
+    return 0
+
+
+def main_postgres(args: argparse.Namespace, env: dict[str, Any]) -> int:
+    """``--backend postgresql``: the local data folder beside a database, one table."""
+    from benchmarks import speed_postgres
+
+    with workspace(args.keep, None) as ws:
+        result = speed_postgres.run(ws, args, sys.modules[__name__])
+    env["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(
+        f"environment: {env['cores']} cores, {env['implementation']} {env['python']}, "
+        f"{env['platform']}, knowledge_agent {env['knowledge_agent']}; load average "
+        f"{env['load_average_at_start']} at start, {env['load_average_at_end']} at end"
+    )
+    text, goals = speed_postgres.table(result)
+    print(text)
+    profile = result["postgresql"]["ingest"].get("profile")
+    if profile:
+        print(
+            f"\ntop functions of the postgresql ingest by own time:\n{profile['top_by_own_time']}"
+        )
+    total = round(time.perf_counter() - _STARTED, 1)
+    log(f"done in {total:.0f} s")
+    if args.json:
+        figures = {
+            "command": shlex.join(["python", "benchmarks/speed.py", *sys.argv[1:]]),
+            "environment": env,
+            **speed_postgres.to_json(result),
+            "goals": goals,
+            "total_seconds": total,
+        }
         args.json.write_text(json.dumps(figures, indent=2, ensure_ascii=False) + "\n")
     return 0
 

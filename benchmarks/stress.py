@@ -41,6 +41,17 @@ bad_files      seven bad files (a name with byte 0xff, HTML nested 10,000 deep, 
                (5 MB), UTF-16 and UTF-32 without BOM, a broken PDF, EBCDIC text), each beside
                10 good files: good files indexed, bad ones reported or indexed intact.
 
+With ``--backend postgresql`` (an embedded server started here, or the server of
+``--backend-url``, whose user may create databases), the scenarios run on databases instead:
+
+kill_add       ``knowledge-agent --backend URL add`` of generated files (100), SIGKILL once a
+               random number of them (1 to 99) is stored, 20 trials, a new database each: the
+               checks of the data folder's kill_add, and the tables whole (every item with its
+               chunks, every chunk and item with its keyword document, every document with its
+               postings).
+writers        4 writers + 8 readers (4 reopen per query) on one database for 60 s: failed
+               reads, committed writes missing afterwards (lost writes), hits to missing items.
+
 Everything runs on generated files in a temporary folder (``--workdir`` keeps it); the
 package runs in real processes (the ``knowledge-agent`` script, spawned children) and every
 check of a data folder runs in a child process with a time limit. The table goes to stdout,
@@ -70,7 +81,7 @@ from benchmarks.stress_checks import log
 from benchmarks.stress_concurrency import run_concurrency
 from benchmarks.stress_inputs import run_bad_inputs
 from benchmarks.stress_interrupt import STOP_GOAL_S, run_interrupts
-from benchmarks.stress_kill import KillWorkspace, run_family
+from benchmarks.stress_kill import KillWorkspace, database_add_family, run_family
 from benchmarks.stress_payloads import run_payloads
 from benchmarks.stress_queries import run_queries
 from benchmarks.stress_redteam import run_red_team
@@ -95,6 +106,7 @@ KILL_FAMILIES = {
     "kill_rebuild": "rebuild",
     "kill_edit": "edit",
 }
+POSTGRES_SCENARIOS = ("kill_add", "writers")
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -117,7 +129,9 @@ class Settings:
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> Settings:
-        if args.quick:
+        if args.backend == "postgresql":  # fewer files: a kill trial adds them twice
+            settings = cls(100, 20, 20, 0, 60, 300, 0, 0, 0, 0, 0, "")
+        elif args.quick:
             settings = cls(300, 3, 2, 3, 15, 150, 1_000, 20, 2, 300, 5, "one per role")
         else:
             settings = cls(1_500, 50, 10, 10, 60, 300, 10_000, 200, 10, 1_800, 20, "all")
@@ -166,9 +180,14 @@ def _info_row(scenario: str, label: str, value: Any) -> Row:
 # -- the scenarios -------------------------------------------------------------------------------
 
 
-def kill_scenario(name: str, kill: KillWorkspace, settings: Settings, seed: int) -> Outcome:
+def kill_scenario(
+    name: str, kill: KillWorkspace, settings: Settings, seed: int, server: Any = None
+) -> Outcome:
     trials = settings.add_trials if name == "kill_add" else settings.other_trials
-    family = kill.family(KILL_FAMILIES[name])
+    if server is not None:
+        family = database_add_family(kill.corpus, server)
+    else:
+        family = kill.family(KILL_FAMILIES[name])
     figures = run_family(family, trials, kill.root / name, seed, timeout=900)
     rows = [
         _count_row(name, "trials with every check passed", figures["ok"], trials),
@@ -183,6 +202,10 @@ def kill_scenario(name: str, kill: KillWorkspace, settings: Settings, seed: int)
         _info_row(name, "killed before it finished", f"{figures['killed_before_end']}/{trials}"),
         _info_row(name, "command duration, s", figures["duration_s"]),
     ]
+    if server is not None:  # each kill came once a drawn number of items was stored
+        stored = [r["items_after_kill"] or 0 for r in figures["trial_results"]]
+        rows.append(_info_row(name, "items stored when killed, min / max", f"{min(stored)} / "
+                              f"{max(stored)} of {settings.files}"))  # fmt: skip
     if name == "kill_add":
         partial = sum(
             1
@@ -296,6 +319,35 @@ def concurrency_scenario(name: str, work: Path, settings: Settings, seed: int) -
     return Outcome(rows, figures)
 
 
+def writers_scenario(work: Path, settings: Settings, seed: int, server: Any) -> Outcome:
+    """4 writers + 8 readers on one database of ``server``."""
+    name = "writers"
+    url = server.new_database()
+    figures = run_concurrency(work / name, writers=4, readers_reopen=4, readers_keep=4,
+                              seconds=settings.seconds, files=settings.concurrency_files,
+                              seed=seed, target=url)  # fmt: skip
+    after = figures["after"]
+    rows = [
+        _zero_row(name, "failed reads", figures["failed_reads"]),
+        _zero_row(name, "writes returned but missing afterwards (lost)",
+                  figures["committed_missing"]),
+        Row(name, f"consistent afterwards, tables whole: {after.get('consistent')}", "True",
+            after.get("consistent") is True),
+        _zero_row(name, "hits to items missing from the database",
+                  figures["hits_to_missing_items"]),
+        _zero_row(name, "never-changed files missed by keyword/hybrid reads",
+                  figures["base_items_missed"]),
+        _info_row(name, "failed writes", figures["failed_writes"]),
+        _info_row(name, "writes raised after commit", figures["raised_after_commit"]),
+        _info_row(name, "operations", f"{figures['writes']} writes "
+                  f"({figures['writes_by_op']}), {figures['reads']} reads "
+                  f"({figures['reads_reopening']} reopening)"),
+        _info_row(name, "write latency p50 / max, s",
+                  f"{figures['write_seconds_p50']} / {figures['write_seconds_max']}"),
+    ]  # fmt: skip
+    return Outcome(rows, figures)
+
+
 def pickles_scenario(work: Path, settings: Settings, seed: int) -> Outcome:
     figures = run_payloads(work / "pickles", seed, one_per_role=settings.payload_files != "all")
     cases = figures["cases"]
@@ -393,9 +445,10 @@ def red_team_scenario(work: Path) -> Outcome:
 
 
 def run_scenario(
-    name: str, work: Path, kill: KillWorkspace, settings: Settings, seed: int
+    name: str, work: Path, kill: KillWorkspace, settings: Settings, seed: int, server: Any = None
 ) -> Outcome:
-    """One scenario; a harness error becomes a failed row with its traceback in the details."""
+    """One scenario (on databases of ``server`` when given); a harness error becomes a failed
+    row with its traceback in the details."""
     started = time.perf_counter()
     log(f"{name}")
     runners: dict[str, Callable[[], Outcome]] = {
@@ -406,10 +459,11 @@ def run_scenario(
         "ctrl_c": lambda: interrupt_scenario(work, settings, seed),
         "one_writer": lambda: concurrency_scenario(name, work, settings, seed),
         "two_writers": lambda: concurrency_scenario(name, work, settings, seed),
+        "writers": lambda: writers_scenario(work, settings, seed, server),
     }
     try:
         if name in KILL_FAMILIES:
-            outcome = kill_scenario(name, kill, settings, seed)
+            outcome = kill_scenario(name, kill, settings, seed, server)
         else:
             outcome = runners[name]()
     except Exception as exc:
@@ -454,7 +508,7 @@ def summary_lines(name: str, details: dict[str, Any]) -> list[str]:
             f"Ctrl-C during start-up (knowledge-agent --version takes {details['startup_s']} s):"
             f" exit {probe['exit']}, last stderr line {probe['last_line']!r}"
         )
-    elif name in ("one_writer", "two_writers"):
+    elif name in ("one_writer", "two_writers", "writers"):
         for key in ("failed_write_kinds", "failed_read_kinds"):
             if details[key]:
                 lines.append(f"{key.replace('_', ' ')}: {details[key]}")
@@ -553,12 +607,27 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="keep the generated files and data folders here (must be new)",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("local", "postgresql"),
+        default="local",
+        help="postgresql: kill_add and writers on PostgreSQL databases",
+    )
+    parser.add_argument(
+        "--backend-url",
+        default=None,
+        help="with --backend postgresql: a server whose user may create databases "
+        "(default: an embedded server started for the run)",
+    )
     args = parser.parse_args(argv)
-    chosen = list(SCENARIOS) if args.only is None else [n.strip() for n in args.only.split(",")]
-    unknown = [name for name in chosen if name not in SCENARIOS]
+    if args.backend_url and args.backend != "postgresql":
+        parser.error("--backend-url needs --backend postgresql")
+    names = POSTGRES_SCENARIOS if args.backend == "postgresql" else SCENARIOS
+    chosen = list(names) if args.only is None else [n.strip() for n in args.only.split(",")]
+    unknown = [name for name in chosen if name not in names]
     if unknown:
-        parser.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}")
-    chosen = [name for name in SCENARIOS if name in chosen]
+        parser.error(f"unknown scenario(s) {unknown}; choose from {', '.join(names)}")
+    chosen = [name for name in names if name in chosen]
     if args.trials is not None and args.trials < 1:
         parser.error("--trials must be at least 1")
     settings = Settings.of(args)
@@ -573,10 +642,19 @@ def main(argv: list[str] | None = None) -> int:
     else:
         holder = tempfile.TemporaryDirectory(prefix="ka-stress-")
         work = Path(holder.name).resolve()
+    server = None
     try:
+        if args.backend == "postgresql":
+            from benchmarks.pg_server import server_for
+
+            server = server_for(args.backend_url)
         kill = KillWorkspace(work / "kill", settings.files, args.seed, timeout=900)
-        outcomes = {name: run_scenario(name, work, kill, settings, args.seed) for name in chosen}
+        outcomes = {
+            name: run_scenario(name, work, kill, settings, args.seed, server) for name in chosen
+        }
     finally:
+        if server is not None:
+            server.stop()
         if holder is not None:
             holder.cleanup()
     rows = [row for outcome in outcomes.values() for row in outcome.rows]
@@ -596,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
         report = {
             "settings": asdict(settings),
             "quick": args.quick,
+            "backend": args.backend,
             "scenarios": chosen,
             "seconds": total,
             "provenance": meta,

@@ -246,6 +246,21 @@ class Verdict:
         return data
 
 
+def open_core(target: str) -> Any:
+    """A KnowledgeAgentCore on ``target``: a data folder, or a ``postgresql://`` URL."""
+    from benchmarks.stress_postgres import is_url
+    from knowledge_agent import KnowledgeAgentCore
+
+    return KnowledgeAgentCore(backend=target) if is_url(target) else KnowledgeAgentCore(target)
+
+
+def target_args(target: str) -> list[str]:
+    """The ``knowledge-agent`` options that open ``target`` (a data folder or a URL)."""
+    from benchmarks.stress_postgres import is_url
+
+    return ["--backend", target] if is_url(target) else ["--data-dir", target]
+
+
 def item_found(core: Any, item: Any, planted: str, mode: str) -> tuple[bool, bool]:
     """Whether a search for ``planted`` returns ``item`` (top 10), and whether it took a
     search restricted to the item's own path: the TF-IDF index hashes terms, so a unique word
@@ -272,18 +287,19 @@ def all_items(core: Any) -> list[Any]:
 
 
 def verify(data_dir: str, expected: dict[str, str] | None = None) -> dict[str, Any]:
-    """Reopen ``data_dir`` with the API (a writer-side open: it may replay the journal), take
+    """Reopen ``data_dir`` (a data folder, or a PostgreSQL URL: then its tables are checked
+    whole too) with the API (a writer-side open: it may replay the journal), take
     ``check()``, and search every stored item by the token its text carries, keyword and
     semantic. With ``expected`` ({file path: token}), also whether each file is exactly one
     item carrying its current token and nothing else is stored. Runs in a child process (see
     :func:`run_child`)."""
     from benchmarks.stress_corpus import tokens_in
-    from knowledge_agent import KnowledgeAgentCore
+    from benchmarks.stress_postgres import is_url, rows_whole
 
     verdict = Verdict()
     started = time.perf_counter()
     try:
-        core = KnowledgeAgentCore(data_dir)
+        core = open_core(data_dir)
     except Exception as exc:
         verdict.open_error = f"{type(exc).__name__}: {exc}"
         return verdict.to_dict()
@@ -292,6 +308,9 @@ def verify(data_dir: str, expected: dict[str, str] | None = None) -> dict[str, A
         status = core.check()
         verdict.consistent = status.consistent
         verdict.status_problems = list(status.problems)
+        if is_url(data_dir):  # the tables themselves: every row with the rows it needs
+            verdict.status_problems += rows_whole(data_dir)
+            verdict.consistent = verdict.consistent and not verdict.status_problems
         verdict.items, verdict.chunks = status.items, status.chunks
         verdict.keyword_items, verdict.semantic_items = status.keyword_items, status.semantic_items
         verdict.pending_changes = status.pending_changes

@@ -33,10 +33,13 @@ from benchmarks.stress_checks import (
     examples,
     item_found,
     log,
+    open_core,
     run_child,
     run_cli,
+    target_args,
 )
 from benchmarks.stress_corpus import TextMaker, token, write_corpus
+from benchmarks.stress_postgres import is_url, rows_whole
 
 TOKENS_PER_WRITER = 100_000  # writer w's tokens are twr(w * this + n)
 MAX_OPS = 100_000  # a bound on every loop, far above what the time limit allows
@@ -64,8 +67,6 @@ def writer_main(
     data_dir: str, log_path: str, folders: str, writer: int, deadline: float, seed: int
 ) -> None:
     """Write until ``deadline`` (epoch seconds); one log line per write."""
-    from knowledge_agent import KnowledgeAgentCore
-
     rng = random.Random(seed)
     maker = TextMaker(seed)
     counter = writer * TOKENS_PER_WRITER
@@ -73,7 +74,7 @@ def writer_main(
     with _log_file(log_path) as out:
         started = time.time()
         try:
-            core = KnowledgeAgentCore(data_dir)
+            core = open_core(data_dir)
         except Exception as exc:
             _write_line(
                 out,
@@ -170,8 +171,6 @@ def reader_main(
 ) -> None:
     """Search until ``deadline``; one log line per query. ``base_tokens`` is {token: path} of
     files that are never removed: a keyword or hybrid search for one must return its file."""
-    from knowledge_agent import KnowledgeAgentCore
-
     rng = random.Random(seed)
     planted_base = sorted(base_tokens)
     core: Any = None
@@ -196,7 +195,7 @@ def reader_main(
                 }
                 try:
                     if core is None:
-                        core = KnowledgeAgentCore(data_dir)
+                        core = open_core(data_dir)
                     results = core.search(planted, mode=mode, limit=10, context_window=1)
                     record["hits"] = len(results)
                     record["missing"] = [
@@ -227,16 +226,16 @@ def reader_main(
 def verify_writes(data_dir: str, writes: list[dict[str, Any]]) -> dict[str, Any]:
     """In a child process: which writes committed (are in SQLite), which of those are missing
     from an index, which raised although they committed."""
-    from knowledge_agent import KnowledgeAgentCore
-
     missing_sqlite: list[str] = []  # returned, not deleted, not stored
     missing_index: list[str] = []  # committed, not findable in one of the indexes
     raised_after_commit: list[str] = []
     deleted_but_stored: list[str] = []
     committed = below_top = 0
-    core = KnowledgeAgentCore(data_dir)
+    core = open_core(data_dir)
     try:
         status = core.check()
+        # On a database, also the tables themselves: every row with the rows it needs.
+        problems = [*status.problems, *(rows_whole(data_dir) if is_url(data_dir) else [])]
         # Deleted: by a delete that returned, or by one that raised after it committed.
         deleted = {
             w["id"]
@@ -275,8 +274,8 @@ def verify_writes(data_dir: str, writes: list[dict[str, Any]]) -> dict[str, Any]
                 elif write.get("raised") and not stored:
                     raised_after_commit.append(f"delete {write['id']}: {write['error']}")
         return {
-            "consistent": status.consistent,
-            "problems": list(status.problems),
+            "consistent": status.consistent and not problems,
+            "problems": problems,
             "items": status.items,
             "committed_items_checked": committed,
             "semantic_below_top": below_top,
@@ -327,14 +326,14 @@ def run_concurrency(
     seconds: float,
     files: int,
     seed: int,
+    target: str | None = None,
 ) -> dict[str, Any]:
-    """Build a base of ``files`` files, run the processes for ``seconds``, then check."""
+    """Build a base of ``files`` files, run the processes for ``seconds``, then check. The
+    base is a data folder in ``work``, or the empty database ``target`` (a URL)."""
     work.mkdir(parents=True, exist_ok=True)
     corpus = write_corpus(work / "files", files, seed)
-    data_dir = work / "kb"
-    build = run_cli(
-        ["--data-dir", str(data_dir), "add", str(corpus.root)], timeout=600, workdir=work
-    )
+    data_dir = target or str(work / "kb")
+    build = run_cli([*target_args(data_dir), "add", str(corpus.root)], timeout=600, workdir=work)
     if build.returncode != 0:
         raise RuntimeError(f"building the base failed: {build.stderr_tail()}")
     base_tokens = {planted: str(path) for path, planted in corpus.tokens().items()}

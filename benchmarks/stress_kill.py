@@ -11,8 +11,12 @@ the folder must hold now.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import signal
+import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +28,10 @@ from benchmarks.stress_checks import (
     log,
     run_child,
     run_cli,
+    start_cli,
     verdict_problems,
     verify,
+    wait_group_gone,
 )
 from benchmarks.stress_corpus import Corpus, edit_files, write_corpus
 
@@ -45,17 +51,30 @@ class KillFamily:
     expected: Callable[[], dict[str, str]]
     # ``remove`` run again after a kill that came too late has nothing left to remove.
     rerun_may_exit_1: bool = False
+    # What ``verify`` opens for a trial (after ``prepare``): its data folder, or a database.
+    target: Callable[[int, Path], str] = lambda trial, data_dir: str(data_dir)
+    # Items a trial's target holds now, read while its command runs: with it, each kill
+    # comes when a number of items drawn between 1 and all but one are stored (mid-write,
+    # whatever the machine's load), not after a drawn delay.
+    stored: Callable[[int, Path], int] | None = None
 
 
 def _trial(
     family: KillFamily, trial: int, work: Path, delay: float, timeout: float
 ) -> dict[str, Any]:
+    """A trial killed after ``delay`` seconds, or, for a family with ``stored``, once
+    ``delay`` items are stored."""
     data_dir = work / f"trial{trial:03d}"
     args = family.prepare(trial, data_dir)
-    killed = run_cli(args, timeout=timeout, kill_after=delay, workdir=work)
-    after_kill = run_child(verify, str(data_dir), timeout=VERIFY_TIMEOUT)
+    target = family.target(trial, data_dir)
+    if family.stored is None:
+        killed = run_cli(args, timeout=timeout, kill_after=delay, workdir=work)
+    else:
+        killed = run_until_stored(args, lambda: family.stored(trial, data_dir), int(delay),
+                                  timeout, work)  # fmt: skip
+    after_kill = run_child(verify, target, timeout=VERIFY_TIMEOUT)
     rerun = run_cli(args, timeout=timeout, workdir=work)
-    after_rerun = run_child(verify, str(data_dir), family.expected(), timeout=VERIFY_TIMEOUT)
+    after_rerun = run_child(verify, target, family.expected(), timeout=VERIFY_TIMEOUT)
     kill_problems = verdict_problems(after_kill)
     rerun_problems = verdict_problems(after_rerun, complete=True)
     allowed = (0, 1) if family.rerun_may_exit_1 else (0,)
@@ -94,20 +113,49 @@ def command_duration(family: KillFamily, work: Path, timeout: float) -> float:
     return timing.seconds
 
 
+def run_until_stored(
+    args: list[str], stored: Callable[[], int], count: int, timeout: float, work: Path
+) -> CliRun:
+    """Run ``knowledge-agent ARGS`` in a session of its own and SIGKILL its group as soon as
+    ``stored()`` (read every 2 ms) reaches ``count``; killed after ``timeout`` all the same."""
+    with open(work / ".stress-stderr", "w+b") as stderr:
+        started = time.perf_counter()
+        process = start_cli(args, subprocess.DEVNULL, stderr)  # type: ignore[arg-type]
+        killed = False
+        while process.poll() is None:
+            over = time.perf_counter() - started > timeout
+            if over or stored() >= count:
+                os.killpg(process.pid, signal.SIGKILL)
+                killed = not over
+                break
+            time.sleep(0.002)
+        process.wait()
+        seconds = time.perf_counter() - started
+        leftovers = wait_group_gone(process.pid) if killed else 0
+        stderr.seek(0)
+        timed_out = not killed and process.returncode < 0
+        return CliRun(process.returncode, b"", stderr.read(), seconds, killed, timed_out, leftovers)
+
+
 def run_family(
     family: KillFamily, trials: int, work: Path, seed: int, timeout: float
 ) -> dict[str, Any]:
     """Measure the command once on trial 0 (run to completion), then ``trials`` killed runs."""
     rng = random.Random(seed)
     duration = command_duration(family, work, timeout)
+    items = len(family.expected())
+    when = "s" if family.stored is None else f"of {items} items stored"
     log(f"  {family.name}: {duration:.1f} s to completion; {trials} kills within that")
     results = []
     for trial in range(1, trials + 1):
-        delay = rng.uniform(0, duration)
+        if family.stored is None:
+            delay = rng.uniform(0, duration)
+        else:
+            delay = rng.randint(1, max(1, items - 1))
         result = _trial(family, trial, work, delay, timeout)
         results.append(result)
         state = "ok" if result["ok"] else "; ".join(result["after_kill"] + result["after_rerun"])
-        log(f"    trial {trial}/{trials}: kill at {delay:.2f} s — {state}")
+        log(f"    trial {trial}/{trials}: kill at {delay:.2f} {when} — {state}")
     return summarize(family.name, duration, results)
 
 
@@ -138,6 +186,37 @@ def add_family(corpus: Corpus) -> KillFamily:
         return ["--data-dir", str(data_dir), "add", str(corpus.root)]
 
     return KillFamily("add", prepare, lambda: expected)
+
+
+def database_add_family(corpus: Corpus, server: Any) -> KillFamily:
+    """``add`` of the whole corpus into a new empty database of ``server`` per trial (see
+    benchmarks/pg_server.py)."""
+    expected = {str(path): planted for path, planted in corpus.tokens().items()}
+    urls: dict[int, str] = {}
+
+    def prepare(trial: int, data_dir: Path) -> list[str]:
+        urls[trial] = server.new_database()
+        return ["--backend", urls[trial], "add", str(corpus.root)]
+
+    polling: dict[int, Any] = {}  # trial → an open connection (a write lasts milliseconds)
+
+    def stored(trial: int, _: Path) -> int:
+        import psycopg
+
+        try:
+            if trial not in polling:
+                for conn in polling.values():
+                    conn.close()
+                polling.clear()
+                polling[trial] = psycopg.connect(urls[trial], autocommit=True)
+            row: Any = polling[trial].execute("SELECT count(*) FROM knowledge_items").fetchone()
+            return int(row[0])
+        except psycopg.Error:  # the tables are not made yet
+            polling.pop(trial, None)
+            return 0
+
+    return KillFamily("add", prepare, lambda: expected, target=lambda trial, _: urls[trial],
+                      stored=stored)  # fmt: skip
 
 
 def edit_family(corpus: Corpus, base: Path) -> KillFamily:
