@@ -371,6 +371,13 @@ def test_serve_token_env_reads_the_token_from_the_named_variable(
     assert len(calls) == 2  # no server was bound for the failed runs
 
 
+def ctrl_c_as_in_a_terminal() -> None:
+    """In the server's process before it starts: Ctrl-C's default action, even when the
+    suite runs in a shell's background job (where SIGINT is ignored, and stays ignored
+    across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(os.name == "nt", reason="SIGINT to a child process is POSIX-only here")
 def test_serve_http_end_to_end_until_ctrl_c(data_dir: Path, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "knowledge_agent.cli", "--data-dir", str(data_dir)]
@@ -380,6 +387,7 @@ def test_serve_http_end_to_end_until_ctrl_c(data_dir: Path, tmp_path: Path) -> N
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     try:
         assert process.stderr is not None
@@ -409,6 +417,7 @@ def test_serve_http_with_a_token_end_to_end(data_dir: Path, tmp_path: Path) -> N
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     try:
         assert process.stderr is not None
