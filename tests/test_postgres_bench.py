@@ -5,13 +5,13 @@ database's tables are whole."""
 from __future__ import annotations
 
 import psycopg
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks.backend_compare import SUFFIX, agreement, agreements, postgres_systems
 from benchmarks.datasets import Dataset, Document, Query
 from benchmarks.package_system import KnowledgeAgentSystem, SharedKnowledgeBase
-from benchmarks.quality import run_dataset
 from benchmarks.speed_measure import latency
 from benchmarks.speed_postgres import table
 from benchmarks.stress_postgres import is_url, rows_whole
@@ -72,6 +72,10 @@ QUERIES = [
 
 
 def test_the_same_corpus_on_a_database_agrees_with_the_local_backend(postgres_url: str) -> None:
+    # The quality harness runs the reference systems too: the `bench` extra.
+    pytest.importorskip("bm25s", reason="the quality harness needs the bench extra")
+    from benchmarks.quality import run_dataset
+
     dataset = Dataset("cranfield", DOCS, QUERIES, {f"q{n}": {f"d{n}": 1} for n in range(1, 5)})
     names = ["knowledge_agent", "knowledge_agent-item"]
     local = SharedKnowledgeBase(KnowledgeAgentCore, {})
