@@ -105,7 +105,8 @@ _LOW_SPACE = 1 << 20
 # Below SQLite's default limit of 999 host parameters on old builds.
 _MAX_VARIABLES = 500
 
-_ITEM_COLUMNS = (
+# The columns of an item and of a chunk row, in order (the postgresql storage has the same).
+ITEM_COLUMNS = (
     "id",
     "title",
     "content",
@@ -121,7 +122,7 @@ _ITEM_COLUMNS = (
     "created_at",
     "updated_at",
 )
-_CHUNK_COLUMNS = (
+CHUNK_COLUMNS = (
     "id",
     "item_id",
     "chunk_index",
@@ -131,9 +132,9 @@ _CHUNK_COLUMNS = (
     "end_position",
     "metadata",
 )
-_ITEM_SELECT = f"SELECT {', '.join(_ITEM_COLUMNS)} FROM knowledge_items"
+_ITEM_SELECT = f"SELECT {', '.join(ITEM_COLUMNS)} FROM knowledge_items"
 _SUMMARY_SELECT = (
-    f"SELECT {', '.join(name for name in _ITEM_COLUMNS if name != 'content')}, "
+    f"SELECT {', '.join(name for name in ITEM_COLUMNS if name != 'content')}, "
     "length(content) AS content_chars FROM knowledge_items"
 )
 _FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
@@ -144,16 +145,16 @@ _FACTS_SELECT = (
     "COALESCE(json_extract(metadata, '$.modified_at'), updated_at) AS changed_at "
     "FROM knowledge_items"
 )
-_CHUNK_SELECT = f"SELECT {', '.join(_CHUNK_COLUMNS)} FROM knowledge_chunks"
+_CHUNK_SELECT = f"SELECT {', '.join(CHUNK_COLUMNS)} FROM knowledge_chunks"
 _ITEM_UPSERT = (
-    f"INSERT INTO knowledge_items ({', '.join(_ITEM_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in _ITEM_COLUMNS)}) "
+    f"INSERT INTO knowledge_items ({', '.join(ITEM_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in ITEM_COLUMNS)}) "
     "ON CONFLICT(id) DO UPDATE SET "
-    + ", ".join(f"{name} = excluded.{name}" for name in _ITEM_COLUMNS[1:])
+    + ", ".join(f"{name} = excluded.{name}" for name in ITEM_COLUMNS[1:])
 )
 _CHUNK_INSERT = (
-    f"INSERT INTO knowledge_chunks ({', '.join(_CHUNK_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in _CHUNK_COLUMNS)})"
+    f"INSERT INTO knowledge_chunks ({', '.join(CHUNK_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in CHUNK_COLUMNS)})"
 )
 
 

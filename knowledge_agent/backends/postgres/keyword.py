@@ -27,7 +27,6 @@ replay, so ``applied_seq`` is always 0 (:class:`~.indexes.PostingsIndex`).
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -45,36 +44,16 @@ from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
 from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.query_terms import term_weights
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["DEFAULT_FIELD_BOOSTS", "PostgresKeywordIndex", "term_weights"]
+__all__ = ["DEFAULT_FIELD_BOOSTS", "PostgresKeywordIndex"]
 
 DEFAULT_FIELD_BOOSTS: Mapping[str, float] = {"title": 0.0, "heading": 0.0, "content": 1.0}
 K1 = 1.2
 B = 0.75
-
-
-def term_weights(terms: Sequence[str] | Mapping[str, float]) -> dict[str, float]:
-    """Each term's weight: its count, or the weight given (a widened query); the same
-    checks and messages as the local index."""
-    if isinstance(terms, Mapping):
-        for term, weight in terms.items():
-            if not isinstance(term, str) or isinstance(weight, bool):
-                raise QueryError(f"a weighted term must be a string with a number: {term!r}")
-            if not isinstance(weight, (int, float)) or not weight >= 0:
-                raise QueryError(f"the weight of {term!r} must be a number >= 0, got {weight!r}")
-        return {term: float(weight) for term, weight in terms.items() if term and weight > 0}
-    if isinstance(terms, str):
-        raise QueryError("terms must be a sequence of analysed terms, not a single string")
-    weights: Counter[str] = Counter()
-    for term in terms:
-        if not isinstance(term, str):
-            raise QueryError(f"every term must be a string, got {term!r}")
-        if term:
-            weights[term] += 1
-    return {term: float(count) for term, count in weights.items()}
 
 
 def lucene_idf(n: int, df: int) -> float:

@@ -17,7 +17,12 @@ from typing import Any
 
 from knowledge_agent.errors import QueryError
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
-from knowledge_agent.storage.sqlite_storage import ItemFacts, item_fields
+from knowledge_agent.storage.sqlite_storage import (
+    CHUNK_COLUMNS,
+    ITEM_COLUMNS,
+    ItemFacts,
+    item_fields,
+)
 from knowledge_agent.storage.sqlite_storage import row_to_chunk as _sqlite_row_to_chunk
 
 __all__ = [
@@ -44,53 +49,27 @@ __all__ = [
     "text_to_db",
 ]
 
-_ITEM_COLUMNS = (
-    "id",
-    "title",
-    "content",
-    "source_type",
-    "source_uri",
-    "content_type",
-    "doc_type",
-    "language",
-    "tags",
-    "metadata",
-    "content_hash",
-    "kb",
-    "created_at",
-    "updated_at",
-)
-_ITEM_TEXTS = frozenset(_ITEM_COLUMNS) - {"tags", "metadata", "created_at", "updated_at"}
-_CHUNK_COLUMNS = (
-    "id",
-    "item_id",
-    "chunk_index",
-    "content",
-    "heading",
-    "start_position",
-    "end_position",
-    "metadata",
-)
+_ITEM_TEXTS = frozenset(ITEM_COLUMNS) - {"tags", "metadata", "created_at", "updated_at"}
 _CHUNK_TEXTS = frozenset({"id", "item_id", "content", "heading"})
 _FACTS_COLUMNS = tuple(ItemFacts.__dataclass_fields__)
 _FACTS_TEXTS = frozenset({"id", "kb", "source_type", "doc_type", "source_uri", "title"})
-ITEM_SELECT = f"SELECT {', '.join(_ITEM_COLUMNS)} FROM knowledge_items"
+ITEM_SELECT = f"SELECT {', '.join(ITEM_COLUMNS)} FROM knowledge_items"
 SUMMARY_SELECT = (
-    f"SELECT {', '.join(name for name in _ITEM_COLUMNS if name != 'content')}, "
+    f"SELECT {', '.join(name for name in ITEM_COLUMNS if name != 'content')}, "
     "length(content) AS content_chars FROM knowledge_items"
 )
 FACTS_SELECT = f"SELECT {', '.join(_FACTS_COLUMNS)} FROM knowledge_items"
-CHUNK_SELECT = f"SELECT {', '.join(_CHUNK_COLUMNS)} FROM knowledge_chunks"
+CHUNK_SELECT = f"SELECT {', '.join(CHUNK_COLUMNS)} FROM knowledge_chunks"
 FILTER_FIELDS = ("kb", "source_type", "doc_type", "language")
 ITEM_UPSERT = (
-    f"INSERT INTO knowledge_items ({', '.join(_ITEM_COLUMNS)}, changed_at) "
-    f"VALUES ({', '.join('?' for _ in _ITEM_COLUMNS)}, ?) "
+    f"INSERT INTO knowledge_items ({', '.join(ITEM_COLUMNS)}, changed_at) "
+    f"VALUES ({', '.join('?' for _ in ITEM_COLUMNS)}, ?) "
     "ON CONFLICT (id) DO UPDATE SET "
-    + ", ".join(f"{name} = excluded.{name}" for name in (*_ITEM_COLUMNS[1:], "changed_at"))
+    + ", ".join(f"{name} = excluded.{name}" for name in (*ITEM_COLUMNS[1:], "changed_at"))
 )
 # One statement for all of an item's chunks: a row per array element.
 CHUNK_INSERT = (
-    f"INSERT INTO knowledge_chunks ({', '.join(_CHUNK_COLUMNS)}) "
+    f"INSERT INTO knowledge_chunks ({', '.join(CHUNK_COLUMNS)}) "
     "SELECT * FROM unnest(?::text[], ?::text[], ?::bigint[], ?::text[], ?::text[], "
     "?::bigint[], ?::bigint[], ?::text[])"
 )

@@ -127,6 +127,7 @@ from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped, latest_pairs
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.query_terms import term_weights
 from knowledge_agent.search.topk import best_rows, capped_best_rows
 
 __all__ = ["DEFAULT_FIELD_BOOSTS", "LuceneBM25F", "SearchIndexManager", "verify_keyword_folder"]
@@ -137,26 +138,6 @@ _LOCK_RETRY_DELAY = 0.05  # seconds between attempts to take a held write lock
 _FILTER_CACHE_SIZE = 16  # distinct SearchFilters remembered per searcher generation
 
 Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
-
-
-def _term_weights(terms: Sequence[str] | Mapping[str, float]) -> Mapping[str, float]:
-    """Each term's weight: its count, or the weight given (a widened query)."""
-    if isinstance(terms, Mapping):
-        for term, weight in terms.items():
-            if not isinstance(term, str) or isinstance(weight, bool):
-                raise QueryError(f"a weighted term must be a string with a number: {term!r}")
-            if not isinstance(weight, (int, float)) or not weight >= 0:
-                raise QueryError(f"the weight of {term!r} must be a number >= 0, got {weight!r}")
-        return {term: float(weight) for term, weight in terms.items() if term and weight > 0}
-    if isinstance(terms, str):
-        raise QueryError("terms must be a sequence of analysed terms, not a single string")
-    weights: Counter[str] = Counter()
-    for term in terms:
-        if not isinstance(term, str):
-            raise QueryError(f"every term must be a string, got {term!r}")
-        if term:
-            weights[term] += 1
-    return weights
 
 
 @dataclass(eq=False)
@@ -713,7 +694,7 @@ class SearchIndexManager:
         the yardstick that makes a score comparable across queries."""
         saturated = self._weighting.K1 + 1
         boost = self.field_boosts["content"]
-        return sum(count * idf.get(term, 0.0) for term, count in _term_weights(terms).items()) * (
+        return sum(count * idf.get(term, 0.0) for term, count in term_weights(terms).items()) * (
             saturated * boost
         )
 
@@ -736,7 +717,7 @@ class SearchIndexManager:
     ) -> list[tuple[float, dict[str, Any]]]:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise QueryError(f"limit must be an integer, got {limit!r}")
-        weights = _term_weights(terms)
+        weights = term_weights(terms)
         if filters is not None and not isinstance(filters, SearchFilters):
             raise QueryError(f"filters must be SearchFilters, got {type(filters).__name__}")
         if not weights or limit < 1:
