@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_dense_search import FakeEmbedder
 
@@ -126,21 +126,40 @@ def both(postgres_url: str):
         local.close()
 
 
-def _same_chunks(local, server, *args, **kwargs) -> None:
-    expected = local.search_chunks(*args, **kwargs)
-    found = server.search_chunks(*args, **kwargs)
-    assert [hit.chunk_id for hit in found] == [hit.chunk_id for hit in expected]
-    assert [(hit.item_id, hit.chunk_index) for hit in found] == [
-        (hit.item_id, hit.chunk_index) for hit in expected
-    ]
+TIE = 1e-6
+"""Scores this close are a tie: a mathematical tie may round one float32 step apart between
+numpy's and pgvector's sums, and then either order is right."""
+
+
+def _same_ranking(found, expected, key, every: dict[str, float]) -> None:
+    """The same hits in the same order, up to ties: where the two differ, the server's hit
+    scores locally (``every``: key → local score) as the local hit in that place."""
+    assert len(found) == len(expected)
+    for hit, want in zip(found, expected, strict=True):
+        if key(hit) != key(want):
+            assert abs(every[key(hit)] - want.score) <= TIE, (key(hit), key(want))
     assert np.allclose([h.score for h in found], [h.score for h in expected], atol=1e-5, rtol=0)
 
 
-def _same_items(local, server, *args) -> None:
-    expected = local.search_items(*args)
-    found = server.search_items(*args)
-    assert [hit.item_id for hit in found] == [hit.item_id for hit in expected]
-    assert np.allclose([h.score for h in found], [h.score for h in expected], atol=1e-5, rtol=0)
+def _same_chunks(local, server, query, top_k, min_similarity, filters, *, per_item=None) -> None:
+    expected = local.search_chunks(query, top_k, min_similarity, filters, per_item=per_item)
+    found = server.search_chunks(query, top_k, min_similarity, filters, per_item=per_item)
+    every = local.search_chunks(query, 10**6, min_similarity, filters)
+    parts = {hit.chunk_id: (hit.item_id, hit.chunk_index) for hit in every}
+    assert [parts[hit.chunk_id] for hit in found] == [(h.item_id, h.chunk_index) for h in found]
+    _same_ranking(found, expected, lambda h: h.chunk_id, {h.chunk_id: h.score for h in every})
+    if per_item is not None:
+        counts: dict[str, int] = {}
+        for hit in found:
+            counts[hit.item_id] = counts.get(hit.item_id, 0) + 1
+        assert max(counts.values(), default=0) <= per_item
+
+
+def _same_items(local, server, query, top_k, min_similarity, filters) -> None:
+    expected = local.search_items(query, top_k, min_similarity, filters)
+    found = server.search_items(query, top_k, min_similarity, filters)
+    every = local.search_items(query, 10**6, min_similarity, filters)
+    _same_ranking(found, expected, lambda h: h.item_id, {h.item_id: h.score for h in every})
 
 
 @pytest.mark.parametrize("filters", FILTERS)
@@ -172,6 +191,9 @@ def test_the_same_hits_and_scores_as_the_local_index(both, filters) -> None:
     kb=st.sampled_from([(), ("default",), ("other",)]),
     source_type=st.sampled_from([(), ("file",), ("web",)]),
     prefix=st.sampled_from([(), ("/notes/b/",), ("/notes/c/n2",)]),
+)
+@example(  # two rows tied at 0.7302967: pgvector's sum rounds one of them a step lower
+    words=["cat", "cat", "cache", "revert"], top_k=2, per_item=None, kb=(), source_type=(), prefix=()
 )
 def test_any_query_and_filter_ranks_as_the_local_index(
     both, words, top_k, per_item, kb, source_type, prefix
