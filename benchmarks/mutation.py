@@ -235,12 +235,35 @@ def sample(module: str, size: int, seed: int) -> list[str]:
     """``size`` of ``module``'s mutants drawn at random; a larger size extends the same draw."""
     names = sorted(mutant.name for mutant in results(module).mutants)
     if not names:
-        raise SystemExit(
-            f"benchmarks/mutation.py: no mutants of {module} generated yet; "
-            "run any module in full once (mutmut generates them all first)"
-        )
+        generate()
+        names = sorted(mutant.name for mutant in results(module).mutants)
+    if not names:
+        raise SystemExit(f"benchmarks/mutation.py: mutmut made no mutants of {module}")
     random.Random(f"{seed}:{module}").shuffle(names)
     return names[:size]
+
+
+_GENERATE = """
+import os
+from mutmut.__main__ import (
+    copy_also_copy_files, copy_src_dir, create_mutants, set_mutant_under_test, setup_source_paths
+)
+set_mutant_under_test("mutant_generation")
+os.makedirs("mutants", exist_ok=True)
+copy_src_dir()
+copy_also_copy_files()
+setup_source_paths()
+create_mutants(os.cpu_count() or 2)
+"""
+
+
+def generate() -> None:
+    """Make every mutant (mutmut's first step of a run, without recording or running any),
+    so a sample can be drawn before any run."""
+    done = subprocess.run([sys.executable, "-c", _GENERATE], cwd=ROOT, capture_output=True)
+    if done.returncode != 0:
+        last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"benchmarks/mutation.py: mutmut could not make the mutants: {last}")
 
 
 def run(
