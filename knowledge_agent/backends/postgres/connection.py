@@ -88,14 +88,17 @@ def _one_line(exc: BaseException) -> str:
     return "; ".join(lines) or type(exc).__name__
 
 
-def connect(url: str, *, operation: str = "connect", **options: Any) -> psycopg.Connection:
+def connect(
+    url: str, *, operation: str = "connect", server: str | None = None, **options: Any
+) -> psycopg.Connection:
     """A psycopg connection to ``url`` (``postgresql://…``), in autocommit mode: callers
     open transactions themselves. A server that is down, refuses, or rejects the password
-    is a ``StorageError`` naming ``operation`` and the server, one line."""
+    is a ``StorageError`` naming ``operation`` and the server (``server``, or the URL's
+    ``user@host:port/database``), one line."""
     psycopg = import_psycopg()
     if not url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(f"a PostgreSQL URL starts with postgresql://, got {_scrub(url)!r}")
-    server = describe(url)
+    server = server or describe(url)
     try:
         params = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.Error as exc:

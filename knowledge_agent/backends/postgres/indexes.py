@@ -68,19 +68,22 @@ class IndexConnection:
         psycopg = load_psycopg()
         self.lock = threading.RLock()
         self._owned = not isinstance(source, psycopg.Connection)
-        reopen: Callable[[str], psycopg.Connection] | None = None
         try:
             if isinstance(source, str):
-                reopen = functools.partial(_connect, source)
-                conn = reopen("connect to the index database")
+                conn = _connect(source, "connect to the index database")
             elif callable(source) and not isinstance(source, psycopg.Connection):
-                reopen = lambda operation: source()  # noqa: E731
                 conn = source()
             else:
                 conn = source
         except psycopg.Error as exc:
             raise SearchIndexError(f"cannot connect to the index database: {exc}") from exc
-        self.link = Link(conn, server_of(conn), reopen=reopen, error=SearchIndexError)
+        server = server_of(conn)
+        reopen: Callable[[str], psycopg.Connection] | None = None
+        if isinstance(source, str):
+            reopen = functools.partial(_connect, source, server=server)
+        elif self._owned:
+            reopen = lambda operation: source()  # noqa: E731
+        self.link = Link(conn, server, reopen=reopen, error=SearchIndexError)
         """The connection and what replaces it; ``link.setup`` readies each new one."""
         self.error: type[Exception] = psycopg.Error
         self.rollback: type[Exception] = psycopg.Rollback
@@ -216,9 +219,9 @@ class _ReadCursor:
             self._cur = None
 
 
-def _connect(url: str, operation: str) -> psycopg.Connection:
+def _connect(url: str, operation: str, *, server: str | None = None) -> psycopg.Connection:
     try:
-        return connect(url, operation=operation)
+        return connect(url, operation=operation, server=server)
     except StorageError as exc:
         raise SearchIndexError(str(exc)) from exc
 

@@ -371,10 +371,11 @@ class PostgresStorage:
         except BaseException:
             conn.close()
             raise
+        server = server_of(conn)
         link = Link(
             conn,
-            server_of(conn),
-            reopen=lambda operation: connect(url, operation=operation),
+            server,
+            reopen=lambda operation: connect(url, operation=operation, server=server),
             setup=None if reason is None else _refuse_writes,
         )
         self._db = _Guarded(link, reason, index_writers, faults or Faults())
