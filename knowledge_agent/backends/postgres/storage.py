@@ -224,6 +224,7 @@ class _Guarded:
             self._grouped = True
             try:
                 yield
+                self._faults.reached("before-commit")
             finally:
                 self._grouped = False
                 try:
