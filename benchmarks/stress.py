@@ -201,7 +201,11 @@ def kill_scenario(
         ),
         _count_row(name, "complete after a re-run", figures["complete_after_rerun"], trials),
         _info_row(name, "killed before it finished", f"{figures['killed_before_end']}/{trials}"),
-        _info_row(name, "command duration, s", figures["duration_s"]),
+        _info_row(name, "command duration, s", figures["duration_s"])
+        if server is None
+        else _info_row(
+            name, "seconds its writes stay open (run to completion)", figures["duration_s"]
+        ),
     ]
     if server is not None:  # each kill came while the server saw a write transaction open
         stored = [r["items_after_kill"] or 0 for r in figures["trial_results"]]

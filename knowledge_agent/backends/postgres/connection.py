@@ -36,6 +36,7 @@ __all__ = [
     "describe",
     "import_psycopg",
     "storage_error",
+    "transaction_pooled",
 ]
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ CONNECT_TIMEOUT_S = 10
 """Seconds to wait for a server that does not answer, unless the URL says otherwise."""
 
 _EXTRA = 'pip install "knowledge-agent[postgres]"'
+_POOLERS = ("transaction", "session")  # what the URL's pooler= may say
 
 
 def import_psycopg() -> ModuleType:
@@ -62,8 +64,8 @@ def describe(url: str) -> str:
     """``user@host:port/database`` of a URL, for messages: never its password."""
     psycopg = import_psycopg()
     try:
-        params = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.Error:
+        params = psycopg.conninfo.conninfo_to_dict(_without_pooler(url)[0])
+    except (psycopg.Error, ConfigError):
         return "a PostgreSQL server (unreadable URL)"
     host = str(params.get("host") or "localhost")
     if host.startswith("/"):
@@ -94,11 +96,19 @@ def connect(
     """A psycopg connection to ``url`` (``postgresql://…``), in autocommit mode: callers
     open transactions themselves. A server that is down, refuses, or rejects the password
     is a ``StorageError`` naming ``operation`` and the server (``server``, or the URL's
-    ``user@host:port/database``), one line."""
+    ``user@host:port/database``), one line.
+
+    With ``pooler=transaction`` in the URL (a pooler in transaction mode between this
+    process and the server), the connection prepares no statement: each transaction may run
+    on another server session, where a statement prepared in an earlier one is unknown.
+    """
     psycopg = import_psycopg()
     if not url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(f"a PostgreSQL URL starts with postgresql://, got {_scrub(url)!r}")
     server = server or describe(url)
+    url, pooler = _without_pooler(url)
+    if pooler == "transaction":
+        options.setdefault("prepare_threshold", None)
     try:
         params = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.Error as exc:
@@ -114,6 +124,31 @@ def connect(
             error = StorageError(str(error).replace(str(password), "***"))
         raise error from exc
     return conn
+
+
+def transaction_pooled(url: str) -> bool:
+    """Whether ``url`` says a pooler in transaction mode stands before the server
+    (``pooler=transaction``): then each transaction may run on another server session, and
+    nothing may be left on a session (no ``SET``, no prepared statement)."""
+    return _without_pooler(url)[1] == "transaction"
+
+
+def _without_pooler(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``pooler`` query parameter (ours, which libpq would refuse), and
+    the parameter's value."""
+    base, mark, query = url.partition("?")
+    if not mark or "pooler=" not in query:
+        return url, None
+    kept, pooler = [], None
+    for pair in query.split("&"):
+        name, _, value = pair.partition("=")
+        if name == "pooler":
+            pooler = value
+        else:
+            kept.append(pair)
+    if pooler not in _POOLERS:
+        raise ConfigError(f"pooler in a PostgreSQL URL is {' or '.join(_POOLERS)}, got {pooler!r}")
+    return base + ("?" + "&".join(kept) if kept else ""), pooler
 
 
 def _scrub(url: str) -> str:

@@ -34,6 +34,7 @@ from knowledge_agent.backends.postgres.connection import (
     connect,
     import_psycopg,
     storage_error,
+    transaction_pooled,
 )
 from knowledge_agent.backends.postgres.rows import (
     CHUNK_INSERT,
@@ -367,8 +368,11 @@ class PostgresStorage:
         faults: Faults | None = None,
     ) -> None:
         conn = connect(url, operation="open the storage")
+        # Behind a transaction pooler a session setting would reach other clients' sessions:
+        # the storage's own refusal is the only one there.
+        refuse = None if transaction_pooled(url) else _refuse_writes
         try:
-            reason = self._prepare(conn, read_only)
+            reason = self._prepare(conn, read_only, refuse)
         except BaseException:
             conn.close()
             raise
@@ -377,7 +381,7 @@ class PostgresStorage:
             conn,
             server,
             reopen=lambda operation: connect(url, operation=operation, server=server),
-            setup=None if reason is None else _refuse_writes,
+            setup=None if reason is None else refuse,
         )
         self._db = _Guarded(link, reason, index_writers, faults or Faults())
         self.sources = _SourceStore(self._db)
@@ -386,7 +390,11 @@ class PostgresStorage:
         """Documentation sources crawled from the web, and their pages."""
 
     @staticmethod
-    def _prepare(conn: psycopg.Connection, read_only: bool) -> str | None:
+    def _prepare(
+        conn: psycopg.Connection,
+        read_only: bool,
+        refuse: Callable[[psycopg.Connection], None] | None,
+    ) -> str | None:
         """Migrate (or, read-only, check) the schema; why writes are refused, or None."""
         psycopg = import_psycopg()
         server = server_of(conn)
@@ -402,7 +410,8 @@ class PostgresStorage:
             migrate(conn, COMPONENT, MIGRATIONS)
             return None
         try:
-            _refuse_writes(conn)
+            if refuse is not None:
+                refuse(conn)
         except psycopg.Error as exc:
             raise storage_error("open the storage", server, exc) from exc
         version = schema_version(conn, COMPONENT)
