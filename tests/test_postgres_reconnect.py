@@ -16,7 +16,7 @@ from postgres import PostgresServer
 
 from benchmarks.stress_postgres import rows_whole
 from knowledge_agent import KnowledgeAgentCore
-from knowledge_agent.backends.postgres.connection import Link
+from knowledge_agent.backends.postgres.connection import Link, connect
 from knowledge_agent.errors import KnowledgeAgentError, SearchIndexError, StorageError
 
 GUARD_POLLS = 6000  # of 10 ms: a hang guard, not a timing
@@ -168,3 +168,26 @@ def test_while_the_server_is_down_calls_fail_with_one_line_naming_it_then_work_a
         assert rows_whole(url) == []
     finally:
         server.stop()
+
+
+def test_a_commit_whose_answer_never_came_says_the_outcome_is_unknown(postgres_url: str) -> None:
+    link = Link(
+        connect(postgres_url),
+        "the test server",
+        reopen=lambda operation: connect(postgres_url, operation=operation),
+    )
+    try:
+        with link.use("write"):
+            link.run(lambda conn: conn.execute("BEGIN"))
+            link.run(lambda conn: conn.execute("CREATE TABLE written (x int)"))
+            end_sessions(postgres_url)
+            with pytest.raises(psycopg.Error) as raised:
+                link.run(lambda conn: conn.execute("COMMIT"), commit=True)
+            lost = link.lost("write", raised.value)
+        assert isinstance(lost, StorageError)
+        assert "may or may not be stored" in str(lost) and "the test server" in str(lost)
+        with link.use("read"):  # a new connection
+            row: Any = link.run(lambda conn: conn.execute("SELECT to_regclass('written')"))
+            assert row.fetchone()[0] is None  # here, the server had not committed it
+    finally:
+        link.close()

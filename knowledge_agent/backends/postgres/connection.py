@@ -234,6 +234,7 @@ class Link:
             conn = self._reconnect(self._operation)
             result = step(conn)
         self._status = conn.info.transaction_status
+        self._committing = False
         return result
 
     def lost(self, operation: str, exc: BaseException) -> KnowledgeAgentError | None:
