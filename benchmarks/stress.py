@@ -347,12 +347,17 @@ def writers_scenario(work: Path, settings: Settings, seed: int, server: Any) -> 
         _info_row(name, "failed writes", figures["failed_writes"]),
         _info_row(name, "writes raised after commit", figures["raised_after_commit"]),
         _info_row(name, "operations", f"{figures['writes']} writes "
-                  f"({figures['writes_by_op']}), {figures['reads']} reads "
+                  f"({_by_op(figures['writes_by_op'])}), {figures['reads']} reads "
                   f"({figures['reads_reopening']} reopening)"),
         _info_row(name, "write latency p50 / max, s",
                   f"{figures['write_seconds_p50']} / {figures['write_seconds_max']}"),
     ]  # fmt: skip
     return Outcome(rows, figures)
+
+
+def _by_op(counts: dict[str, int]) -> str:
+    """``{"add_text": 28, "open": 0}`` as ``28 add_text``: the kinds that ran."""
+    return ", ".join(f"{count} {op}" for op, count in counts.items() if count)
 
 
 def pickles_scenario(work: Path, settings: Settings, seed: int) -> Outcome:
