@@ -250,7 +250,7 @@ class Link:
             )
         elif self._status != self._idle:
             outcome = (
-                "the server rolled its transaction back, so nothing of it is stored: run it again"
+                "the server rolled its transaction back, so nothing of it took effect: run it again"
             )
         else:
             outcome = "run it again"
