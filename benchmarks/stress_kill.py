@@ -7,6 +7,11 @@ command started in its own process group, SIGKILL to the group after a delay dra
 from the command's measured duration, then :func:`~benchmarks.stress_checks.verify` in a child
 process; then the same command again to completion and a second verification against what
 the folder must hold now.
+
+On a database, the kill is timed by what the server sees instead (:class:`WriteProbe`): a
+delay drawn within the time the command's write transactions stay open, counted from the
+first one seen, and then SIGKILL the moment one is seen open, so that kills land inside a
+transaction that has written some files and not committed them.
 """
 
 from __future__ import annotations
@@ -53,25 +58,96 @@ class KillFamily:
     rerun_may_exit_1: bool = False
     # What ``verify`` opens for a trial (after ``prepare``): its data folder, or a database.
     target: Callable[[int, Path], str] = lambda trial, data_dir: str(data_dir)
-    # Items a trial's target holds now, read while its command runs: with it, each kill
-    # comes when a number of items drawn between 1 and all but one are stored (mid-write,
-    # whatever the machine's load), not after a drawn delay.
-    stored: Callable[[int, Path], int] | None = None
+    # What the server of a trial's database sees, read while its command runs: with it,
+    # each kill lands inside an open write transaction (see the module docstring).
+    probe: Callable[[int], WriteProbe] | None = None
+
+
+@dataclass
+class WriteState:
+    """One look at a database: whether a write transaction (one that has written item rows
+    and not ended) is open, and how many items are committed."""
+
+    writing: bool
+    committed: int
+
+
+class WriteProbe:
+    """Looks at one database from a connection of its own: :meth:`look` is one round trip."""
+
+    _QUERY = """
+        SELECT (SELECT count(*) FROM knowledge_items),
+               EXISTS (SELECT 1 FROM pg_locks
+                       WHERE relation = to_regclass('knowledge_items')
+                         AND mode = 'RowExclusiveLock' AND granted
+                         AND pid <> pg_backend_pid())
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._conn: Any = None
+
+    def look(self) -> WriteState:
+        import psycopg
+
+        try:
+            if self._conn is None:
+                self._conn = psycopg.connect(self._url, autocommit=True)
+            row: Any = self._conn.execute(self._QUERY).fetchone()
+            return WriteState(bool(row[1]), int(row[0]))
+        except psycopg.Error:  # the tables are not made yet
+            return WriteState(False, 0)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+@dataclass
+class WriteWatch:
+    """What a :class:`WriteProbe` saw of one run: seconds from the start to the first and
+    the last look that saw a write open; at the kill, whether the last look saw one open and
+    the items committed then; after the kill, the items committed."""
+
+    first_open_s: float | None = None
+    last_open_s: float | None = None
+    open_at_kill: bool = False
+    committed_at_kill: int = 0
+    committed_after_kill: int = 0
+
+    @property
+    def open_span_s(self) -> float:
+        """Seconds from the first write seen open to the last (0 when none was seen)."""
+        if self.first_open_s is None or self.last_open_s is None:
+            return 0.0
+        return self.last_open_s - self.first_open_s
+
+    @property
+    def rolled_back(self) -> bool:
+        """The kill landed inside a write transaction, which the server rolled back: one was
+        open at the last look before the kill, and no item committed since that look."""
+        return self.open_at_kill and self.committed_after_kill == self.committed_at_kill
 
 
 def _trial(
     family: KillFamily, trial: int, work: Path, delay: float, timeout: float
 ) -> dict[str, Any]:
-    """A trial killed after ``delay`` seconds, or, for a family with ``stored``, once
-    ``delay`` items are stored."""
+    """A trial killed after ``delay`` seconds; for a family with a ``probe``, at the first
+    moment a write transaction is seen open once ``delay`` seconds have passed since the
+    first was."""
     data_dir = work / f"trial{trial:03d}"
     args = family.prepare(trial, data_dir)
     target = family.target(trial, data_dir)
-    if family.stored is None:
+    watch = WriteWatch()
+    if family.probe is None:
         killed = run_cli(args, timeout=timeout, kill_after=delay, workdir=work)
     else:
-        killed = run_until_stored(args, lambda: family.stored(trial, data_dir), int(delay),
-                                  timeout, work)  # fmt: skip
+        probe = family.probe(trial)
+        try:
+            killed, watch = run_watching_writes(args, probe, delay, timeout, work)
+        finally:
+            probe.close()
     after_kill = run_child(verify, target, timeout=VERIFY_TIMEOUT)
     rerun = run_cli(args, timeout=timeout, workdir=work)
     after_rerun = run_child(verify, target, family.expected(), timeout=VERIFY_TIMEOUT)
@@ -96,6 +172,7 @@ def _trial(
         "after_kill": kill_problems,
         "after_rerun": rerun_problems,
         "items_after_kill": after_kill.value["items"] if after_kill.ok else None,
+        "in_transaction": killed.killed and watch.rolled_back,
         "semantic_below_top": after_kill.value["semantic_below_top"] if after_kill.ok else None,
         "ok": not kill_problems and not rerun_problems,
     }
@@ -103,38 +180,78 @@ def _trial(
 
 def command_duration(family: KillFamily, work: Path, timeout: float) -> float:
     """Seconds the family's command takes run to completion once (trial 0), from which the
-    moments of the kills or signals of its trials are drawn."""
+    moments of the kills or signals of its trials are drawn; for a family with a ``probe``,
+    the seconds its write transactions were seen open, first to last."""
     work.mkdir(parents=True, exist_ok=True)
     timing_dir = work / "timing"
-    timing: CliRun = run_cli(family.prepare(0, timing_dir), timeout=timeout, workdir=work)
+    args = family.prepare(0, timing_dir)
+    if family.probe is None:
+        timing: CliRun = run_cli(args, timeout=timeout, workdir=work)
+        seconds = timing.seconds
+    else:
+        probe = family.probe(0)
+        try:
+            timing, watch = run_watching_writes(args, probe, None, timeout, work)
+        finally:
+            probe.close()
+        seconds = watch.open_span_s
+        log(f"  {family.name}: {timing.seconds:.1f} s, its writes open for {seconds:.2f} s")
     if timing.returncode != 0:
         log(f"  {family.name}: the timing run failed: {timing.stderr_tail()}")
     shutil.rmtree(timing_dir, ignore_errors=True)
-    return timing.seconds
+    return seconds
 
 
-def run_until_stored(
-    args: list[str], stored: Callable[[], int], count: int, timeout: float, work: Path
-) -> CliRun:
-    """Run ``knowledge-agent ARGS`` in a session of its own and SIGKILL its group as soon as
-    ``stored()`` (read every 2 ms) reaches ``count``; killed after ``timeout`` all the same."""
+def run_watching_writes(
+    args: list[str], probe: WriteProbe, delay: float | None, timeout: float, work: Path
+) -> tuple[CliRun, WriteWatch]:
+    """Run ``knowledge-agent ARGS`` in a session of its own, looking at its database as fast
+    as the probe answers. With ``delay``, SIGKILL its group at the first look that sees a
+    write transaction open once ``delay`` seconds have passed since the first one was seen
+    (no kill if the command ends first); killed after ``timeout`` all the same."""
+    watch = WriteWatch()
     with open(work / ".stress-stderr", "w+b") as stderr:
         started = time.perf_counter()
         process = start_cli(args, subprocess.DEVNULL, stderr)  # type: ignore[arg-type]
         killed = False
         while process.poll() is None:
-            over = time.perf_counter() - started > timeout
-            if over or stored() >= count:
+            state = probe.look()
+            now = time.perf_counter() - started
+            if state.writing:
+                watch.last_open_s = now
+                if watch.first_open_s is None:
+                    watch.first_open_s = now
+            due = delay is not None and watch.first_open_s is not None
+            if due and state.writing and now - watch.first_open_s >= delay:  # type: ignore[operator]
                 os.killpg(process.pid, signal.SIGKILL)
-                killed = not over
+                killed = True
+                watch.open_at_kill = True
+                watch.committed_at_kill = state.committed
                 break
-            time.sleep(0.002)
+            if now > timeout:
+                os.killpg(process.pid, signal.SIGKILL)
+                break
         process.wait()
         seconds = time.perf_counter() - started
         leftovers = wait_group_gone(process.pid) if killed else 0
+        if killed:
+            watch.committed_after_kill = _committed_once_ended(probe, watch)
         stderr.seek(0)
         timed_out = not killed and process.returncode < 0
-        return CliRun(process.returncode, b"", stderr.read(), seconds, killed, timed_out, leftovers)
+        run = CliRun(process.returncode, b"", stderr.read(), seconds, killed, timed_out, leftovers)
+        return run, watch
+
+
+def _committed_once_ended(probe: WriteProbe, watch: WriteWatch) -> int:
+    """Items committed once the killed writer's transaction has ended (the server ends it
+    when it sees the client gone: at once when idle, after its statement when active)."""
+    state = probe.look()
+    for _ in range(5000):  # of 2 ms: a bound, not a timing
+        if not state.writing:
+            break
+        time.sleep(0.002)
+        state = probe.look()
+    return state.committed
 
 
 def run_family(
@@ -143,19 +260,17 @@ def run_family(
     """Measure the command once on trial 0 (run to completion), then ``trials`` killed runs."""
     rng = random.Random(seed)
     duration = command_duration(family, work, timeout)
-    items = len(family.expected())
-    when = "s" if family.stored is None else f"of {items} items stored"
-    log(f"  {family.name}: {duration:.1f} s to completion; {trials} kills within that")
+    when = "s" if family.probe is None else "s after the first write was seen open"
+    span = "to completion" if family.probe is None else "of writes open"
+    log(f"  {family.name}: {duration:.2f} s {span}; {trials} kills within that")
     results = []
     for trial in range(1, trials + 1):
-        if family.stored is None:
-            delay = rng.uniform(0, duration)
-        else:
-            delay = rng.randint(1, max(1, items - 1))
+        delay = rng.uniform(0, duration)
         result = _trial(family, trial, work, delay, timeout)
         results.append(result)
         state = "ok" if result["ok"] else "; ".join(result["after_kill"] + result["after_rerun"])
-        log(f"    trial {trial}/{trials}: kill at {delay:.2f} {when} — {state}")
+        inside = ", inside an open write transaction" if result["in_transaction"] else ""
+        log(f"    trial {trial}/{trials}: kill at {delay:.2f} {when}{inside} — {state}")
     return summarize(family.name, duration, results)
 
 
@@ -166,6 +281,7 @@ def summarize(name: str, duration: float, results: list[dict[str, Any]]) -> dict
         "duration_s": round(duration, 2),
         "trials": len(results),
         "killed_before_end": sum(r["killed"] for r in results),
+        "killed_in_transaction": sum(r["in_transaction"] for r in results),
         "reopened": sum(r["reopened"] for r in results),
         "consistent_after_kill": sum(not r["after_kill"] for r in results),
         "complete_after_rerun": sum(not r["after_rerun"] for r in results),
@@ -198,25 +314,8 @@ def database_add_family(corpus: Corpus, server: Any) -> KillFamily:
         urls[trial] = server.new_database()
         return ["--backend", urls[trial], "add", str(corpus.root)]
 
-    polling: dict[int, Any] = {}  # trial → an open connection (a write lasts milliseconds)
-
-    def stored(trial: int, _: Path) -> int:
-        import psycopg
-
-        try:
-            if trial not in polling:
-                for conn in polling.values():
-                    conn.close()
-                polling.clear()
-                polling[trial] = psycopg.connect(urls[trial], autocommit=True)
-            row: Any = polling[trial].execute("SELECT count(*) FROM knowledge_items").fetchone()
-            return int(row[0])
-        except psycopg.Error:  # the tables are not made yet
-            polling.pop(trial, None)
-            return 0
-
     return KillFamily("add", prepare, lambda: expected, target=lambda trial, _: urls[trial],
-                      stored=stored)  # fmt: skip
+                      probe=lambda trial: WriteProbe(urls[trial]))  # fmt: skip
 
 
 def edit_family(corpus: Corpus, base: Path) -> KillFamily:

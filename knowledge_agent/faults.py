@@ -9,6 +9,9 @@ folder and check that nothing committed was lost. The steps (:data:`STEPS`):
 ``group-commit``
     a SQLite write group (a collect's or a crawl's group of files) has committed; the
     indexes have not seen it.
+``before-commit``
+    a PostgreSQL write group has written every file of its group, rows and postings, in its
+    transaction, which is open: it has not committed.
 ``before-index``
     a replay of the journal into the indexes begins: SQLite and its journal hold writes
     that no index holds.
@@ -43,6 +46,7 @@ logger = logging.getLogger(__name__)
 FAULT_ENV = "KNOWLEDGE_AGENT_FAULT"
 STEPS = (
     "group-commit",
+    "before-commit",
     "before-index",
     "between-indexes",
     "before-applied",

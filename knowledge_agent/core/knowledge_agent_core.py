@@ -270,6 +270,7 @@ class KnowledgeAgentCore:
                 tfidf_config=tfidf,
                 embedder=embedder,
                 read_url=read_backend,
+                faults=faults,
             )
             self.storage: Storage = self._backend.storage
         else:

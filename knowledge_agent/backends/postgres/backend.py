@@ -29,6 +29,7 @@ from knowledge_agent.backends.postgres.keyword import PostgresKeywordIndex
 from knowledge_agent.backends.postgres.postings import PostingsWriter
 from knowledge_agent.backends.postgres.storage import IndexWriter, PostgresStorage
 from knowledge_agent.backends.postgres.vectors import PostgresTfidfIndex
+from knowledge_agent.faults import Faults
 from knowledge_agent.models.status import IndexDamage
 from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
 
@@ -79,6 +80,7 @@ class PostgresBackend:
         tfidf_config: TfidfConfig,
         embedder: Embedder | None = None,
         read_url: str | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self.lock = threading.RLock()
         self.lock_timeout: float | None = None
@@ -105,7 +107,7 @@ class PostgresBackend:
             self._closing.append(self._dense.close)
             writers.insert(0, self._dense.writer)
         try:
-            self.storage = PostgresStorage(url, index_writers=writers)
+            self.storage = PostgresStorage(url, index_writers=writers, faults=faults)
             self._closing.append(self.storage.close)
             search_url = read_url or url
             reads = self.storage

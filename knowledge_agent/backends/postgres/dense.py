@@ -377,10 +377,12 @@ class PostgresDenseRefit:
         self._reuse = reuse
         self._started = time.perf_counter()
         self._embedded = 0
+        # This connection to the end: another one would not be in the transaction.
+        self._conn = self._db.live("rebuild the dense index")
         self._db.lock.acquire()
         self._tx: Any = None
         try:
-            self._tx = self._db.conn.transaction()
+            self._tx = self._conn.transaction()
             self._tx.__enter__()
             self._run(
                 lambda cur: (
@@ -398,7 +400,7 @@ class PostgresDenseRefit:
         if self._tx is None:
             raise SearchIndexError("the rebuild is over")
         try:
-            with self._index._table_missing(), self._db.conn.cursor() as cur:
+            with self._index._table_missing(), self._conn.cursor() as cur:
                 step(cur)
         except BaseException as exc:
             self.cancel()
@@ -522,6 +524,7 @@ class PostgresDenseIndex:
             with self._db.lock:
                 self._id = self._open_table(self._db.conn)
                 _prepare(self._db.conn)
+                self._db.link.setup = _prepare  # and every connection after a break
         except BaseException:
             self._db.close()
             raise

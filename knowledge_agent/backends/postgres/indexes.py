@@ -10,14 +10,17 @@ nothing.
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from typing_extensions import Self
 
+from knowledge_agent.backends.postgres.connection import Link, connect
 from knowledge_agent.backends.postgres.postings import (
     CHUNK_LEVEL,
     ITEM_LEVEL,
@@ -25,13 +28,16 @@ from knowledge_agent.backends.postgres.postings import (
     PostingsWriter,
     install,
 )
-from knowledge_agent.errors import ConfigError, SearchIndexError
+from knowledge_agent.backends.postgres.schema import server_of
+from knowledge_agent.errors import ConfigError, SearchIndexError, StorageError
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["IndexConnection", "PostingsIndex", "load_psycopg"]
+
+logger = logging.getLogger(__name__)
 
 
 def load_psycopg() -> Any:
@@ -47,11 +53,15 @@ def load_psycopg() -> Any:
 
 class IndexConnection:
     """One connection an index object uses, behind a lock (psycopg connections are not
-    meant to be shared between threads mid-statement).
+    meant to be shared between threads mid-statement), opened anew on the next use after
+    it broke (:class:`~.connection.Link`).
 
     Built from a URL (the connection is opened here, in autocommit mode, and closed by
-    :meth:`close`), a callable returning a connection, or a connection (used, never closed).
-    Reads run outside any transaction; :meth:`transaction` groups writes.
+    :meth:`close`), a callable returning a connection (called again to replace a broken
+    one), or a connection (used, never closed nor replaced). Reads run outside any
+    transaction, each run again once on a new connection when the connection broke under
+    it; :meth:`snapshot` reads in one transaction and :meth:`transaction` groups writes:
+    broken under either, the transaction is gone and the error says so.
     """
 
     def __init__(self, source: str | psycopg.Connection | Callable[[], psycopg.Connection]) -> None:
@@ -60,57 +70,103 @@ class IndexConnection:
         self._owned = not isinstance(source, psycopg.Connection)
         try:
             if isinstance(source, str):
-                self.conn = psycopg.connect(source, autocommit=True)
+                conn = _connect(source, "connect to the index database")
             elif callable(source) and not isinstance(source, psycopg.Connection):
-                self.conn = source()
+                conn = source()
             else:
-                self.conn = source
+                conn = source
         except psycopg.Error as exc:
             raise SearchIndexError(f"cannot connect to the index database: {exc}") from exc
+        server = server_of(conn)
+        reopen: Callable[[str], psycopg.Connection] | None = None
+        if isinstance(source, str):
+            reopen = functools.partial(_connect, source, server=server)
+        elif self._owned:
+            reopen = lambda operation: source()  # noqa: E731
+        self.link = Link(conn, server, reopen=reopen, error=SearchIndexError)
+        """The connection and what replaces it; ``link.setup`` readies each new one."""
         self.error: type[Exception] = psycopg.Error
         self.rollback: type[Exception] = psycopg.Rollback
-        self._idle = psycopg.pq.TransactionStatus.IDLE
         self._closed = False
 
+    @property
+    def conn(self) -> psycopg.Connection:
+        """The connection in use now (another one after a break): a caller that runs a
+        transaction of its own on it keeps this one until it ends."""
+        return self.link.conn
+
+    def live(self, doing: str) -> psycopg.Connection:
+        """The connection, a new one if it broke while idle: for a caller holding
+        :attr:`lock` that runs a transaction of its own on it (and keeps using that one)."""
+        with self._using(doing):
+            return self.conn
+
     @contextmanager
-    def cursor(self, doing: str) -> Iterator[psycopg.Cursor[Any]]:
-        """A cursor; a database error becomes :class:`SearchIndexError` saying ``doing``."""
+    def _using(self, doing: str) -> Iterator[None]:
         with self.lock:
             if self._closed:
                 raise SearchIndexError("the index is closed")
             try:
+                with self.link.use(doing):
+                    yield
+            except self.error as exc:
+                lost = self.link.lost(doing, exc)
+                raise (lost or SearchIndexError(f"cannot {doing}: {exc}")) from exc
+
+    @contextmanager
+    def cursor(self, doing: str) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor for reads outside a transaction; a database error becomes
+        :class:`SearchIndexError` saying ``doing``."""
+        with self._using(doing):
+            if not self.link.idle:  # inside a caller's transaction: its statements stay there
                 with self.conn.cursor() as cur:
                     yield cur
-            except self.error as exc:
-                raise SearchIndexError(f"cannot {doing}: {exc}") from exc
+                return
+            reads = _ReadCursor(self.link)
+            try:
+                yield cast("psycopg.Cursor[Any]", reads)
+            finally:
+                reads.close()
 
     @contextmanager
     def snapshot(self, doing: str) -> Iterator[psycopg.Cursor[Any]]:
         """A cursor inside one read-only transaction that sees one snapshot (repeatable
         read), so that the statistics and the postings a search reads agree."""
-        with self.lock:
-            if self._closed:
-                raise SearchIndexError("the index is closed")
-            idle = self.conn.info.transaction_status == self._idle
-            try:
+        with self._using(doing):
+            if not self.link.idle:  # a savepoint of the caller's transaction
                 with self.conn.transaction(), self.conn.cursor() as cur:
-                    if idle:  # only the first statement of a transaction may set it
-                        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     yield cur
-            except self.error as exc:
-                raise SearchIndexError(f"cannot {doing}: {exc}") from exc
+                return
+            self.link.run(lambda c: c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+            with self._ending(self.conn) as conn, conn.cursor() as cur:
+                yield cur
 
     @contextmanager
     def transaction(self, doing: str) -> Iterator[psycopg.Connection]:
         """The connection inside one transaction, committed at the end (rolled back on error)."""
-        with self.lock:
-            if self._closed:
-                raise SearchIndexError("the index is closed")
-            try:
+        with self._using(doing):
+            if not self.link.idle:  # a savepoint of the caller's transaction
                 with self.conn.transaction():
                     yield self.conn
-            except self.error as exc:
-                raise SearchIndexError(f"cannot {doing}: {exc}") from exc
+                return
+            self.link.run(lambda c: c.execute("BEGIN"))
+            with self._ending(self.conn) as conn:
+                yield conn
+
+    @contextmanager
+    def _ending(self, conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
+        """``conn`` in the transaction just begun on it: committed after the block, rolled
+        back when it raises (unless the connection broke: then the server rolled it back)."""
+        try:
+            yield conn
+        except BaseException:
+            if not conn.closed:
+                try:
+                    conn.execute("ROLLBACK")
+                except self.error:
+                    logger.warning("ROLLBACK on %s failed", self.link.server, exc_info=True)
+            raise
+        self.link.run(lambda c: c.execute("COMMIT"), commit=True)
 
     def close(self) -> None:
         with self.lock:
@@ -118,7 +174,56 @@ class IndexConnection:
                 return
             self._closed = True
             if self._owned:
-                self.conn.close()
+                self.link.close()
+
+
+class _ReadCursor:
+    """The part of a psycopg cursor that reads use, each statement run through the link
+    (run again once on a new connection when the connection broke under it)."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+        self._cur: psycopg.Cursor[Any] | None = None
+
+    def execute(self, query: Any, params: Any = None, **options: Any) -> _ReadCursor:
+        def step(conn: psycopg.Connection) -> psycopg.Cursor[Any]:
+            cur = conn.cursor()
+            cur.execute(query, params, **options)
+            return cur
+
+        self.close()
+        self._cur = self._link.run(step)
+        return self
+
+    def _last(self) -> psycopg.Cursor[Any]:
+        if self._cur is None:
+            raise SearchIndexError("no statement was run on this cursor")
+        return self._cur
+
+    def fetchone(self) -> Any:
+        return self._last().fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._last().fetchall()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._last())
+
+    @property
+    def connection(self) -> psycopg.Connection:
+        return self._link.conn
+
+    def close(self) -> None:
+        if self._cur is not None:
+            self._cur.close()
+            self._cur = None
+
+
+def _connect(url: str, operation: str, *, server: str | None = None) -> psycopg.Connection:
+    try:
+        return connect(url, operation=operation, server=server)
+    except StorageError as exc:
+        raise SearchIndexError(str(exc)) from exc
 
 
 class PostingsIndex:

@@ -29,7 +29,13 @@ from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from knowledge_agent.backends.postgres.connection import connect, import_psycopg, storage_error
+from knowledge_agent.backends.postgres.connection import (
+    Link,
+    connect,
+    import_psycopg,
+    storage_error,
+    transaction_pooled,
+)
 from knowledge_agent.backends.postgres.rows import (
     CHUNK_INSERT,
     CHUNK_SELECT,
@@ -116,16 +122,25 @@ class _Cursor(Protocol):
 
 class _Connection:
     """A psycopg connection spoken to as the SQLite stores speak (``?`` placeholders, rows
-    by name and position); :attr:`raw` is the psycopg connection itself."""
+    by name and position); :attr:`raw` is the psycopg connection itself. Statements go
+    through the :class:`~.connection.Link`, which runs one again on a new connection when
+    the connection broke outside a transaction."""
 
-    def __init__(self, raw: psycopg.Connection) -> None:
-        self.raw = raw
+    def __init__(self, link: Link) -> None:
+        self._link = link
+
+    @property
+    def raw(self) -> psycopg.Connection:
+        return self._link.conn
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> _Cursor:
-        cursor = self.raw.cursor(row_factory=row_factory)
-        if params:
-            return cursor.execute(pg_sql(sql), params)
-        return cursor.execute(sql)
+        def step(raw: psycopg.Connection) -> _Cursor:
+            cursor = raw.cursor(row_factory=row_factory)
+            if params:
+                return cursor.execute(pg_sql(sql), params)
+            return cursor.execute(sql)
+
+        return self._link.run(step, commit=sql == "COMMIT")
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with self.raw.cursor() as cursor:
@@ -150,13 +165,14 @@ class _Guarded:
 
     def __init__(
         self,
-        conn: psycopg.Connection,
+        link: Link,
         read_only_reason: str | None,
         writers: Sequence[IndexWriter],
         faults: Faults,
     ) -> None:
-        self.conn: _Connection | None = _Connection(conn)  # None once closed
-        self.server = server_of(conn)
+        self.conn: _Connection | None = _Connection(link)  # None once closed
+        self._link = link
+        self.server = link.server
         self.read_only_reason = read_only_reason
         self._writers = tuple(writers)
         self._faults = faults
@@ -170,9 +186,11 @@ class _Guarded:
             if self.conn is None:
                 raise StorageError(f"{operation}: the storage is closed")
             try:
-                yield self.conn
+                with self._link.use(operation):
+                    yield self.conn
             except self._psycopg.Error as exc:
-                raise storage_error(operation, self.server, exc) from exc
+                lost = self._link.lost(operation, exc)
+                raise (lost or storage_error(operation, self.server, exc)) from exc
 
     @contextmanager
     def writing(self, operation: str) -> Iterator[_Connection]:
@@ -207,6 +225,7 @@ class _Guarded:
             self._grouped = True
             try:
                 yield
+                self._faults.reached("before-commit")
             finally:
                 self._grouped = False
                 try:
@@ -269,13 +288,18 @@ class _Guarded:
         conn.execute("COMMIT")
 
     def _undo(self, conn: _Connection, statement: str) -> None:
-        if not conn.in_transaction:
+        if not conn.in_transaction or conn.raw.closed:  # broken: the server rolled it back
             return
         try:
             conn.raw.execute(statement)
         except self._psycopg.Error:
             # The original error matters more than a failed rollback.
             logger.exception("%s on %s failed", statement, self.server)
+
+
+def _refuse_writes(conn: psycopg.Connection) -> None:
+    """Make the server refuse writes on this session too, not only this class."""
+    conn.execute("SET default_transaction_read_only = on")
 
 
 def _owned(chunks: Sequence[KnowledgeChunk], item_id: str) -> list[KnowledgeChunk]:
@@ -344,19 +368,33 @@ class PostgresStorage:
         faults: Faults | None = None,
     ) -> None:
         conn = connect(url, operation="open the storage")
+        # Behind a transaction pooler a session setting would reach other clients' sessions:
+        # the storage's own refusal is the only one there.
+        refuse = None if transaction_pooled(url) else _refuse_writes
         try:
-            reason = self._prepare(conn, read_only)
+            reason = self._prepare(conn, read_only, refuse)
         except BaseException:
             conn.close()
             raise
-        self._db = _Guarded(conn, reason, index_writers, faults or Faults())
+        server = server_of(conn)
+        link = Link(
+            conn,
+            server,
+            reopen=lambda operation: connect(url, operation=operation, server=server),
+            setup=None if reason is None else refuse,
+        )
+        self._db = _Guarded(link, reason, index_writers, faults or Faults())
         self.sources = _SourceStore(self._db)
         """Knowledge bases, collected roots and tracked source files."""
         self.doc_sources = DocSourceStore(cast("StoreConnection", self._db))
         """Documentation sources crawled from the web, and their pages."""
 
     @staticmethod
-    def _prepare(conn: psycopg.Connection, read_only: bool) -> str | None:
+    def _prepare(
+        conn: psycopg.Connection,
+        read_only: bool,
+        refuse: Callable[[psycopg.Connection], None] | None,
+    ) -> str | None:
         """Migrate (or, read-only, check) the schema; why writes are refused, or None."""
         psycopg = import_psycopg()
         server = server_of(conn)
@@ -372,7 +410,8 @@ class PostgresStorage:
             migrate(conn, COMPONENT, MIGRATIONS)
             return None
         try:
-            conn.execute("SET default_transaction_read_only = on")
+            if refuse is not None:
+                refuse(conn)
         except psycopg.Error as exc:
             raise storage_error("open the storage", server, exc) from exc
         version = schema_version(conn, COMPONENT)

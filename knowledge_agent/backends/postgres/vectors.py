@@ -164,12 +164,14 @@ class TfidfRefit:
     def __init__(self, index: PostgresTfidfIndex) -> None:
         self._index = index
         self._db = index._db
+        # This connection to the end: another one would not be in the transaction.
+        self._conn = self._db.live("rebuild the TF-IDF index")
         self._db.lock.acquire()
         self._tx: Any = None
         try:
-            self._tx = self._db.conn.transaction()
+            self._tx = self._conn.transaction()
             self._tx.__enter__()
-            self._run("rebuild the TF-IDF index", lambda: index.writer.clear(self._db.conn))
+            self._run("rebuild the TF-IDF index", lambda: index.writer.clear(self._conn))
         except BaseException:
             self.cancel()
             raise
@@ -185,7 +187,7 @@ class TfidfRefit:
 
     def add(self, upserts: Sequence[Pair] | AnalysedBatch) -> None:
         self._run(
-            "rebuild the TF-IDF index", lambda: self._index.writer.replace(self._db.conn, upserts)
+            "rebuild the TF-IDF index", lambda: self._index.writer.replace(self._conn, upserts)
         )
 
     def finish(self) -> int:
