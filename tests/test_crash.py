@@ -17,6 +17,7 @@ import string
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,63 @@ def test_kill_after_a_group_commit_of_add_then_a_rerun_completes(tmp_path: Path)
     code, err = cli(data_dir, "add", str(docs))
     assert code == 0, err
     assert assert_consistent_and_findable(data_dir) == 3 + FILES
+
+
+def test_a_killed_collect_leaves_no_worker_process_behind(tmp_path: Path) -> None:
+    # More files than one group: the first group commits while the extraction pool still
+    # has outcomes to hand over, so its worker processes are alive when the parent dies.
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for n in range(600):
+        (docs / f"page{n:03d}.md").write_text(f"# Page {n}\n\nwords of page {n}\n")
+    pools = tmp_path / "pools.txt"
+    body = f"""
+        from knowledge_agent.ingest import collector
+        made = collector.ProcessPoolExecutor
+
+        def noted(*args, **kwargs):
+            open({str(pools)!r}, "a").write("pool\\n")
+            return made(*args, **kwargs)
+
+        collector.ProcessPoolExecutor = noted
+        core.close()
+        core = KnowledgeAgentCore({str(tmp_path / "kb")!r}, workers=2)
+        core.collect_knowledge({str(docs)!r})
+    """
+    err_path = tmp_path / "stderr.txt"
+    env = {**os.environ, FAULT_ENV: "group-commit:1"}
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from knowledge_agent import KnowledgeAgentCore
+        core = KnowledgeAgentCore({str(tmp_path / "first")!r})
+        """
+    ) + textwrap.dedent(body)
+    # Output to a file, not a pipe: an orphaned worker holding a pipe would hang the test.
+    with err_path.open("wb") as err:
+        child = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        assert child.wait(timeout=GUARD_S) == -signal.SIGKILL, err_path.read_text()
+        assert pools.read_text() == "pool\n"  # the extraction ran in worker processes
+        # The workers notice that their parent is gone and end: no process is left in the
+        # child's session (a hang guard, not a bound: they end within seconds).
+        for _ in range(600):  # a minute
+            try:
+                os.killpg(child.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("worker processes of the killed collect are still running")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
 
 
 def test_kill_before_the_indexes_see_a_remove(tmp_path: Path) -> None:

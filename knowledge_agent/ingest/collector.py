@@ -24,6 +24,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -85,12 +86,30 @@ _GROUP_SECONDS = 0.25
 _worker_cancel: EventType | None = None
 
 
+# How often a worker checks that the process that started it is still there.
+_PARENT_CHECK_SECONDS = 1.0
+
+
 def _init_worker(cancel: EventType) -> None:
     """Worker initializer. Ctrl-C reaches the whole process group, but only the parent
-    decides what to do about it: workers print no traceback and stop when it says so."""
+    decides what to do about it: workers print no traceback and stop when it says so.
+    A worker whose parent is gone (killed) ends too."""
     global _worker_cancel
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_cancel = cancel
+    threading.Thread(
+        target=_end_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True
+    ).start()
+
+
+def _end_with_parent(parent: int) -> None:
+    """End this worker once ``parent`` is gone. An orphaned pool worker would otherwise
+    wait for work forever: it and its siblings hold the write end of the pipe it reads, so
+    the parent's death never reaches it as an end of file — and it keeps the data folder's
+    files, and the parent's stderr, open."""
+    while os.getppid() == parent:
+        time.sleep(_PARENT_CHECK_SECONDS)
+    os._exit(1)
 
 
 @contextlib.contextmanager
