@@ -193,7 +193,12 @@ def test_the_same_hits_and_scores_as_the_local_index(both, filters) -> None:
     prefix=st.sampled_from([(), ("/notes/b/",), ("/notes/c/n2",)]),
 )
 @example(  # two rows tied at 0.7302967: pgvector's sum rounds one of them a step lower
-    words=["cat", "cat", "cache", "revert"], top_k=2, per_item=None, kb=(), source_type=(), prefix=()
+    words=["cat", "cat", "cache", "revert"],
+    top_k=2,
+    per_item=None,
+    kb=(),
+    source_type=(),
+    prefix=(),
 )
 def test_any_query_and_filter_ranks_as_the_local_index(
     both, words, top_k, per_item, kb, source_type, prefix
