@@ -8,11 +8,11 @@ import logging
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_processors_support import chunk_size, size_limit, window_configs
 
 from knowledge_agent.chunking import ChunkConfig, ContentChunker, Section
 from knowledge_agent.chunking import content_chunker as chunker_module
 from knowledge_agent.models import KnowledgeChunk
-from test_processors_support import chunk_size, size_limit, window_configs
 
 
 def check_section_invariants(

@@ -8,12 +8,12 @@ import logging
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_processors_support import chunk_size, size_limit, window_configs
 
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.chunking import content_chunker as chunker_module
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.models import KnowledgeChunk
-from test_processors_support import chunk_size, size_limit, window_configs
 
 LOREM = (
     "Whoosh is a library of classes and functions for indexing text and then searching the "
