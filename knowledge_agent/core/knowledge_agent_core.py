@@ -911,6 +911,8 @@ class KnowledgeAgentCore:
         path_glob: str | Iterable[str] | None = None,
         updated_after: datetime | str | None = None,
         updated_before: datetime | str | None = None,
+        symbol: str | Iterable[str] | None = None,
+        references: str | Iterable[str] | None = None,
         min_score: float | None = None,
         level: str = "auto",
         mode: str = "hybrid",
@@ -923,8 +925,10 @@ class KnowledgeAgentCore:
         """Search the knowledge base: best items first, each with its best chunks and context.
 
         Filters restrict the search before ranking; ``kb`` and the other name filters take
-        one name or several. ``level`` is ``"auto"``, ``"chunk"`` or ``"item"``; ``mode`` is
-        ``"hybrid"``, ``"keyword"`` or ``"semantic"``. Any query text is accepted.
+        one name or several; ``symbol`` / ``references`` keep the code chunks defining /
+        using or importing a name ("who uses X"), whole or by its last part. ``level`` is
+        ``"auto"``, ``"chunk"`` or ``"item"``; ``mode`` is ``"hybrid"``, ``"keyword"`` or
+        ``"semantic"``. Any query text is accepted.
         ``min_confidence`` (0-1) leaves out results that do not answer the query well
         (see :attr:`SearchResult.confidence`): an empty list then means nothing here matches.
 
@@ -948,6 +952,8 @@ class KnowledgeAgentCore:
             path_glob=path_glob,
             updated_after=updated_after,
             updated_before=updated_before,
+            symbol=symbol,
+            references=references,
         )
         self._backend.before_reading()
         with self._lock:
