@@ -109,7 +109,7 @@ def names_query(names: Sequence[str], role: str) -> tuple[str, list[str]]:
     ``role`` rows hold any of ``names``, whole or as the last part."""
     marks = ", ".join("?" for _ in names)
     sql = (
-        "SELECT chunk_id, item_id FROM chunk_names "
+        "SELECT DISTINCT chunk_id, item_id FROM chunk_names "
         f"WHERE role = ? AND (name IN ({marks}) OR short IN ({marks}))"
     )
     return sql, [role, *names, *names]
