@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowledge_agent import KnowledgeAgentCore
-from knowledge_agent.chunking import ChunkConfig, ContentChunker
+from knowledge_agent import KnowledgeAgentCore, analysis
+from knowledge_agent.chunking import ChunkConfig, ContentChunker, windows
 from knowledge_agent.chunking.windows import TOKEN, count_tokens
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.settings import load_config
@@ -57,6 +57,10 @@ def test_a_token_is_a_word_a_cjk_character_or_a_punctuation_mark() -> None:
     assert [m.group() for m in TOKEN.finditer(text)] == [
         "retry_count", "=", "max", "(", "3", ",", "n", ")", "#", "重", "置", "密", "码",
     ]  # fmt: skip
+
+
+def test_tokens_know_the_cjk_characters_the_analyzer_knows() -> None:
+    assert windows.CJK_CHARACTERS == analysis.CJK_CHARACTERS
 
 
 def test_chunks_of_the_window_strategies_are_headed_by_the_section_they_start_in() -> None:

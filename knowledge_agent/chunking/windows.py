@@ -27,10 +27,15 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from knowledge_agent.analysis import CJK_CHARACTERS
+__all__ = ["CJK_CHARACTERS", "TOKEN", "Units", "count_lines", "count_tokens", "line_windows"]
 
-__all__ = ["TOKEN", "Units", "count_lines", "count_tokens"]
-
+# Han, Kana and Hangul: analysis.CJK_CHARACTERS, not imported from there because the
+# analysis module loads Whoosh, which chunking (imported by every command) must not.
+CJK_CHARACTERS = (
+    "\u3005-\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U000323af"
+    "\u3041-\u309f\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\uff66-\uff9f"
+    "\u1100-\u11ff\u3131-\u318e\ua960-\ua97f\uac00-\ud7a3\ud7b0-\ud7ff\uffa0-\uffdc"
+)
 TOKEN = re.compile(f"[{CJK_CHARACTERS}]|[^\\W{CJK_CHARACTERS}]+|[^\\w\\s]")
 """One token of the ``tokens`` strategy (see the module docstring)."""
 
