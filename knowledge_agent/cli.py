@@ -1187,6 +1187,20 @@ is what a browser opens. The document's whole text ("content") only with --full.
 @click.option(
     "--files", "files_only", is_flag=True, help="Only the paths, best first (--format files)."
 )
+@click.option(
+    "--symbol",
+    "symbols",
+    multiple=True,
+    metavar="NAME",
+    help="Only code chunks defining this function or class (Parser.parse_args or parse_args).",
+)
+@click.option(
+    "--references",
+    "references",
+    multiple=True,
+    metavar="NAME",
+    help="Only code chunks using or importing this name: who uses it (repeatable).",
+)
 @click.option("--all", "every", is_flag=True, help="Every result above --min-score, not only -n.")
 @click.option(
     "--rerank",
@@ -1213,6 +1227,8 @@ def search(
     full: bool,
     fmt: str,
     files_only: bool,
+    symbols: tuple[str, ...],
+    references: tuple[str, ...],
     every: bool,
     rerank: bool,
     as_json: bool,
@@ -1249,6 +1265,8 @@ def search(
             path_prefix=_scope(scope),
             updated_after=updated_after,
             updated_before=updated_before,
+            symbol=symbols or None,
+            references=references or None,
             min_confidence=min_score,
             mode=mode,
             rerank=rerank,

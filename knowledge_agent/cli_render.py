@@ -984,6 +984,8 @@ def print_status(
             f"{_size(sizes.get('semantic_index', 0))}",
         ),
     ]
+    if status.chunking:
+        rows.append(("chunking", chunking_label(status.chunking, len(status.rechunk_pending))))
     for name, value in rows:
         console.print(Text.assemble((f"{name:<16} ", DIM), value))
     if status.consistent:
@@ -993,6 +995,24 @@ def print_status(
     console.print(Text.assemble((f"{'status':<16} ", DIM), ("inconsistent", "bold red")))
     for problem in status.problems:
         console.print(Text(f"  - {problem}", style="red"))
+
+
+def chunking_label(chunking: dict[str, Any], pending: int = 0) -> str:
+    """``headings (100-1500 characters, overlap 0.2)`` / ``lines (10, overlap 2)``, and how
+    many collected paths the next sync re-chunks."""
+    strategy = chunking.get("strategy", "headings")
+    if strategy == "headings":
+        sizes = (
+            f"{chunking.get('min_chunk_size')}-{chunking.get('max_chunk_size')} characters, "
+            f"overlap {chunking.get('overlap_ratio')}"
+        )
+    else:
+        sizes = f"{chunking.get('chunk_size')} {strategy}, overlap {chunking.get('chunk_overlap')}"
+    label = f"{strategy} ({sizes})"
+    if pending:
+        paths = "path" if pending == 1 else "paths"
+        label += f"; {pending} collected {paths} re-chunked at the next sync"
+    return label
 
 
 def print_kbs(console: Console, kbs: Sequence[KnowledgeBaseInfo]) -> None:

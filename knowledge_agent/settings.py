@@ -556,6 +556,7 @@ def _doc_types(value: object) -> dict[str, str]:
 
 # (key, one-line comment) in the order the file lists them; defaults come from the classes.
 _CHUNK_COMMENTS = {
+    "strategy": '"headings" (sections, then paragraphs), "lines" or "tokens" (fixed windows)',
     "min_chunk_size": "a document shorter than twice this many characters is one chunk",
     "max_chunk_size": "no chunk is longer than this many characters",
     "overlap_ratio": "share of max_chunk_size that neighbouring window pieces overlap",
@@ -603,11 +604,18 @@ def default_config_text() -> str:
         "# Knowledge base that `add` and `watch` write to when --kb is not given.",
         f"default_kb = {_toml_value(defaults.default_kb)}",
         "",
-        "# How documents are cut into chunks (sizes in characters).",
+        "# How documents are cut into chunks (headings: sizes in characters).",
         "[chunking]",
     ]
     for key, comment in _CHUNK_COMMENTS.items():
         lines.append(f"{key} = {_toml_value(getattr(chunk, key))}  # {comment}")
+    lines += [
+        '# With strategy = "lines" or "tokens", instead of the sizes above (defaults shown',
+        "# for lines; for tokens 400 and 80, a token being a word, a CJK character or a",
+        "# punctuation mark):",
+        "# chunk_size = 10  # non-blank lines (or tokens) per chunk",
+        "# chunk_overlap = 2  # lines (or tokens) neighbouring chunks share",
+    ]
     lines += ["", "# How search ranks chunks.", "[search]"]
     for key, comment in _SEARCH_COMMENTS.items():
         lines.append(f"{key} = {_toml_value(getattr(search, key))}  # {comment}")

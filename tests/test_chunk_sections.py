@@ -8,6 +8,7 @@ import logging
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_processors_support import chunk_size, size_limit, window_configs
 
 from knowledge_agent.chunking import ChunkConfig, ContentChunker, Section
 from knowledge_agent.chunking import content_chunker as chunker_module
@@ -23,7 +24,7 @@ def check_section_invariants(
         assert chunk.content.strip()
         assert chunk.content == chunk.content.strip(), "chunks are trimmed"
         assert text[chunk.start_position : chunk.end_position] == chunk.content
-        assert len(chunk.content) <= config.max_chunk_size
+        assert chunk_size(chunk.content, config) <= size_limit(config)
         assert chunk.metadata["start_line"] == text.count("\n", 0, chunk.start_position) + 1
         assert chunk.metadata["end_line"] == text.count("\n", 0, chunk.end_position - 1) + 1
         covered[chunk.start_position : chunk.end_position] = b"\x01" * len(chunk.content)
@@ -49,13 +50,15 @@ fragments = st.sampled_from(
     ]
 )
 texts = st.lists(st.one_of(fragments, st.text(max_size=30)), min_size=1, max_size=25).map("".join)
-configs = st.builds(
-    lambda min_size, extra, overlap: ChunkConfig(
-        min_chunk_size=min_size, max_chunk_size=min_size + extra, overlap_ratio=overlap
-    ),
-    st.integers(1, 60),
-    st.integers(0, 200),
-    st.floats(0, 0.9),
+configs = window_configs(
+    st.builds(
+        lambda min_size, extra, overlap: ChunkConfig(
+            min_chunk_size=min_size, max_chunk_size=min_size + extra, overlap_ratio=overlap
+        ),
+        st.integers(1, 60),
+        st.integers(0, 200),
+        st.floats(0, 0.9),
+    )
 )
 
 

@@ -8,6 +8,7 @@ import logging
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_processors_support import chunk_size, size_limit, window_configs
 
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.chunking import content_chunker as chunker_module
@@ -30,19 +31,23 @@ def check_invariants(text: str, chunks: list[KnowledgeChunk], config: ChunkConfi
         assert chunk.chunk_index == index  # R2.10
         assert chunk.content.strip()  # R2.9
         assert text[chunk.start_position : chunk.end_position] == chunk.content  # R2.5
-        assert len(chunk.content) <= config.max_chunk_size
+        assert chunk_size(chunk.content, config) <= size_limit(config)
+        assert chunk.metadata["start_line"] == text.count("\n", 0, chunk.start_position) + 1
+        assert chunk.metadata["end_line"] == text.count("\n", 0, chunk.end_position - 1) + 1
         covered[chunk.start_position : chunk.end_position] = b"\x01" * len(chunk.content)
     missing = [i for i, char in enumerate(text) if not char.isspace() and not covered[i]]
     assert not missing, f"characters outside every chunk at {missing[:5]}"
 
 
-configs = st.builds(
-    lambda min_size, extra, overlap: ChunkConfig(
-        min_chunk_size=min_size, max_chunk_size=min_size + extra, overlap_ratio=overlap
-    ),
-    st.integers(1, 40),
-    st.integers(0, 160),
-    st.floats(0, 0.9),
+configs = window_configs(
+    st.builds(
+        lambda min_size, extra, overlap: ChunkConfig(
+            min_chunk_size=min_size, max_chunk_size=min_size + extra, overlap_ratio=overlap
+        ),
+        st.integers(1, 40),
+        st.integers(0, 160),
+        st.floats(0, 0.9),
+    )
 )
 
 markdown_fragments = st.sampled_from(

@@ -394,7 +394,7 @@ def test_psycopg_errors_become_storage_errors_naming_operation_and_server(
     postgres_url: str,
 ) -> None:
     with PostgresStorage(postgres_url) as storage:
-        query(postgres_url, "DROP TABLE knowledge_chunks")
+        query(postgres_url, "DROP TABLE knowledge_chunks CASCADE")
         with pytest.raises(StorageError, match=r"get_chunk_by_id on .*/test_") as info:
             storage.get_chunk_by_id("x")
         assert isinstance(info.value.__cause__, psycopg.Error)

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_processors_support import SOURCE_TYPES, check_document
+from test_processors_support import (
+    SOURCE_TYPES,
+    check_document,
+    chunk_size,
+    size_limit,
+    window_configs,
+)
 
 from knowledge_agent.chunking import ChunkConfig
 from knowledge_agent.errors import IngestError, UnsupportedSourceError
@@ -537,10 +543,14 @@ markdown_fragments = st.sampled_from(
 )
 documents = st.lists(st.one_of(markdown_fragments, st.text(max_size=40)), max_size=25).map("".join)
 extensions = st.sampled_from([".md", ".txt", ".rst", ".py", ".js", ".go", ".html", ".json", ""])
-small_configs = st.builds(
-    lambda min_size, extra: ChunkConfig(min_chunk_size=min_size, max_chunk_size=min_size + extra),
-    st.integers(1, 80),
-    st.integers(0, 300),
+small_configs = window_configs(
+    st.builds(
+        lambda min_size, extra: ChunkConfig(
+            min_chunk_size=min_size, max_chunk_size=min_size + extra
+        ),
+        st.integers(1, 80),
+        st.integers(0, 300),
+    )
 )
 
 
@@ -559,7 +569,7 @@ def test_processed_documents_hold_the_invariants(
         return
     check_document(document)
     for chunk in document.chunks:
-        assert len(chunk.content) <= config.max_chunk_size
+        assert chunk_size(chunk.content, config) <= size_limit(config)
 
 
 def test_opening_and_searching_never_import_the_pdf_and_html_parsers(tmp_path: Path) -> None:

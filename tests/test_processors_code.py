@@ -778,7 +778,14 @@ python_blocks = st.sampled_from(
 @settings(max_examples=60, deadline=None)
 @given(
     blocks=st.lists(python_blocks, min_size=1, max_size=12),
-    config=st.sampled_from([ChunkConfig(), ChunkConfig(min_chunk_size=20, max_chunk_size=300)]),
+    config=st.sampled_from(
+        [
+            ChunkConfig(),
+            ChunkConfig(min_chunk_size=20, max_chunk_size=300),
+            ChunkConfig(strategy="lines", chunk_size=5, chunk_overlap=1),
+            ChunkConfig(strategy="tokens", chunk_size=40, chunk_overlap=8),
+        ]
+    ),
 )
 def test_generated_python_symbol_chunks(blocks: list[str], config: ChunkConfig) -> None:
     source = "\n".join(blocks)

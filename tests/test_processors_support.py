@@ -4,9 +4,40 @@ from __future__ import annotations
 
 import pickle
 
+from hypothesis import strategies as st
+
+from knowledge_agent.chunking import ChunkConfig
+from knowledge_agent.chunking.windows import count_lines, count_tokens
 from knowledge_agent.processors import ProcessedDocument
 
 SOURCE_TYPES = {"markdown", "text", "html", "pdf", "code", "data", "log"}
+
+
+def chunk_size(text: str, config: ChunkConfig) -> int:
+    """A chunk's size in its strategy's unit: characters, non-blank lines or tokens."""
+    if config.strategy == "lines":
+        return count_lines(text)
+    if config.strategy == "tokens":
+        return count_tokens(text)
+    return len(text)
+
+
+def size_limit(config: ChunkConfig) -> int:
+    """The largest chunk ``config`` allows, in its strategy's unit."""
+    return config.max_chunk_size if config.strategy == "headings" else config.size
+
+
+def window_configs(base: st.SearchStrategy[ChunkConfig]) -> st.SearchStrategy[ChunkConfig]:
+    """``base`` (headings configs) or small ``lines`` / ``tokens`` configs of any overlap."""
+    windows = st.integers(1, 12).flatmap(
+        lambda size: st.builds(
+            ChunkConfig,
+            strategy=st.sampled_from(["lines", "tokens"]),
+            chunk_size=st.just(size),
+            chunk_overlap=st.integers(0, size - 1),
+        )
+    )
+    return st.one_of(base, windows)
 
 
 def check_document(document: ProcessedDocument) -> None:

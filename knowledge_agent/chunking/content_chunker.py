@@ -13,6 +13,12 @@ Three levels, in order (R2.1):
 the structure (code symbols, reStructuredText sections): each given :class:`Section` is
 windowed on its own and small neighbours are merged.
 
+That is the ``headings`` strategy, the default. :attr:`ChunkConfig.strategy` can pick
+``lines`` or ``tokens`` instead (:mod:`.windows`): fixed windows of ``chunk_size``
+non-blank lines or tokens, ``chunk_overlap`` of them shared by neighbours. Headings then
+only name the chunks (the section a chunk starts in), and sections given to
+:meth:`ContentChunker.chunk_sections` are still kept apart, each windowed on its own.
+
 Every chunk is an exact slice of the input (``content[start:end]``, R2.5), trimmed of
 surrounding whitespace, and carries its 1-based ``start_line`` / ``end_line``.
 """
@@ -21,17 +27,25 @@ from __future__ import annotations
 
 import bisect
 import copy
+import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from knowledge_agent.chunking.headings import clean_heading
+from knowledge_agent.chunking.windows import Units, line_windows
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 
-__all__ = ["ChunkConfig", "ContentChunker", "Section"]
+__all__ = ["STRATEGIES", "ChunkConfig", "ContentChunker", "Section"]
+
+STRATEGIES = ("headings", "lines", "tokens")
+"""The chunking strategies :attr:`ChunkConfig.strategy` names."""
+
+# chunk_size and chunk_overlap when not set: 002's lines (10, 2) and 000's chunkTokens (400, 80).
+_WINDOW_DEFAULTS = {"lines": (10, 2), "tokens": (400, 80)}
 
 logger = logging.getLogger(__name__)
 
@@ -51,22 +65,31 @@ _SPACE = re.compile(r"\s")
 
 @dataclass(frozen=True)
 class ChunkConfig:
-    """Chunk size thresholds, in characters (R2.2).
+    """How documents are cut into chunks (R2.2).
 
-    A document shorter than ``2 * min_chunk_size`` is a single chunk; no chunk is
-    longer than ``max_chunk_size``; neighbouring window pieces share about
+    ``strategy`` ``"headings"`` (the default) sizes chunks in characters: a document
+    shorter than ``2 * min_chunk_size`` is a single chunk; no chunk is longer than
+    ``max_chunk_size``; neighbouring window pieces share about
     ``overlap_ratio * max_chunk_size`` characters.
+
+    ``"lines"`` and ``"tokens"`` cut fixed windows of ``chunk_size`` non-blank lines or
+    tokens (default 10 lines / 400 tokens), neighbours sharing ``chunk_overlap`` of them
+    (default 2 / 80); see :mod:`knowledge_agent.chunking.windows` for what a token is.
+    Sections a processor finds (code symbols) smaller than a quarter of ``chunk_size``
+    merge with small neighbours. ``chunk_size`` and ``chunk_overlap`` belong to these two
+    strategies only.
     """
 
     min_chunk_size: int = 100
     max_chunk_size: int = 1500
     overlap_ratio: float = 0.2
+    strategy: str = "headings"
+    chunk_size: int | None = None
+    chunk_overlap: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("min_chunk_size", "max_chunk_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            _check_count(name, getattr(self, name), minimum=1)
         if self.min_chunk_size > self.max_chunk_size:
             raise ConfigError(
                 f"min_chunk_size ({self.min_chunk_size}) must not exceed "
@@ -75,6 +98,60 @@ class ChunkConfig:
         ratio = self.overlap_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
             raise ConfigError(f"overlap_ratio must be in [0, 1), got {ratio!r}")
+        if self.strategy not in STRATEGIES:
+            names = ", ".join(repr(name) for name in STRATEGIES)
+            raise ConfigError(f"strategy must be one of {names}, got {self.strategy!r}")
+        for name in ("chunk_size", "chunk_overlap"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if self.strategy == "headings":
+                raise ConfigError(
+                    f"{name} applies to the 'lines' and 'tokens' strategies, not 'headings' "
+                    "(which sizes chunks with min_chunk_size and max_chunk_size)"
+                )
+            _check_count(name, value, minimum=1 if name == "chunk_size" else 0)
+        if self.strategy != "headings" and self.overlap >= self.size:
+            raise ConfigError(
+                f"chunk_overlap ({self.overlap}) must be less than chunk_size ({self.size})"
+            )
+
+    @property
+    def size(self) -> int:
+        """``chunk_size`` or its strategy's default (0 for ``headings``)."""
+        if self.chunk_size is not None:
+            return self.chunk_size
+        return _WINDOW_DEFAULTS.get(self.strategy, (0, 0))[0]
+
+    @property
+    def overlap(self) -> int:
+        """``chunk_overlap`` or its strategy's default (0 for ``headings``)."""
+        if self.chunk_overlap is not None:
+            return self.chunk_overlap
+        return _WINDOW_DEFAULTS.get(self.strategy, (0, 0))[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings in effect, JSON-ready: the strategy and its sizes, resolved."""
+        if self.strategy == "headings":
+            return {
+                "strategy": self.strategy,
+                "min_chunk_size": self.min_chunk_size,
+                "max_chunk_size": self.max_chunk_size,
+                "overlap_ratio": self.overlap_ratio,
+            }
+        return {"strategy": self.strategy, "chunk_size": self.size, "chunk_overlap": self.overlap}
+
+    def fingerprint(self) -> str:
+        """Every setting the chunks depend on, resolved: equal for configs that cut alike
+        (code is packed by ``max_chunk_size`` under every strategy)."""
+        settings = asdict(self) | {"chunk_size": self.size, "chunk_overlap": self.overlap}
+        return json.dumps(settings, sort_keys=True)
+
+
+def _check_count(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive integer" if minimum else "an integer >= 0"
+        raise ConfigError(f"{name} must be {kind}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -111,6 +188,40 @@ class _Block:
     section: int  # index into the section headings
 
 
+@dataclass(frozen=True)
+class _Measure:
+    """How one document's spans are sized and cut under the configured strategy.
+
+    ``headings``: characters, ``max_chunk_size`` at most, ``min_chunk_size`` small, cut by
+    the sliding window; ``lines`` / ``tokens``: units, ``chunk_size`` at most, under a
+    quarter of it small, cut into fixed windows.
+    """
+
+    size: Callable[[int, int], int]
+    limit: int
+    small: int
+    window: Callable[[int, int, bool], list[tuple[int, int]]]
+
+    @classmethod
+    def of(cls, content: str, config: ChunkConfig) -> _Measure:
+        if config.strategy == "headings":
+            return cls(
+                size=lambda start, end: end - start,
+                limit=config.max_chunk_size,
+                small=config.min_chunk_size,
+                window=lambda start, end, code: _window(content, start, end, config, code),
+            )
+        units = Units.of(content, config.strategy)
+        size, overlap = config.size, config.overlap
+
+        def window(start: int, end: int, code: bool) -> list[tuple[int, int]]:
+            if code and config.strategy == "tokens":
+                return line_windows(content, units, start, end, size, overlap)
+            return units.windows(start, end, size, overlap)
+
+        return cls(units.count, size, max(1, size // 4), window)
+
+
 class ContentChunker:
     """Splits text into ``KnowledgeChunk`` objects; never raises on content (R2.7)."""
 
@@ -125,6 +236,8 @@ class ContentChunker:
         start, end = _trim(content, 0, len(content))
         if start >= end:
             return []
+        if self.config.strategy != "headings":
+            return self._chunk_windows(content, start, end, title)
         try:
             blocks, headings = _parse_blocks(content, title)
             spans = self._spans(content, start, end, title, blocks, headings)
@@ -132,6 +245,31 @@ class ContentChunker:
         except Exception:
             logger.exception("chunking failed; keeping the document as one chunk")
             spans, starts = [(start, end, title)], []
+        chunks = _to_chunks(content, spans)
+        _mark_sections(chunks, starts)
+        return chunks
+
+    def _chunk_windows(
+        self, content: str, start: int, end: int, title: str
+    ) -> list[KnowledgeChunk]:
+        """The ``lines`` / ``tokens`` strategy over the whole document; each chunk is headed
+        by the section it starts in."""
+        try:
+            blocks, headings = _parse_blocks(content, title)
+            starts = [(b.start, headings[b.section]) for b in blocks if b.kind == "heading"]
+        except Exception:
+            logger.exception("reading the headings failed; chunks are headed by the title")
+            starts = []
+        try:
+            pieces = _Measure.of(content, self.config).window(start, end, False)
+        except Exception:
+            logger.exception("chunking failed; keeping the document as one chunk")
+            pieces = [(start, end)]
+        positions = [position for position, _ in starts]
+        spans = []
+        for piece_start, piece_end in pieces:
+            section = bisect.bisect_right(positions, piece_start) - 1
+            spans.append((piece_start, piece_end, starts[section][1] if section >= 0 else title))
         chunks = _to_chunks(content, spans)
         _mark_sections(chunks, starts)
         return chunks
@@ -180,9 +318,10 @@ class ContentChunker:
         goes wrong it logs and falls back to :meth:`chunk`.
         """
         try:
-            pieces = self._section_pieces(content, sections, code)
+            measure = _Measure.of(content, self.config)
+            pieces = self._section_pieces(content, sections, code, measure)
             if merge_small:
-                pieces = self._merge_pieces(pieces)
+                pieces = self._merge_pieces(pieces, measure)
             return _piece_chunks(content, pieces)
         except Exception:
             logger.exception("section chunking failed; chunking the document as a whole")
@@ -193,9 +332,9 @@ class ContentChunker:
         content: str,
         sections: Sequence[tuple[int, int, str]] | Sequence[Section],
         code: bool,
+        measure: _Measure,
     ) -> list[_Piece]:
         """Trimmed, ordered, non-overlapping pieces; long sections windowed (level 3)."""
-        config = self.config
         length = len(content)
         pieces: list[_Piece] = []
         covered = 0  # sections overlapping earlier ones are clipped, never chunked twice
@@ -206,22 +345,22 @@ class ContentChunker:
             start, end = _trim(content, start, end)
             if start >= end:
                 continue
-            if end - start <= config.max_chunk_size:
-                small = end - start < config.min_chunk_size
-                pieces.append(_Piece(start, end, [section], small))
+            size = measure.size(start, end)
+            if size <= measure.limit:
+                pieces.append(_Piece(start, end, [section], size < measure.small))
                 continue
-            for span_start, span_end in _window(content, start, end, config, code):
+            for span_start, span_end in measure.window(start, end, code):
                 pieces.append(_Piece(span_start, span_end, [section], False))
         return pieces
 
-    def _merge_pieces(self, pieces: list[_Piece]) -> list[_Piece]:
+    def _merge_pieces(self, pieces: list[_Piece], measure: _Measure) -> list[_Piece]:
         """Merge runs of small pieces, like :meth:`_merge` does for paragraphs (level 2).
 
         Only pieces made of sections shorter than ``min_chunk_size`` merge, so a section
         of normal size (a function, an rST section) keeps its own chunk and metadata.
         """
-        min_size, max_size = self.config.min_chunk_size, self.config.max_chunk_size
-        total = pieces[-1].end - pieces[0].start if pieces else 0
+        min_size, max_size, size = measure.small, measure.limit, measure.size
+        total = size(pieces[0].start, pieces[-1].end) if pieces else 0
         if 0 < total < 2 * min_size and total <= max_size:
             sections = [s for piece in pieces for s in piece.sections]
             return [_Piece(pieces[0].start, pieces[-1].end, sections, True)]
@@ -233,8 +372,8 @@ class ContentChunker:
                 last is not None
                 and piece.small
                 and last.small
-                and piece.end - piece.start < min_size
-                and piece.end - last.start <= max_size
+                and size(piece.start, piece.end) < min_size
+                and size(last.start, piece.end) <= max_size
             ):
                 last.end = piece.end
                 last.sections.extend(piece.sections)
@@ -247,8 +386,8 @@ class ContentChunker:
                 current is not None
                 and current.small
                 and piece.small
-                and current.end - current.start < min_size
-                and piece.end - current.start <= max_size
+                and size(current.start, current.end) < min_size
+                and size(current.start, piece.end) <= max_size
             ):
                 current.end = piece.end
                 current.sections.extend(piece.sections)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -134,6 +135,29 @@ def _count(count: Callable[[], int]) -> int:
         return 0
 
 
+def _chunking_key(kb: str, source: str) -> str:
+    """The meta key recording the chunk settings a collected path or doc source was cut with."""
+    return "chunking " + json.dumps([kb, path_to_db(source)], ensure_ascii=False)
+
+
+def _chunk_config(
+    chunk_config: ChunkConfig | Mapping[str, Any] | None,
+    chunking: ChunkConfig | Mapping[str, Any] | None,
+) -> ChunkConfig:
+    """The chunk settings from ``chunking`` or its older name ``chunk_config`` (not both)."""
+    if chunking is None:
+        return _config(chunk_config, ChunkConfig, "chunk_config")
+    if chunk_config is not None:
+        raise ConfigError("chunking and chunk_config name the same settings: give one")
+    try:
+        return _config(chunking, ChunkConfig, "chunking")
+    except ConfigError as exc:
+        message = str(exc)
+        raise ConfigError(
+            message if message.startswith("chunking") else f"chunking.{message}"
+        ) from exc
+
+
 def _is_web_url(source: object) -> bool:
     """Whether a source names a web page (an ``http(s)://`` URL) rather than a path or text."""
     return isinstance(source, str) and source[:8].lower().startswith(("http://", "https://"))
@@ -167,7 +191,9 @@ class KnowledgeAgentCore:
     settings of one: ``{"provider": "openai", "base_url": …, "model": …}``); ``embedder``
     adds a third ranking, dense vectors of every chunk (``{"provider": "wordllama"}`` runs
     offline): set or changed, it embeds every chunk again, once. Each ``*_config`` is its
-    dataclass or a mapping of its fields: ``chunk_config`` (:class:`ChunkConfig`),
+    dataclass or a mapping of its fields: ``chunking`` (or ``chunk_config``,
+    :class:`ChunkConfig`: ``{"strategy": "lines", "chunk_size": 10, "chunk_overlap": 2}``;
+    a changed setting re-chunks each collected path and doc source at its next sync),
     ``search_config`` (:class:`SearchConfig`), ``analyzer_config``, ``keyword_config``
     (:class:`KeywordIndexConfig`: BM25F field weights) and ``tfidf_config``
     (:class:`TfidfConfig`); a changed analyzer or TF-IDF setting rebuilds the indexes once.
@@ -211,6 +237,7 @@ class KnowledgeAgentCore:
         data_dir: str | os.PathLike[str] | None = None,
         *,
         chunk_config: ChunkConfig | Mapping[str, Any] | None = None,
+        chunking: ChunkConfig | Mapping[str, Any] | None = None,
         search_config: SearchConfig | Mapping[str, Any] | None = None,
         analyzer_config: AnalyzerConfig | Mapping[str, Any] | None = None,
         keyword_config: KeywordIndexConfig | Mapping[str, Any] | None = None,
@@ -234,7 +261,7 @@ class KnowledgeAgentCore:
         in_memory = data_dir is None or os.fspath(data_dir) == ":memory:"
         self.data_dir: Path | None = None if in_memory else Path(os.fspath(data_dir))  # type: ignore[arg-type]
         self.analyzer = TextAnalyzer(_config(analyzer_config, AnalyzerConfig, "analyzer_config"))
-        self.chunker = ContentChunker(_config(chunk_config, ChunkConfig, "chunk_config"))
+        self.chunker = ContentChunker(_chunk_config(chunk_config, chunking))
         if lock_timeout is not None and not lock_timeout >= 0:
             raise ConfigError(f"lock_timeout must be None or >= 0, got {lock_timeout!r}")
         config = _config(search_config, SearchConfig, "search_config")
@@ -505,13 +532,35 @@ class KnowledgeAgentCore:
         """Crawl a doc source holding the write lock only to store each group of pages,
         which is indexed before the lock is released: a search never waits behind the
         crawl's network I/O or its extraction, only (at most) behind one group's commit."""
-        return self.web_collector.collect(
+        report = self.web_collector.collect(
             source,
-            full=full,
+            full=full or not self._chunked_alike(source.kb, source.url),
             policy=policy,
             progress=progress,
             commit=lambda: self._writing_batch(progress),
         )
+        with self._backend.writing():
+            self._record_chunking(source.kb, source.url)
+        return report
+
+    # -- chunk settings per collected path -------------------------------------------------
+
+    def _chunked_alike(self, kb: str, source: str) -> bool:
+        """Whether a collected path or doc source was last chunked with the settings in
+        effect (one recorded before settings were recorded had the defaults)."""
+        recorded = self.storage.get_meta(_chunking_key(kb, source))
+        return (recorded or ChunkConfig().fingerprint()) == self.chunker.config.fingerprint()
+
+    def _record_chunking(self, kb: str, source: str) -> None:
+        """Under the write lock: the path or doc source is chunked with today's settings."""
+        self.storage.set_meta(_chunking_key(kb, source), self.chunker.config.fingerprint())
+
+    def rechunk_pending(self) -> list[str]:
+        """The collected paths and doc sources chunked with other settings than those in
+        effect: the next :meth:`sync` extracts them again."""
+        sources = [(root.kb, root.root) for root in self.storage.sources.get_roots()]
+        sources += [(doc.kb, doc.url) for doc in self.storage.doc_sources.get_doc_sources()]
+        return [source for kb, source in sources if not self._chunked_alike(kb, source)]
 
     def _index_with_progress(self, progress: ProgressCallback | None) -> None:
         """Bring the indexes up to date now, reporting ``indexing`` events (chunks done)."""
@@ -552,10 +601,16 @@ class KnowledgeAgentCore:
         options = self._without_own_data(root, options)
         stored = SourceRoot(kb, root, options=dataclasses.asdict(options))
         self.storage.sources.save_root(stored)
+        chunked_alike = self._chunked_alike(kb, root)
         report = self.collector.collect(
-            kb, root, options, full=full, progress=self._indexing_along(progress)
+            kb,
+            root,
+            options,
+            full=full or not chunked_alike,
+            progress=self._indexing_along(progress),
         )
         self.storage.sources.save_root(dataclasses.replace(stored, synced_at=utc_now()))
+        self._record_chunking(kb, root)
         logger.info(
             "collected %s into %s: %d processed, %d unchanged, %d skipped, %d failed, %d removed",
             root, kb, report.processed, report.unchanged, len(report.skipped),
@@ -610,7 +665,7 @@ class KnowledgeAgentCore:
             self._index_with_progress(progress)
         now = utc_now()
         for doc in self.storage.doc_sources.get_doc_sources(kb):
-            if doc.due(now) or (full and doc.enabled):
+            if doc.due(now) or (doc.enabled and (full or not self._chunked_alike(doc.kb, doc.url))):
                 report.merge(self._crawl(doc, full=full, policy=None, progress=progress))
         report.duration_s = time.perf_counter() - started
         return report
@@ -857,6 +912,8 @@ class KnowledgeAgentCore:
         path_glob: str | Iterable[str] | None = None,
         updated_after: datetime | str | None = None,
         updated_before: datetime | str | None = None,
+        symbol: str | Iterable[str] | None = None,
+        references: str | Iterable[str] | None = None,
         min_score: float | None = None,
         level: str = "auto",
         mode: str = "hybrid",
@@ -869,8 +926,10 @@ class KnowledgeAgentCore:
         """Search the knowledge base: best items first, each with its best chunks and context.
 
         Filters restrict the search before ranking; ``kb`` and the other name filters take
-        one name or several. ``level`` is ``"auto"``, ``"chunk"`` or ``"item"``; ``mode`` is
-        ``"hybrid"``, ``"keyword"`` or ``"semantic"``. Any query text is accepted.
+        one name or several; ``symbol`` / ``references`` keep the code chunks defining /
+        using or importing a name ("who uses X"), whole or by its last part. ``level`` is
+        ``"auto"``, ``"chunk"`` or ``"item"``; ``mode`` is ``"hybrid"``, ``"keyword"`` or
+        ``"semantic"``. Any query text is accepted.
         ``min_confidence`` (0-1) leaves out results that do not answer the query well
         (see :attr:`SearchResult.confidence`): an empty list then means nothing here matches.
 
@@ -894,6 +953,8 @@ class KnowledgeAgentCore:
             path_glob=path_glob,
             updated_after=updated_after,
             updated_before=updated_before,
+            symbol=symbol,
+            references=references,
         )
         self._backend.before_reading()
         with self._lock:
@@ -1039,6 +1100,8 @@ class KnowledgeAgentCore:
                 sizes=self._sizes(),
                 damaged=self._backend.damage(full=full),
                 backend=self.backend_url,
+                chunking=self.chunker.config.to_dict(),
+                rechunk_pending=self.rechunk_pending(),
             )
         damaged: dict[str, list[IndexDamage]] = {}
         for damage in status.damaged:

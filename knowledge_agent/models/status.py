@@ -72,6 +72,11 @@ class IndexStatus:
     repaired: bool = False
     backend: str = "local"
     """``local`` (the data folder) or the database's URL without its password."""
+    chunking: dict[str, Any] = field(default_factory=dict)
+    """The chunk settings in effect (``ChunkConfig.to_dict``)."""
+    rechunk_pending: list[str] = field(default_factory=list)
+    """Collected paths and doc sources chunked with other settings: the next sync re-chunks
+    them."""
 
     @property
     def consistent(self) -> bool:
@@ -95,4 +100,6 @@ class IndexStatus:
             "problems": list(self.problems),
             "damaged": [damage.to_dict() for damage in self.damaged],
             "repaired": self.repaired,
+            "chunking": dict(self.chunking),
+            "rechunk_pending": list(self.rechunk_pending),
         }

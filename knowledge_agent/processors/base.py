@@ -14,11 +14,14 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from knowledge_agent.chunking import ContentChunker, Section
 from knowledge_agent.errors import UnsupportedSourceError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
+
+if TYPE_CHECKING:
+    from knowledge_agent.processors.code_names import NameUse
 
 __all__ = ["BaseDataSourceProcessor", "Extraction", "ProcessedDocument", "SymbolSpan"]
 
@@ -65,7 +68,9 @@ class Extraction:
     makes the window break at line ends); ``None`` means the Markdown-aware
     :meth:`ContentChunker.chunk`. ``page_starts``: the offset where each page begins,
     for ``page`` / ``page_end`` chunk metadata. ``symbols``: code symbols, for a chunk's
-    ``symbols`` list. ``content_type`` / ``source_type`` override the processor's.
+    ``symbols`` list; ``names``: the names code uses and imports, by offset, for a
+    chunk's ``references`` and ``imports``. ``content_type`` / ``source_type`` override
+    the processor's.
     """
 
     content: str
@@ -74,6 +79,7 @@ class Extraction:
     code: bool = False
     page_starts: list[int] | None = None
     symbols: list[SymbolSpan] | None = None
+    names: list[NameUse] | None = None
     language: str | None = None
     source_type: str | None = None
     content_type: str | None = None
@@ -141,6 +147,7 @@ def annotate(chunks: list[KnowledgeChunk], extraction: Extraction) -> None:
     pages = extraction.page_starts
     symbols = sorted(extraction.symbols or (), key=lambda symbol: symbol.start)
     symbol_ends = [symbol.end for symbol in symbols]  # increasing: the spans are disjoint
+    name_offsets = [use.offset for use in extraction.names or ()]  # sorted by offset
     for chunk in chunks:
         start, end = chunk.start_position, chunk.end_position
         if pages:
@@ -156,6 +163,20 @@ def annotate(chunks: list[KnowledgeChunk], extraction: Extraction) -> None:
                 names[symbols[index].qualified_name] = None
                 index += 1
             chunk.metadata["symbols"] = list(names)
+        if extraction.names:
+            _annotate_names(chunk, extraction.names, name_offsets)
+
+
+def _annotate_names(chunk: KnowledgeChunk, uses: list[NameUse], offsets: list[int]) -> None:
+    """``references`` / ``imports``: the distinct names used / imported inside the chunk."""
+    first = bisect.bisect_left(offsets, chunk.start_position)
+    last = bisect.bisect_left(offsets, chunk.end_position)
+    found: dict[str, dict[str, None]] = {"reference": {}, "import": {}}
+    for use in uses[first:last]:
+        found[use.role][use.name] = None
+    for role, key in (("reference", "references"), ("import", "imports")):
+        if found[role]:
+            chunk.metadata[key] = sorted(found[role])
 
 
 def whole_document_chunk(content: str, heading: str) -> KnowledgeChunk:

@@ -5,7 +5,10 @@ Java/C# and C/C++ with a brace-matching scanner (:mod:`.code_scan`); other langu
 are split at blank lines. A chunk's heading is the symbol's qualified path
 (``ArgumentParser > parse_args``) and its metadata holds ``symbol``, ``qualified_name``,
 ``symbol_type``, ``parent_symbol``, ``signature``, ``docstring``, ``symbol_start_line``,
-``symbol_end_line`` and ``symbols`` (every symbol the chunk touches).
+``symbol_end_line``, ``kind`` (function, method, class, … as 000 names them),
+``symbols`` (every symbol the chunk touches) and, where the code uses or imports names,
+``references`` and ``imports`` (:mod:`.code_names`); the item's metadata lists the file's
+``imports``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from knowledge_agent.processors.base import (
     block_sections,
     file_name,
 )
+from knowledge_agent.processors.code_names import NameUse, python_names, scanned_names
 from knowledge_agent.processors.code_python import python_symbols
 from knowledge_agent.processors.code_scan import SCANNED_LANGUAGES, scan_symbols
 from knowledge_agent.processors.code_symbols import Symbol, symbol_sections
@@ -178,12 +182,18 @@ class CodeProcessor(BaseDataSourceProcessor):
         module = module_name(path)
         metadata: dict[str, Any] = {"encoding": encoding, "code_language": language}
         symbols: list[Symbol] | None = None
+        names: list[NameUse] | None = None
         docstring = ""
         if language == "python":
             found = python_symbols(text)
             symbols, docstring, metadata["parser"] = found.symbols, found.docstring, found.parser
+            names = python_names(text)
         elif language in SCANNED_LANGUAGES:
             symbols, metadata["parser"] = scan_symbols(text, language), "scanner"
+            names = scanned_names(text, language)
+        imports = list(dict.fromkeys(use.name for use in names or () if use.role == "import"))
+        if imports:
+            metadata["imports"] = imports
         if symbols is None:
             sections = block_sections(text, module, max_size=self.chunker.config.max_chunk_size)
             spans = None
@@ -201,6 +211,7 @@ class CodeProcessor(BaseDataSourceProcessor):
             sections=sections,
             code=True,
             symbols=spans,
+            names=names,
             language=language,
             content_type=_CONTENT_TYPES.get(language, f"text/x-{language}"),
             metadata=metadata,

@@ -16,7 +16,7 @@ from typing import Any
 from knowledge_agent.chunking import Section
 from knowledge_agent.processors.base import SymbolSpan, block_sections
 
-__all__ = ["Symbol", "first_paragraph", "symbol_sections"]
+__all__ = ["Symbol", "first_paragraph", "symbol_kind", "symbol_sections"]
 
 DOCSTRING_LIMIT = 300
 HEADING_SEPARATOR = " > "
@@ -57,12 +57,29 @@ class Symbol:
             "symbol": self.name,
             "qualified_name": self.qualified_name,
             "symbol_type": self.symbol_type,
+            "kind": symbol_kind(self.symbol_type),
             "parent_symbol": ".".join(self.path[:-1]),
             "signature": self.signature,
             "docstring": self.docstring,
             "symbol_start_line": self.start_line,
             "symbol_end_line": self.end_line,
         }
+
+
+_METHOD_TYPES = frozenset(
+    {"method", "async_method", "staticmethod", "classmethod", "property", "constructor"}
+)
+
+
+def symbol_kind(symbol_type: str) -> str:
+    """The coarse kind of a symbol type, as 000's code symbols name them: ``function``
+    (async too), ``method`` (static, class, property), else the type itself (``class``,
+    ``interface``, ``struct``, …)."""
+    if symbol_type in _METHOD_TYPES:
+        return "method"
+    if symbol_type.endswith("function"):
+        return "function"
+    return symbol_type
 
 
 def symbol_sections(
@@ -93,6 +110,7 @@ def symbol_sections(
         "symbol": module,
         "qualified_name": module,
         "symbol_type": "module",
+        "kind": "module",
         "parent_symbol": "",
         "signature": "",
         "docstring": module_docstring,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -55,6 +56,11 @@ class SearchFilters:
     ``*`` also matches ``/``); each holds several values that are OR-ed (a path under any of
     the prefixes, matching any of the globs). The date bounds are inclusive and compare
     ``updated_at``.
+
+    ``symbol`` and ``references`` keep the code chunks that define (or, for references,
+    use or import) any of the names given, whole (``Parser.parse_args``) or as the last
+    part (``parse_args``); the engine resolves them to ``chunk_ids`` (and the items holding
+    those, ``chunk_items``) before ranking, which is what the indexes apply.
     """
 
     kb: tuple[str, ...] = ()
@@ -65,6 +71,10 @@ class SearchFilters:
     path_glob: tuple[str, ...] = ()
     updated_after: datetime | None = None
     updated_before: datetime | None = None
+    symbol: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()
+    chunk_ids: frozenset[str] | None = None
+    chunk_items: frozenset[str] | None = None
 
     @classmethod
     def build(
@@ -78,6 +88,8 @@ class SearchFilters:
         path_glob: str | Iterable[str] | None = None,
         updated_after: datetime | str | None = None,
         updated_before: datetime | str | None = None,
+        symbol: str | Iterable[str] | None = None,
+        references: str | Iterable[str] | None = None,
     ) -> SearchFilters:
         """Filters from user-facing options: a value or a list of values, ISO dates allowed."""
         return cls(
@@ -91,7 +103,34 @@ class SearchFilters:
             ),
             updated_after=_datetime(updated_after, "updated_after"),
             updated_before=_datetime(updated_before, "updated_before"),
+            symbol=tuple(name for name in _names(symbol, "symbol") if name),
+            references=tuple(name for name in _names(references, "references") if name),
         )
+
+    @property
+    def names_unresolved(self) -> bool:
+        """Whether ``symbol`` / ``references`` still wait for :meth:`resolved`."""
+        return bool(self.symbol or self.references) and self.chunk_ids is None
+
+    def resolved(self, chunks: Iterable[tuple[str, str]]) -> SearchFilters:
+        """These filters restricted to ``chunks`` ((chunk id, item id) pairs, the chunks
+        the names select), the names cleared."""
+        pairs = list(chunks)
+        return dataclasses.replace(
+            self,
+            symbol=(),
+            references=(),
+            chunk_ids=frozenset(chunk for chunk, _ in pairs),
+            chunk_items=frozenset(item for _, item in pairs),
+        )
+
+    @property
+    def keys(self) -> frozenset[str] | None:
+        """The chunk ids and item ids an index row may have (None: any): a chunk row passes
+        by its chunk id, an item row by its item id."""
+        if self.chunk_ids is None or self.chunk_items is None:
+            return None
+        return self.chunk_ids | self.chunk_items
 
     def is_empty(self) -> bool:
         """True when the filters let every item through."""
@@ -125,6 +164,8 @@ class SearchFilters:
         ):
             if allowed and value not in allowed:
                 return False
+        if self.chunk_items is not None and item.id not in self.chunk_items:
+            return False
         return self.matches_path(item.source_uri or "") and self.matches_time(
             to_epoch(item.updated_at)
         )

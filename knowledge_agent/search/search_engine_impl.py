@@ -481,6 +481,10 @@ class SearchEngineImpl:
         if not terms or limit == 0:
             return []
         filters = filters or SearchFilters()
+        if filters.names_unresolved:
+            filters = self._resolve_names(filters)
+            if not filters.chunk_ids:
+                return []
         if level != "item":
             try:
                 if level == "chunk" or self.has_chunk_index():
@@ -501,6 +505,16 @@ class SearchEngineImpl:
                     raise
                 logger.warning("chunk index unavailable; searching items", exc_info=True)
         return self._item_search(query, terms, limit, filters, mode, min_score, min_confidence)
+
+    def _resolve_names(self, filters: SearchFilters) -> SearchFilters:
+        """The ``symbol`` / ``references`` filters as the chunks they select (both: the
+        chunks selected by each)."""
+        chosen: set[tuple[str, str]] | None = None
+        for role, names in (("symbol", filters.symbol), ("reference", filters.references)):
+            if names:
+                found = set(self.storage.chunks_named(names, role))
+                chosen = found if chosen is None else chosen & found
+        return filters.resolved(sorted(chosen or ()))
 
     def _candidate_count(self, limit: int) -> int:
         return max(self.config.candidates, limit * self.config.max_chunks_per_item * 2)

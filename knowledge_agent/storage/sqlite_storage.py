@@ -36,6 +36,12 @@ from typing import Any, TypeVar
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.faults import Faults
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
+from knowledge_agent.storage.chunk_names import (
+    INSERT_NAMES,
+    name_rows,
+    names_query,
+    sqlite_chunk_names_migration,
+)
 from knowledge_agent.storage.doc_sources import DOC_SOURCES_MIGRATION, DocSourceStore
 from knowledge_agent.storage.sources import SOURCES_MIGRATION, SourceStore
 
@@ -95,6 +101,8 @@ _MIGRATIONS: list[Migration] = [
     SOURCES_MIGRATION,
     # Version 3: documentation sources crawled from the web, and their pages.
     DOC_SOURCES_MIGRATION,
+    # Version 4: the names code chunks define and use, for the symbol / references filters.
+    sqlite_chunk_names_migration,
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -339,6 +347,7 @@ def _replace_chunks(
 ) -> None:
     conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (item_id,))
     conn.executemany(_CHUNK_INSERT, [_chunk_to_row(chunk, item_id) for chunk in chunks])
+    conn.executemany(INSERT_NAMES, name_rows(item_id, chunks))
 
 
 class _GuardedConnection:
@@ -925,6 +934,16 @@ class SQLiteStorageManager:
             "iter_chunks", _CHUNK_SELECT, "", [], ("item_id", "chunk_index"), batch_size
         )
         return (row_to_chunk(row) for row in rows)
+
+    def chunks_named(self, names: Sequence[str], role: str) -> list[tuple[str, str]]:
+        """``(chunk_id, item_id)`` of the chunks whose ``role`` (``symbol`` or ``reference``)
+        names include any of ``names``, whole or as their last part."""
+        found: list[tuple[str, str]] = []
+        with self._db.reading("chunks_named") as conn:
+            for batch in _batches(names):
+                sql, params = names_query(batch, role)
+                found.extend((row[0], row[1]) for row in conn.execute(sql, params))
+        return found
 
     def count_chunks(self, *, kb: str | None = None, item_id: str | None = None) -> int:
         """How many chunks (of one item, or of the items in one kb, if given)."""

@@ -84,6 +84,11 @@ def filter_condition(
         add("d.updated_at >= %s", to_epoch(filters.updated_after))
     if filters.updated_before is not None:
         add("d.updated_at <= %s", to_epoch(filters.updated_before))
+    if filters.keys is not None:
+        # The symbol / references filters: the items holding the chosen chunks, and of
+        # their rows the chosen chunks' (or the item's own).
+        add("d.item_id = ANY(%s::text[])", sorted(filters.chunk_items or ()))
+        add("d.key = ANY(%s::text[])", sorted(filters.keys))
     if filters.path_prefix or filters.path_glob:
         paths = matching_paths(cur, filters, level, table)
         if not paths:

@@ -63,6 +63,7 @@ from knowledge_agent.backends.postgres.tables import COMPONENT, MIGRATIONS, SCHE
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.faults import Faults
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
+from knowledge_agent.storage.chunk_names import INSERT_NAMES, name_rows, names_query
 from knowledge_agent.storage.doc_sources import DocSourceStore
 from knowledge_agent.storage.sources import SourceStore
 from knowledge_agent.storage.sqlite_storage import ItemFacts
@@ -246,6 +247,7 @@ class _Guarded:
         conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (text_to_db(item.id),))
         if chunks:
             conn.execute(CHUNK_INSERT, chunk_columns(item.id, chunks))
+            _insert_names(conn, item.id, chunks)
         self.index(conn, [(item, _owned(chunks, item.id))])
 
     def index(
@@ -300,6 +302,13 @@ class _Guarded:
 def _refuse_writes(conn: psycopg.Connection) -> None:
     """Make the server refuse writes on this session too, not only this class."""
     conn.execute("SET default_transaction_read_only = on")
+
+
+def _insert_names(conn: _Connection, item_id: str, chunks: Sequence[KnowledgeChunk]) -> None:
+    """The ``chunk_names`` rows of the chunks (see :mod:`knowledge_agent.storage.chunk_names`)."""
+    rows = name_rows(item_id, chunks)
+    if rows:
+        conn.executemany(INSERT_NAMES, [tuple(map(text_to_db, row)) for row in rows])
 
 
 def _owned(chunks: Sequence[KnowledgeChunk], item_id: str) -> list[KnowledgeChunk]:
@@ -627,6 +636,7 @@ class PostgresStorage:
             conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (stored,))
             if chunk_list:
                 conn.execute(CHUNK_INSERT, chunk_columns(item_id, chunk_list))
+                _insert_names(conn, item_id, chunk_list)
             self._db.index(conn, [(row_to_item(row), _owned(chunk_list, item_id))])
         # Only after the commit, so a failed save leaves the caller's objects untouched.
         for chunk in chunk_list:
@@ -680,6 +690,14 @@ class PostgresStorage:
             "iter_chunks", CHUNK_SELECT, "", [], ("item_id", "chunk_index"), batch_size
         )
         return (row_to_chunk(row) for row in rows)
+
+    def chunks_named(self, names: Sequence[str], role: str) -> list[tuple[str, str]]:
+        """``(chunk_id, item_id)`` of the chunks whose ``role`` (``symbol`` or ``reference``)
+        names include any of ``names``, whole or as their last part."""
+        sql, params = names_query([text_to_db(name) for name in names], role)
+        with self._db.reading("chunks_named") as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [(text_from_db(chunk_id), text_from_db(item_id)) for chunk_id, item_id in rows]
 
     def count_chunks(self, *, kb: str | None = None, item_id: str | None = None) -> int:
         """How many chunks (of one item, or of the items in one kb, if given)."""

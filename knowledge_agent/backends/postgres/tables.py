@@ -9,6 +9,7 @@ so a knowledge base cannot be deleted under a writer still adding to it.
 
 from __future__ import annotations
 
+from knowledge_agent.storage.chunk_names import CHUNK_NAMES_TABLE
 from knowledge_agent.storage.doc_sources import PAGE_STATUSES
 from knowledge_agent.storage.sources import SOURCE_STATUSES
 
@@ -116,6 +117,25 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX idx_doc_pages_source ON doc_pages (kb, source_url)",
         "CREATE INDEX idx_doc_pages_item ON doc_pages (item_id)",
+    ],
+    # Version 2: the names code chunks define and use (the local backend's version 4).
+    [
+        *(statement.format(text=_TEXT) for statement in CHUNK_NAMES_TABLE),
+        """INSERT INTO chunk_names (chunk_id, item_id, role, name, short)
+        SELECT c.id, c.item_id, n.role, n.name,
+            coalesce(nullif(substring(n.name from '[^./:]*$'), ''), n.name)
+        FROM knowledge_chunks c
+        CROSS JOIN LATERAL (
+            SELECT DISTINCT r.role, e.name
+            FROM (VALUES ('symbol', 'symbols'), ('reference', 'references'),
+                ('reference', 'imports')) AS r(role, key)
+            CROSS JOIN LATERAL json_array_elements_text(
+                CASE WHEN json_typeof(c.metadata::json -> r.key) = 'array'
+                THEN c.metadata::json -> r.key ELSE '[]'::json END
+            ) AS e(name)
+            WHERE e.name <> ''
+        ) n
+        WHERE c.metadata LIKE '%"symbols"%'""",
     ],
 ]
 """The storage's migrations (:func:`~knowledge_agent.backends.postgres.schema.migrate`)."""

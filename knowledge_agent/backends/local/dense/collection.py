@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_agent.backends.local.dense.segments import DenseSegment
-from knowledge_agent.backends.local.segments.filters import FIELDS, MetadataCodes
+from knowledge_agent.backends.local.segments.filters import FIELDS, MetadataCodes, key_mask
 from knowledge_agent.backends.local.segments.merge import maintained
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.topk import best_rows, capped_best_rows
@@ -180,6 +180,8 @@ class DenseCollection:
         if filters is not None and not filters.is_empty():
             allowed = allowed & self._meta.entry_mask(filters, view.codes, view.updated)[view.entry]
         rows = np.flatnonzero(allowed)
+        if filters is not None and filters.keys is not None:
+            rows = rows[key_mask(self.segments, view.offsets, rows, filters.keys)]
         if rows.size == 0:
             return []
         scores = self._scores(query, rows, view.offsets)

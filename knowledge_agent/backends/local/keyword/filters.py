@@ -61,7 +61,22 @@ def filter_mask(searcher: Searcher, filters: SearchFilters) -> np.ndarray:
         allow &= date_mask(searcher, filters)
     if (filters.path_prefix or filters.path_glob) and allow.any():
         allow &= mask(allow.size, path_docs(searcher, filters))
+    if filters.keys is not None and allow.any():
+        allow &= mask(allow.size, key_docs(searcher, filters))
     return allow
+
+
+def key_docs(searcher: Searcher, filters: SearchFilters) -> set[int]:
+    """Docnums of the items holding the chunks the filters name (``chunk_items``) and, in a
+    chunk index, of those chunks only (``chunk_ids``)."""
+    items = sorted(filters.chunk_items or ())
+    if not items:
+        return set()
+    docs = set(searcher.docs_for_query(wq.Or([wq.Term("item_id", item) for item in items])))
+    if "chunk_id" not in searcher.schema.names():
+        return docs
+    chunks = filters.chunk_ids or frozenset()
+    return {doc for doc in docs if searcher.stored_fields(doc).get("chunk_id") in chunks}
 
 
 def path_docs(searcher: Searcher, filters: SearchFilters) -> set[int]:

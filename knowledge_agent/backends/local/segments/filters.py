@@ -7,11 +7,14 @@ vectorised comparisons over the (segment, item) entries instead of a Python loop
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from knowledge_agent.search.filters import SearchFilters, to_epoch
 
-__all__ = ["FIELDS", "MetadataCodes"]
+__all__ = ["FIELDS", "MetadataCodes", "key_mask"]
 
 FIELDS = ("kb", "source_type", "doc_type", "language", "path")  # string metadata per item
 
@@ -87,3 +90,19 @@ class MetadataCodes:
                 self._path_ok.clear()
             self._path_ok[key] = known
         return known
+
+
+def key_mask(
+    segments: Sequence[Any], offsets: np.ndarray, rows: np.ndarray, keys: frozenset[str]
+) -> np.ndarray:
+    """Which of the global ``rows`` (ascending) have a key (chunk id, or item id for an
+    item row) among ``keys``: the chunk restriction of the ``symbol`` / ``references``
+    filters."""
+    allowed = np.array(sorted(keys), dtype=str)
+    out = np.zeros(rows.size, bool)
+    bounds = np.searchsorted(rows, offsets)
+    for index, segment in enumerate(segments):
+        lo, hi = int(bounds[index]), int(bounds[index + 1])
+        if lo < hi:
+            out[lo:hi] = np.isin(segment.keys[rows[lo:hi] - offsets[index]], allowed)
+    return out

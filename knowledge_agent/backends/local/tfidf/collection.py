@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from knowledge_agent.backends.local.segments.filters import FIELDS, MetadataCodes
+from knowledge_agent.backends.local.segments.filters import FIELDS, MetadataCodes, key_mask
 from knowledge_agent.backends.local.segments.merge import maintained
 from knowledge_agent.backends.local.tfidf.segments import (
     Postings,
@@ -259,6 +259,8 @@ class Collection:
         rows = rows[view.live[rows]]
         if filters is not None and not filters.is_empty():
             rows = rows[self._meta.entry_mask(filters, view.codes, view.updated)[view.entry[rows]]]
+            if filters.keys is not None:
+                rows = rows[key_mask(self.segments, view.offsets, rows, filters.keys)]
         scores = np.clip(dots[rows] / (view.norms[rows] * query_norm), 0.0, 1.0)
         keep = (scores > 0.0) & (scores >= min_similarity)
         rows, scores = rows[keep], scores[keep]
