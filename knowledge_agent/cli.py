@@ -183,7 +183,6 @@ class App:
             read_backend=settings.read_backend,
             chunk_config=settings.config.chunk_config,
             search_config=settings.config.search_config,
-            keyword_config=settings.config.keyword_config,
             doc_type_rules=settings.config.doc_type_rules,
             on_lock_wait=_say_waiting,
             on_status=_say_status,
@@ -614,8 +613,8 @@ their environment variables win over every file, and a command's own options
 (search -n, --kb, --rerank) over the settings.
 
 \b
---json prints {"data_dir", "backend", "files": [{"path", "format", "trusted"}],
-"settings": [{"name", "value", "source": "file" | "project folder" | "option" |
+--json prints {"data_dir", "backend", "files": [{"path", "format", "trusted",
+"ignored"}], "settings": [{"name", "value", "source": "file" | "project folder" | "option" |
 "environment" | "default", "file", "key"}], "not_used": [{"file", "key", "reason"}],
 "ignored", "warning"}. API keys show as ***.""",
 )

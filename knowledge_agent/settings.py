@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -62,7 +63,7 @@ from knowledge_agent.ingest.doc_types import DEFAULT_DOC_TYPE_RULES
 from knowledge_agent.project_files import agentos, knowledge_toml
 from knowledge_agent.project_files.model import NotUsed, Origin, ScanPath, SpecFile
 from knowledge_agent.project_files.values import inside as _inside
-from knowledge_agent.search.config import KeywordIndexConfig, SearchConfig
+from knowledge_agent.search.config import SearchConfig
 from knowledge_agent.trust import TrustRecord, TrustStore, content_digest, user_config_dir
 
 if sys.version_info >= (3, 11):
@@ -93,6 +94,8 @@ __all__ = [
     "trust_config_file",
     "write_default_config",
 ]
+
+logger = logging.getLogger(__name__)
 
 CONFIG_FILE_NAME = ".knowledge-agent.toml"
 USER_CONFIG_NAME = "config.toml"
@@ -159,8 +162,6 @@ class ProjectConfig:
     """``[backend] url``: a ``postgresql://`` URL (or ``"local"``), checked when read."""
     backend_read_url: str | None = None
     """``[backend] read_url``: a hot standby of that server, for searches."""
-    keyword_config: KeywordIndexConfig = field(default_factory=KeywordIndexConfig)
-    """Query-time field weights of the keyword index (001's ``index_weights.heading``)."""
     origins: Mapping[str, Origin] = field(default_factory=dict, compare=False, hash=False)
     """The file and key that set each setting (``chunking.max_chunk_size``, ``embeddings``
     …); a setting missing here has its default. Scan paths carry their own."""
@@ -170,11 +171,13 @@ class ProjectConfig:
 
 @dataclass(frozen=True)
 class FileRead:
-    """A settings file whose settings apply: its format and whether the user trusts it."""
+    """A settings file whose settings apply: its format, whether the user trusts it, and
+    what it asked for that was left out as it is not trusted."""
 
     path: Path
     format: str
     trusted: bool
+    ignored: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -383,7 +386,7 @@ def _project_settings(found: Path, store: TrustStore) -> tuple[Settings | None, 
         for spec in spec_files(path.parent)
     )
     config = dataclasses.replace(config, not_used=config.not_used + shadowed)
-    files = (FileRead(path, CONFIG_FILE_NAME, trusted),)
+    files = (FileRead(path, CONFIG_FILE_NAME, trusted, ignored),)
     return Settings(data_dir, "project file", path, config, ignored, warning, files=files), warning
 
 
@@ -400,7 +403,7 @@ def _spec_settings(
         trusted = store.is_trusted(path, content_digest(data))
         part = _read_spec(path, data, trusted=trusted)
         parts.append(part)
-        files.append(FileRead(path, part.format, trusted))
+        files.append(FileRead(path, part.format, trusted, part.ignored))
         if part.ignored:
             state = "has changed since it was trusted" if store.lookup(path) else "is not trusted"
             warnings.append(f"{path} {state}: ignoring {_listing(part.ignored)}")
@@ -417,6 +420,8 @@ def _spec_settings(
     if not placed:
         return None, warning
     config = _merged_config(parts)
+    for note in config.not_used:
+        logger.info("%s: %s is not used: %s", note.file, note.key, note.reason)
     settings = Settings(
         data_dir, "project file", found[0], config, ignored, warning, files=tuple(files)
     )
@@ -440,13 +445,11 @@ def _merged_config(parts: list[SpecFile]) -> ProjectConfig:
     """One configuration from spec files given in order of precedence, first wins."""
     chunking: dict[str, Any] = {}
     search: dict[str, Any] = {}
-    field_boosts: dict[str, float] = {}
     origins: dict[str, Origin] = {}
     embeddings = rerank = None
     for part in reversed(parts):  # the first wins: apply it last
         chunking.update(part.chunking)
         search.update(part.search)
-        field_boosts.update(part.field_boosts)
         embeddings = part.embeddings if part.embeddings is not None else embeddings
         rerank = part.rerank if part.rerank is not None else rerank
         origins.update({name: Origin(part.path, key) for name, key in part.origins.items()})
@@ -462,7 +465,6 @@ def _merged_config(parts: list[SpecFile]) -> ProjectConfig:
         search_config=search_config,
         embeddings=embeddings,
         rerank=rerank,
-        keyword_config=KeywordIndexConfig(field_boosts=field_boosts),
         origins=origins,
         not_used=tuple(note for part in parts for note in part.not_used),
     )

@@ -78,7 +78,6 @@ def setting_rows(settings: Settings) -> list[SettingRow]:
     rows += [row(f"chunking.{f.name}", getattr(chunking, f.name)) for f in fields(ChunkConfig)]
     search = config.search_config
     rows += [row(f"search.{key}", getattr(search, key)) for key in SEARCH_KEYS]
-    rows.append(row("keyword.field_boosts", dict(config.keyword_config.field_boosts)))
     rows.append(row("doc_types", dict(config.doc_type_rules)))
     for name in ("embeddings", "rerank"):
         table = getattr(config, name)
@@ -105,7 +104,12 @@ def settings_report(settings: Settings) -> dict[str, Any]:
         "data_dir": str(settings.data_dir),
         "backend": settings.backend,
         "files": [
-            {"path": str(file.path), "format": file.format, "trusted": file.trusted}
+            {
+                "path": str(file.path),
+                "format": file.format,
+                "trusted": file.trusted,
+                "ignored": list(file.ignored),
+            }
             for file in settings.files
         ],
         "settings": [row.to_dict() for row in setting_rows(settings)],
@@ -139,7 +143,10 @@ def settings_text(settings: Settings) -> list[str]:
         lines += [f"  {note.file}: {note.key}: {note.reason}" for note in settings.config.not_used]
     if settings.ignored:
         lines += ["", "Ignored until trusted (knowledge-agent trust):"]
-        lines += [f"  {name}" for name in settings.ignored]
+        by_file = [(file.path, name) for file in settings.files for name in file.ignored]
+        lines += [f"  {path}: {name}" for path, name in by_file]
+        named = {name for _, name in by_file}
+        lines += [f"  {name}" for name in settings.ignored if name not in named]
     return lines
 
 

@@ -14,9 +14,8 @@ exclude_patterns       that scan's exclude globs (gitignore-style, relative to t
 chunk_size {min, max}  the chunk sizes: tokens, :data:`~.chunk_sizes.TOKEN_CHARS` characters
                        each (:func:`~.chunk_sizes.token_size_chunking`)
 index_weights.heading  the keyword index counts a chunk's heading path twice its body text
-                       (``HEADING_WEIGHT``), 001's default of 2.0; a larger weight adds a
-                       query-time boost of the heading field of ``weight - 2``; a smaller one
-                       is not used
+                       (``HEADING_WEIGHT``, built into the index), 001's default of 2.0;
+                       another weight is not used
 index_weights          ``first_paragraph`` and ``code_blocks`` are not used: no index field
                        holds a first paragraph or code blocks apart
 doc_type_weights       the document boost per doc type, over the built-in weights (001:
@@ -87,20 +86,16 @@ def _spec_file(path: Path, data: bytes, parsed: Any, trusted: bool) -> SpecFile:
             for key in parsed["chunk_size"]
             if key not in ("min", "max")
         ]
-    field_boosts: dict[str, float] = {}
     if "index_weights" in parsed:
         weights = values.table(parsed["index_weights"], "index_weights")
         for key, value in weights.items():
             name = f"index_weights.{key}"
             weight = values.number(value, name)
             if key == "heading":
-                if weight > HEADING_WEIGHT:
-                    field_boosts["heading"] = weight - HEADING_WEIGHT
-                    origins["keyword.field_boosts"] = name
-                elif weight < HEADING_WEIGHT:
+                if weight != HEADING_WEIGHT:
                     reason = (
-                        f"a heading counts {HEADING_WEIGHT}x its body text here; only a larger "
-                        "weight adds to that"
+                        f"a heading counts {HEADING_WEIGHT}x its body text here, built into "
+                        "the index"
                     )
                     not_used.append(NotUsed(path, name, reason))
             else:
@@ -120,7 +115,6 @@ def _spec_file(path: Path, data: bytes, parsed: Any, trusted: bool) -> SpecFile:
         chunking=chunking,
         search=search,
         scan=scan,
-        field_boosts=field_boosts,
         origins=origins,
         ignored=ignored,
         not_used=(*not_used, *scan_notes),

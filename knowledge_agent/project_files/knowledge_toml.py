@@ -15,7 +15,8 @@ key                             becomes
                                 (0: the model's), ``query_instruction`` / ``document_instruction``
                                 → ``query_prefix`` / ``document_prefix``
 [models.rerank] (or [rerank])   a ``[rerank]`` provider ``"openai"`` (``/rerank``), the same
-                                keys; ``query_instruction`` is prefixed to the query
+                                keys; ``query_instruction`` goes to the reranker when it takes
+                                one (else it is not used)
 [knowledge] base_dir            the folder of knowledge bases (default ``knowledge``, relative to
                                 the file): each folder ``<base_dir>/<kb>/`` is a ``sync`` scan
                                 into the knowledge base ``<kb>`` of its ``texts/`` (the

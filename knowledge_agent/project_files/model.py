@@ -48,8 +48,7 @@ class ScanPath:
 class SpecFile:
     """What one settings file of another tool's format gives, already in this project's
     settings: ``chunking`` and ``search`` hold fields of ``ChunkConfig`` and
-    ``SearchConfig``, ``embeddings`` / ``rerank`` provider tables, ``field_boosts`` the
-    keyword index's query-time field weights.
+    ``SearchConfig``, ``embeddings`` / ``rerank`` provider tables.
 
     ``origins`` maps each setting it gives (``chunking.max_chunk_size``, ``embeddings`` …) to
     the key it came from; ``ignored`` names, in the file's own keys, what an untrusted file
@@ -65,7 +64,6 @@ class SpecFile:
     scan: tuple[ScanPath, ...] = ()
     embeddings: Mapping[str, Any] | None = None
     rerank: Mapping[str, Any] | None = None
-    field_boosts: Mapping[str, float] = field(default_factory=dict)
     origins: Mapping[str, str] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()
     not_used: tuple[NotUsed, ...] = ()
