@@ -413,7 +413,8 @@ def _spec_settings(
     placed = all(file.trusted for file in files) or _inside(data_dir, folder)
     if not placed:
         ignored += (f"the data folder {data_dir} (a link leaving the folder)",)
-        warnings.append(f"{folder} is not trusted: ignoring {ignored[-1]}")
+        untrusted = next(file.path for file in files if not file.trusted)
+        warnings.append(f"{untrusted} is not trusted: ignoring {ignored[-1]}")
     warning = None
     if warnings:
         warning = f"{'; '.join(warnings)}; run `knowledge-agent trust` to use them"
@@ -509,14 +510,13 @@ def confine_config(
         if leaves:
             ignored.append(f"[backend] {name}")
     confined = dataclasses.replace(config, data_dir=data_dir, scan=tuple(scan), **servers, **tables)
-    left_out = {"data_dir": data_dir is None, "backend": False}
-    left_out.update({name: table is None for name, table in tables.items()})
-    left_out.update({name.replace("_", "."): value is None for name, value in servers.items()})
-    origins = {
-        name: origin
-        for name, origin in config.origins.items()
-        if not left_out.get(name, False) and not left_out.get(name.split(".")[0], False)
+    left_out = {
+        "data_dir": data_dir is None,
+        "backend.url": servers["backend_url"] is None,
+        "backend.read_url": servers["backend_read_url"] is None,
+        **{name: table is None for name, table in tables.items()},
     }
+    origins = {name: o for name, o in config.origins.items() if not left_out.get(name, False)}
     return dataclasses.replace(confined, origins=origins), tuple(ignored)
 
 

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -344,6 +345,46 @@ def test_enable_rerank_false_is_the_default_a_call_can_override(
     assert plain["reranked"] is False and plain["count"] == 5
     assert asked["reranked"] is True and asked["count"] == 3  # knowledge.rerank_top_k
     assert len(server.bodies("/v1/rerank")) == 1
+
+
+class CountingReranker:
+    """Scores a text by its length; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
+        self.calls += 1
+        return [float(len(text)) for text in texts]
+
+
+@pytest.mark.parametrize("backend", ["local", "postgresql"])
+def test_the_knowledge_defaults_apply_on_every_backend(
+    tmp_path: Path, user_config: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    repo = tmp_path / "repo"
+    write(
+        repo / "config.toml",
+        "[knowledge]\ndefault_top_k = 2\nrerank_top_k = 1\nenable_rerank = false\n",
+    )
+    search_config = resolve(repo, user_config).config.search_config
+    url = request.getfixturevalue("postgres_url") if backend == "postgresql" else None
+    reranker = CountingReranker()
+    with KnowledgeAgentCore(
+        None if url else tmp_path / "data",
+        backend=url,
+        search_config=search_config,
+        reranker=reranker,
+    ) as core:
+        for number in range(4):
+            core.add_text(f"Restore step {number}: copy the backup archive back.", kb="ops")
+        plain = knowledge_semantic_search(core, "ops", "restore the backup")
+        asked = knowledge_semantic_search(
+            core, "ops", "restore the backup", top_k=3, enable_rerank=True
+        )
+    assert (plain["count"], plain["reranked"]) == (2, False)  # default_top_k, enable_rerank
+    assert (asked["count"], asked["reranked"]) == (1, True)  # rerank_top_k
+    assert reranker.calls == 1
 
 
 def test_the_spec_config_toml_maps_every_key(tmp_path: Path, user_config: Path) -> None:

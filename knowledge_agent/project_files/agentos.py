@@ -44,9 +44,9 @@ from knowledge_agent.search.ranking.boosts import DEFAULT_DOC_TYPE_WEIGHTS
 
 __all__ = ["FORMAT", "KB_CONFIG_FOLDER", "KB_CONFIG_NAME", "read_kb_config"]
 
-FORMAT = "kb_config.json"
 KB_CONFIG_FOLDER = ".agentos"
 KB_CONFIG_NAME = "kb_config.json"
+FORMAT = KB_CONFIG_NAME
 
 _KEYS = ("scan_paths", "exclude_patterns", "chunk_size", "index_weights", "doc_type_weights")
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -158,7 +158,7 @@ def _scans(
             if str(anchored) == ".":
                 whole = True
             else:
-                here.append(f"/{str(anchored).removeprefix('./')}")
+                here.append(f"/{anchored}")
         elif trusted:
             include = (f"/{rest}",) if rest else ()
             outside.append(ScanPath(folder, "default", include, (), Origin(path, key)))

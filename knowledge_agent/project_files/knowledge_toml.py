@@ -66,8 +66,8 @@ __all__ = [
     "read_knowledge_toml",
 ]
 
-FORMAT = "config.toml"
 KNOWLEDGE_TOML_NAME = "config.toml"
+FORMAT = KNOWLEDGE_TOML_NAME
 DEFAULT_BASE_DIR = "knowledge"
 KB_EXCLUDE = ("/*", "!/texts/", "!/intro.md")
 """A knowledge-base folder's excludes: everything at its top but ``texts/`` and ``intro.md``."""
