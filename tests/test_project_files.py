@@ -451,14 +451,12 @@ def test_kb_config_json_wins_where_both_files_set_a_setting(tmp_path: Path) -> N
     first = SpecFile(
         tmp_path / KB_CONFIG,
         "kb_config.json",
-        b"",
         chunking={"max_chunk_size": 3200},
         origins={"chunking.max_chunk_size": "chunk_size.max"},
     )
     second = SpecFile(
         tmp_path / "config.toml",
         "config.toml",
-        b"",
         chunking={"max_chunk_size": 400, "min_chunk_size": 50},
         search={"default_top_k": 7},
         origins={

@@ -67,12 +67,12 @@ def read_kb_config(path: Path, data: bytes, *, trusted: bool) -> SpecFile:
     except ValueError as exc:
         raise ConfigError(f"{path}: invalid JSON: {exc}") from exc
     try:
-        return _spec_file(path, data, values.table(parsed, "the file"), trusted)
+        return _spec_file(path, values.table(parsed, "the file"), trusted)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
-def _spec_file(path: Path, data: bytes, parsed: Any, trusted: bool) -> SpecFile:
+def _spec_file(path: Path, parsed: Any, trusted: bool) -> SpecFile:
     root = path.parent.parent
     not_used = [
         NotUsed(path, str(key), "not a key of kb_config.json") for key in parsed if key not in _KEYS
@@ -111,7 +111,6 @@ def _spec_file(path: Path, data: bytes, parsed: Any, trusted: bool) -> SpecFile:
     return SpecFile(
         path=path,
         format=FORMAT,
-        data=data,
         chunking=chunking,
         search=search,
         scan=scan,

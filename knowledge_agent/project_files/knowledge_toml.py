@@ -129,7 +129,7 @@ def read_knowledge_toml(path: Path, data: bytes, *, trusted: bool) -> SpecFile:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
     try:
-        return _Reader(path, data, parsed, trusted).spec_file()
+        return _Reader(path, parsed, trusted).spec_file()
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 
@@ -137,9 +137,8 @@ def read_knowledge_toml(path: Path, data: bytes, *, trusted: bool) -> SpecFile:
 class _Reader:
     """One pass over a parsed file, collecting settings, origins, notes and refusals."""
 
-    def __init__(self, path: Path, data: bytes, parsed: Mapping[str, Any], trusted: bool):
+    def __init__(self, path: Path, parsed: Mapping[str, Any], trusted: bool):
         self.path = path
-        self.data = data
         self.parsed = parsed
         self.trusted = trusted
         self.origins: dict[str, str] = {}
@@ -172,7 +171,6 @@ class _Reader:
         return SpecFile(
             path=self.path,
             format=FORMAT,
-            data=self.data,
             chunking=self.chunking(knowledge),
             search=self.search(knowledge),
             scan=self.scans(knowledge),

@@ -52,13 +52,11 @@ class SpecFile:
 
     ``origins`` maps each setting it gives (``chunking.max_chunk_size``, ``embeddings`` …) to
     the key it came from; ``ignored`` names, in the file's own keys, what an untrusted file
-    asked for that leaves its folder and was left out; ``data`` is the bytes that were read
-    (what a trust record is checked against).
+    asked for that leaves its folder and was left out.
     """
 
     path: Path
     format: str
-    data: bytes
     chunking: Mapping[str, Any] = field(default_factory=dict)
     search: Mapping[str, Any] = field(default_factory=dict)
     scan: tuple[ScanPath, ...] = ()
