@@ -83,7 +83,7 @@ from knowledge_agent.settings import (
     CONFIG_FILE_NAME,
     LOCAL_DATA_DIR,
     Settings,
-    find_config,
+    find_project,
     resolve_settings,
     trust_config_file,
     write_default_config,
@@ -111,6 +111,7 @@ DEMO_QUERIES = (
 )
 MCP_EXTRA_MESSAGE = 'the MCP server needs the [mcp] extra: pip install "knowledge-agent[mcp]"'
 SEARCH_MODES = ("hybrid", "keyword", "semantic", "dense")
+DEFAULT_LIMIT = 10  # documents `search` shows without -n or a default_top_k setting
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
 # Progress statuses of files whose change was committed to the database.
 COMMITTED_STATUSES = frozenset({"processed", "removed"})
@@ -567,14 +568,24 @@ overrides it) with the file's real path and sha256: editing the file withdraws i
 def trust(app: App, file: Path | None, revoke: bool) -> None:
     """Trust a project file: let its endpoints, secrets and outside paths apply.
 
-    FILE defaults to the nearest .knowledge-agent.toml from the current folder upward.
+    FILE defaults to the nearest project's settings: its .knowledge-agent.toml, else its
+    .agentos/kb_config.json and 002 config.toml (both).
     """
     if file is None:
-        file = find_config(app.cwd)
-        if file is None:
-            raise ConfigError(f"no {CONFIG_FILE_NAME} in {app.cwd} or a folder above it")
+        files = find_project(app.cwd)
+        if not files:
+            raise ConfigError(
+                f"no {CONFIG_FILE_NAME}, .agentos/kb_config.json or 002 config.toml in "
+                f"{app.cwd} or a folder above it"
+            )
+    else:
+        files = (app.cwd / file,)
     store = TrustStore(user_config_dir())
-    real = Path(os.path.realpath(app.cwd / file))
+    for path in files:
+        _trust_one(store, Path(os.path.realpath(path)), revoke)
+
+
+def _trust_one(store: TrustStore, real: Path, revoke: bool) -> None:
     if revoke:
         if store.revoke(real):
             click.echo(f"No longer trusted: {real}")
@@ -585,6 +596,39 @@ def trust(app: App, file: Path | None, revoke: bool) -> None:
     click.echo(f"Trusted {record.path} (sha256 {record.sha256[:12]}).")
     if unlocked:
         click.echo(f"It may now use: {', '.join(unlocked)}.")
+
+
+@cli.command(
+    "config",
+    epilog="""\b
+Examples:
+  knowledge-agent config --show
+  knowledge-agent config --show --json
+
+\b
+Settings come from the nearest project's .knowledge-agent.toml, else its
+.agentos/kb_config.json (001) and 002 config.toml read together (kb_config.json
+wins where both set one), else the user config file; --data-dir, --backend and
+their environment variables win over every file, and a command's own options
+(search -n, --kb, --rerank) over the settings.
+
+\b
+--json prints {"data_dir", "backend", "files": [{"path", "format", "trusted",
+"ignored"}], "settings": [{"name", "value", "source": "file" | "project folder" | "option" |
+"environment" | "default", "file", "key"}], "not_used": [{"file", "key", "reason"}],
+"ignored", "warning"}. API keys show as ***.""",
+)
+@click.option("--show", is_flag=True, help="Print the settings in effect (the default).")
+@json_option
+@pass_app
+def config_command(app: App, show: bool, as_json: bool) -> None:
+    """Show the settings in effect and which file, option or default gave each."""
+    from knowledge_agent.settings_view import settings_report, settings_text
+
+    if as_json:
+        render.print_json(settings_report(app.settings))
+    else:
+        click.echo("\n".join(settings_text(app.settings)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1139,9 +1183,8 @@ is what a browser opens. The document's whole text ("content") only with --full.
     "-n",
     "--limit",
     type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
-    help="Number of documents to show.",
+    default=None,
+    help="Number of documents to show [default: the settings' default_top_k, else 10].",
 )
 @click.option(
     "--context",
@@ -1219,7 +1262,7 @@ def search(
     languages: tuple[str, ...],
     since: str | None,
     until: str | None,
-    limit: int,
+    limit: int | None,
     context: int | None,
     min_score: float | None,
     mode: str,
@@ -1245,6 +1288,8 @@ def search(
     fmt = "json" if as_json else "files" if files_only else fmt
     if context is None:  # neighbours help a reader; a program asks for them (size stays small)
         context = 1 if fmt == "text" else 0
+    if limit is None:
+        limit = app.settings.config.search_config.default_top_k or DEFAULT_LIMIT
     with app.open_core() as core:
         check_filters(
             core,

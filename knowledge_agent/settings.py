@@ -23,6 +23,14 @@ dir`` or the environment. A file with an unknown key or a bad value is a
 key. ``knowledge-agent init`` writes a file with every setting at its default
 (:func:`default_config_text`).
 
+A folder without a ``.knowledge-agent.toml`` may hold the settings files of the tools the
+specs describe: 001's ``.agentos/kb_config.json`` and 002's ``config.toml`` (with its
+``knowledge/<kb>/`` folders). The nearest folder holding any of the three is the project;
+its ``.knowledge-agent.toml`` when it has one, else its other files, read together
+(:mod:`knowledge_agent.project_files` maps their keys; where both set a setting,
+``kb_config.json`` wins). The knowledge base lives in ``.knowledge-agent/`` in that folder.
+Every setting's origin (file and key) is kept for ``knowledge-agent config --show``.
+
 A project file may come with a cloned repository, so what it names that leaves its folder —
 a database server (``[backend]``), a network provider under ``[embeddings]`` or ``[rerank]``
 (its ``base_url``), an environment
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -51,6 +60,9 @@ from knowledge_agent.backends import backend_label
 from knowledge_agent.chunking import ChunkConfig
 from knowledge_agent.errors import ConfigError
 from knowledge_agent.ingest.doc_types import DEFAULT_DOC_TYPE_RULES
+from knowledge_agent.project_files import agentos, knowledge_toml
+from knowledge_agent.project_files.model import NotUsed, Origin, ScanPath, SpecFile
+from knowledge_agent.project_files.values import inside as _inside
 from knowledge_agent.search.config import SearchConfig
 from knowledge_agent.trust import TrustRecord, TrustStore, content_digest, user_config_dir
 
@@ -69,17 +81,21 @@ __all__ = [
     "NETWORK_PROVIDERS",
     "PATH_KEYS",
     "USER_CONFIG_NAME",
+    "FileRead",
     "ProjectConfig",
     "ScanPath",
     "Settings",
     "confine_config",
     "default_config_text",
     "find_config",
+    "find_project",
     "load_config",
     "resolve_settings",
     "trust_config_file",
     "write_default_config",
 ]
+
+logger = logging.getLogger(__name__)
 
 CONFIG_FILE_NAME = ".knowledge-agent.toml"
 USER_CONFIG_NAME = "config.toml"
@@ -91,8 +107,8 @@ APP_NAME = "knowledge-agent"
 
 NETWORK_PROVIDERS = frozenset({"openai"})
 """Providers that send text over the network: an untrusted file may not name one."""
-ENDPOINT_KEYS = ("base_url", "api_key_env")
-"""Provider keys naming an endpoint or a secret to read: never taken from an untrusted file."""
+ENDPOINT_KEYS = ("base_url", "api_key_env", "api_key")
+"""Provider keys naming an endpoint or a secret: never taken from an untrusted file."""
 PATH_KEYS = ("cache_dir", "model_dir")
 """Provider keys naming a folder: from an untrusted file only inside its folder."""
 
@@ -114,19 +130,12 @@ SEARCH_KEYS = (
     "rerank_depth",
     "rerank_weight",
     "doc_type_weights",
+    "default_top_k",
+    "rerank_top_k",
+    "enable_rerank",
 )
 CHUNK_KEYS = tuple(f.name for f in fields(ChunkConfig))
 SCAN_KEYS = ("path", "kb", "include", "exclude")
-
-
-@dataclass(frozen=True)
-class ScanPath:
-    """A folder or file that ``sync`` collects: where, into which kb, with which globs."""
-
-    path: Path
-    kb: str = "default"
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,6 +162,22 @@ class ProjectConfig:
     """``[backend] url``: a ``postgresql://`` URL (or ``"local"``), checked when read."""
     backend_read_url: str | None = None
     """``[backend] read_url``: a hot standby of that server, for searches."""
+    origins: Mapping[str, Origin] = field(default_factory=dict, compare=False, hash=False)
+    """The file and key that set each setting (``chunking.max_chunk_size``, ``embeddings``
+    …); a setting missing here has its default. Scan paths carry their own."""
+    not_used: tuple[NotUsed, ...] = field(default=(), compare=False)
+    """Keys the files give that have no effect here, with the reason."""
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """A settings file whose settings apply: its format, whether the user trusts it, and
+    what it asked for that was left out as it is not trusted."""
+
+    path: Path
+    format: str
+    trusted: bool
+    ignored: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -177,6 +202,12 @@ class Settings:
     folder)."""
     read_backend: str | None = None
     """A hot standby of :attr:`backend` that answers searches (None: the server itself)."""
+    backend_origin: str | None = None
+    """What chose :attr:`backend`: ``--backend``, ``$KNOWLEDGE_AGENT_BACKEND`` or the file."""
+    read_backend_origin: str | None = None
+    """What chose :attr:`read_backend`, likewise."""
+    files: tuple[FileRead, ...] = ()
+    """Every file whose settings apply (a project's two spec files are read together)."""
 
 
 # -- finding and resolving ---------------------------------------------------------------
@@ -190,6 +221,39 @@ def find_config(start: str | os.PathLike[str]) -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+def find_project(start: str | os.PathLike[str]) -> tuple[Path, ...]:
+    """The settings files of the nearest project from ``start`` upward: its
+    ``.knowledge-agent.toml``, else its ``.agentos/kb_config.json`` and 002 ``config.toml``
+    (either or both); empty when no folder above holds any."""
+    folder = Path(os.path.abspath(start))
+    for candidate in (folder, *folder.parents):
+        path = candidate / CONFIG_FILE_NAME
+        if path.is_file():
+            return (path,)
+        found = spec_files(candidate)
+        if found:
+            return found
+    return ()
+
+
+def spec_files(folder: Path) -> tuple[Path, ...]:
+    """The 001 and 002 settings files in ``folder``: ``.agentos/kb_config.json`` and a
+    ``config.toml`` with 002's tables."""
+    found = []
+    kb_config = folder / agentos.KB_CONFIG_FOLDER / agentos.KB_CONFIG_NAME
+    if kb_config.is_file():
+        found.append(kb_config)
+    toml = folder / knowledge_toml.KNOWLEDGE_TOML_NAME
+    if toml.is_file():
+        try:
+            text = toml.read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            text = ""  # unreadable: not known to be 002's, so not ours to complain about
+        if knowledge_toml.is_knowledge_toml(text):
+            found.append(toml)
+    return tuple(found)
 
 
 def resolve_settings(
@@ -221,18 +285,25 @@ def resolve_settings(
         (f"${ENV_READ_BACKEND}", env.get(ENV_READ_BACKEND)),
         (f"[backend] read_url {where}", settings.config.backend_read_url),
     )
-    return dataclasses.replace(settings, backend=chosen, read_backend=standby)
+    return dataclasses.replace(
+        settings,
+        backend=chosen[0],
+        backend_origin=chosen[1],
+        read_backend=standby[0] if standby else None,
+        read_backend_origin=standby[1] if standby else None,
+    )
 
 
-def _first_server(*candidates: tuple[str, str | None]) -> str | None:
-    """The first URL given among ``(origin, value)``, None when it is the data folder."""
+def _first_server(*candidates: tuple[str, str | None]) -> tuple[str, str] | None:
+    """The first URL given among ``(origin, value)`` and its origin; None when it is the
+    data folder."""
     for origin, value in candidates:
         if value:
             try:
                 label = backend_label(value)
             except ConfigError as exc:
                 raise ConfigError(f"{origin}: {exc}") from None
-            return None if label == "local" else value
+            return None if label == "local" else (value, origin)
     return None
 
 
@@ -256,10 +327,13 @@ def _folder_settings(
     if home:
         return _user_settings(config_dir, absolute(home), "environment")
     warning = None
-    found = find_config(here)
-    if found is not None:
+    found = find_project(here)
+    if found:
         store = trust if trust is not None else TrustStore(config_dir)
-        project, warning = _project_settings(found, store)
+        if found[0].name == CONFIG_FILE_NAME:
+            project, warning = _project_settings(found[0], store)
+        else:
+            project, warning = _spec_settings(found, store)
         if project is not None:
             return project
     # No project file, or one whose data folder leaves its folder: the user's settings.
@@ -278,7 +352,8 @@ def _user_settings(config_dir: Path, data_dir: Path | None, origin: str) -> Sett
     if data_dir is None:
         data_dir = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
         origin = "user data folder"
-    return Settings(data_dir, origin, config_file, config)
+    files = (FileRead(path, "user config file", True),) if config_file is not None else ()
+    return Settings(data_dir, origin, config_file, config, files=files)
 
 
 def _project_settings(found: Path, store: TrustStore) -> tuple[Settings | None, str | None]:
@@ -306,7 +381,94 @@ def _project_settings(found: Path, store: TrustStore) -> tuple[Settings | None, 
         )
     if not placed:
         return None, warning
-    return Settings(data_dir, "project file", path, config, ignored, warning), warning
+    shadowed = tuple(
+        NotUsed(spec, "(the whole file)", f"not read: {CONFIG_FILE_NAME} beside it comes first")
+        for spec in spec_files(path.parent)
+    )
+    config = dataclasses.replace(config, not_used=config.not_used + shadowed)
+    files = (FileRead(path, CONFIG_FILE_NAME, trusted, ignored),)
+    return Settings(data_dir, "project file", path, config, ignored, warning, files=files), warning
+
+
+def _spec_settings(
+    found: tuple[Path, ...], store: TrustStore
+) -> tuple[Settings | None, str | None]:
+    """The settings a project's 001 and 002 files give together, by the rules of
+    :func:`_project_settings`; where both set a setting, ``kb_config.json`` wins."""
+    parts: list[SpecFile] = []
+    files: list[FileRead] = []
+    warnings: list[str] = []
+    for path in found:
+        data = _read_bytes(path)
+        trusted = store.is_trusted(path, content_digest(data))
+        part = _read_spec(path, data, trusted=trusted)
+        parts.append(part)
+        files.append(FileRead(path, part.format, trusted, part.ignored))
+        if part.ignored:
+            state = "has changed since it was trusted" if store.lookup(path) else "is not trusted"
+            warnings.append(f"{path} {state}: ignoring {_listing(part.ignored)}")
+    folder = Path(os.path.realpath(_project_folder(found[0])))
+    data_dir = folder / LOCAL_DATA_DIR
+    ignored = tuple(name for part in parts for name in part.ignored)
+    placed = all(file.trusted for file in files) or _inside(data_dir, folder)
+    if not placed:
+        ignored += (f"the data folder {data_dir} (a link leaving the folder)",)
+        untrusted = next(file.path for file in files if not file.trusted)
+        warnings.append(f"{untrusted} is not trusted: ignoring {ignored[-1]}")
+    warning = None
+    if warnings:
+        warning = f"{'; '.join(warnings)}; run `knowledge-agent trust` to use them"
+    if not placed:
+        return None, warning
+    config = _merged_config(parts)
+    for note in config.not_used:
+        logger.info("%s: %s is not used: %s", note.file, note.key, note.reason)
+    settings = Settings(
+        data_dir, "project file", found[0], config, ignored, warning, files=tuple(files)
+    )
+    return settings, warning
+
+
+def _project_folder(path: Path) -> Path:
+    """The folder a settings file configures: ``.agentos/``'s parent, or its own."""
+    if path.name == agentos.KB_CONFIG_NAME and path.parent.name == agentos.KB_CONFIG_FOLDER:
+        return path.parent.parent
+    return path.parent
+
+
+def _read_spec(path: Path, data: bytes, *, trusted: bool) -> SpecFile:
+    if path.name == agentos.KB_CONFIG_NAME:
+        return agentos.read_kb_config(path, data, trusted=trusted)
+    return knowledge_toml.read_knowledge_toml(path, data, trusted=trusted)
+
+
+def _merged_config(parts: list[SpecFile]) -> ProjectConfig:
+    """One configuration from spec files given in order of precedence, first wins."""
+    chunking: dict[str, Any] = {}
+    search: dict[str, Any] = {}
+    origins: dict[str, Origin] = {}
+    embeddings = rerank = None
+    for part in reversed(parts):  # the first wins: apply it last
+        chunking.update(part.chunking)
+        search.update(part.search)
+        embeddings = part.embeddings if part.embeddings is not None else embeddings
+        rerank = part.rerank if part.rerank is not None else rerank
+        origins.update({name: Origin(part.path, key) for name, key in part.origins.items()})
+    first = parts[0].path
+    try:
+        chunk_config = ChunkConfig(**chunking)
+        search_config = SearchConfig(**search)
+    except ConfigError as exc:
+        raise ConfigError(f"{first}: {exc}") from exc
+    return ProjectConfig(
+        scan=tuple(scan for part in parts for scan in part.scan),
+        chunk_config=chunk_config,
+        search_config=search_config,
+        embeddings=embeddings,
+        rerank=rerank,
+        origins=origins,
+        not_used=tuple(note for part in parts for note in part.not_used),
+    )
 
 
 def confine_config(
@@ -348,7 +510,14 @@ def confine_config(
         if leaves:
             ignored.append(f"[backend] {name}")
     confined = dataclasses.replace(config, data_dir=data_dir, scan=tuple(scan), **servers, **tables)
-    return confined, tuple(ignored)
+    left_out = {
+        "data_dir": data_dir is None,
+        "backend.url": servers["backend_url"] is None,
+        "backend.read_url": servers["backend_read_url"] is None,
+        **{name: table is None for name, table in tables.items()},
+    }
+    origins = {name: o for name, o in config.origins.items() if not left_out.get(name, False)}
+    return dataclasses.replace(confined, origins=origins), tuple(ignored)
 
 
 def _leaving_keys(table: Mapping[str, Any], base: str) -> list[str]:
@@ -365,13 +534,6 @@ def _leaving_keys(table: Mapping[str, Any], base: str) -> list[str]:
     return leaving
 
 
-def _inside(path: str | os.PathLike[str], base: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` (relative to ``base``), symlinks resolved, is ``base`` or below it."""
-    real_base = os.path.normcase(os.path.realpath(base))
-    real = os.path.normcase(os.path.realpath(os.path.join(real_base, os.fspath(path))))
-    return real == real_base or real.startswith(real_base.rstrip(os.sep) + os.sep)
-
-
 def _listing(names: tuple[str, ...]) -> str:
     """``a``, ``a and b``, ``a, b and c``."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
@@ -386,9 +548,13 @@ def trust_config_file(
     leave its folder (empty when it needs no trust).
     """
     real = Path(os.path.realpath(os.path.expanduser(os.fspath(path))))
-    data, config = _read_config(real)
-    record = store.trust(real, data)
-    return record, confine_config(config, real.parent)[1]
+    if real.name == CONFIG_FILE_NAME or real not in spec_files(_project_folder(real)):
+        data, config = _read_config(real)
+        unlocked = confine_config(config, real.parent)[1]
+    else:  # 001's kb_config.json or 002's config.toml: checked as such
+        data = _read_bytes(real)
+        unlocked = _read_spec(real, data, trusted=False).ignored
+    return store.trust(real, data), unlocked
 
 
 # -- reading a project file --------------------------------------------------------------
@@ -400,13 +566,17 @@ def load_config(path: str | os.PathLike[str]) -> ProjectConfig:
     return _read_config(Path(os.path.abspath(path)))[1]
 
 
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
 def _read_config(path: Path) -> tuple[bytes, ProjectConfig]:
     """The bytes of a config file and what they say, read once: the bytes a trust record
     checks are the bytes parsed."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    data = _read_bytes(path)
     try:
         parsed = tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -414,9 +584,25 @@ def _read_config(path: Path) -> tuple[bytes, ProjectConfig]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
     try:
-        return data, _project_config(parsed, path.parent)
+        config = _project_config(parsed, path.parent)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
+    scan = tuple(
+        dataclasses.replace(entry, origin=Origin(path, f"scan[{number}]"))
+        for number, entry in enumerate(config.scan, start=1)
+    )
+    origins = {name: Origin(path, name) for name in _given_settings(parsed)}
+    return data, dataclasses.replace(config, scan=scan, origins=origins)
+
+
+def _given_settings(parsed: Mapping[str, Any]) -> list[str]:
+    """The settings a parsed file gives, by the names ``config --show`` lists them under."""
+    names = [key for key in ("data_dir", "default_kb", "doc_types") if key in parsed]
+    names += [name for name in ("embeddings", "rerank") if name in parsed]
+    for table in ("chunking", "search", "backend"):
+        if isinstance(parsed.get(table), dict):
+            names += [f"{table}.{key}" for key in parsed[table]]
+    return names
 
 
 def _project_config(data: dict[str, Any], base: Path) -> ProjectConfig:
@@ -469,6 +655,11 @@ def _provider(data: Mapping[str, Any], name: str, base: Path) -> dict[str, Any] 
     table = dict(_table(data, name))
     if not isinstance(table.get("provider"), str):
         raise ConfigError(f'{name}.provider is required, e.g. provider = "wordllama"')
+    if "api_key" in table:
+        raise ConfigError(
+            f"{name}.api_key: keys are not stored in this file; put the key in an "
+            "environment variable and name it with api_key_env"
+        )
     for key in PATH_KEYS:
         if isinstance(table.get(key), str):
             table[key] = str(_absolute(base, table[key]))
@@ -577,6 +768,18 @@ _SEARCH_COMMENTS = {
     "mmr_lambda": "push near-duplicate results down: 1 keeps the order, 0.7 is typical (0: off)",
     "rerank_depth": "results a reranker re-scores, when one is set and a search asks for it",
     "rerank_weight": "how much the reranker's scores can move a result",
+    "rerank_top_k": "passages a knowledge_semantic_search rerank keeps, unless the call says",
+}
+# Search settings whose default is "not set": shown commented out, with an example value.
+_UNSET_SEARCH_COMMENTS = {
+    "default_top_k": (
+        10,
+        "results without -n / top_k (unset: 10 for search, 5 for knowledge_semantic_search)",
+    ),
+    "enable_rerank": (
+        True,
+        "whether knowledge_semantic_search reranks unless the call says (unset: with a [rerank])",
+    ),
 }
 
 
@@ -619,6 +822,8 @@ def default_config_text() -> str:
     lines += ["", "# How search ranks chunks.", "[search]"]
     for key, comment in _SEARCH_COMMENTS.items():
         lines.append(f"{key} = {_toml_value(getattr(search, key))}  # {comment}")
+    for key, (example, comment) in _UNSET_SEARCH_COMMENTS.items():
+        lines.append(f"# {key} = {_toml_value(example)}  # {comment}")
     lines += [
         "",
         "# Score multiplier per doc type (the document boost). This table replaces the",

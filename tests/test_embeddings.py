@@ -617,8 +617,12 @@ def test_wordllama_embedder_from_config() -> None:
         ({"provider": "openai", "model": "m"}, "provider 'openai' needs 'base_url'"),
         ({"provider": "openai"}, "needs 'base_url', 'model'"),
         (
-            {"provider": "openai", "base_url": "http://h/v1", "model": "m", "api_key": "sk"},
-            "key 'api_key': keys are not stored in configuration",
+            {"provider": "openai", "base_url": "http://h/v1", "model": "m", "api_key": ""},
+            "api_key must be a non-empty string",
+        ),
+        (
+            {"provider": "wordllama", "api_key": "sk"},
+            "unknown embedding key 'api_key' for provider 'wordllama'",
         ),
         (
             {"provider": "openai", "base_url": "http://h/v1", "model": "m", "batch_size": "8"},

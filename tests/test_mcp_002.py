@@ -163,7 +163,8 @@ async def test_the_three_tools_are_listed_with_the_spec_parameters(client: Clien
     assert defaults["max_items"] == 50 and defaults["intro_max_chars"] == 120
     assert defaults["max_lines"] == 20 and defaults["max_chars"] == 2000
     assert defaults["include_source"] is True and defaults["include_line"] is True
-    assert defaults["top_k"] == 5 and defaults["min_relevance"] == 0
+    # Omitted, top_k is the server's default_top_k (5 unless the settings say).
+    assert defaults["top_k"] is None and defaults["min_relevance"] == 0
     assert defaults["include_rerank_score"] is True and defaults["deduplicate"] is True
     semantic = listed["knowledge_semantic_search"].input_schema["properties"]
     assert semantic["max_chars_per_item"]["default"] == 220

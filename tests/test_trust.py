@@ -418,7 +418,10 @@ def test_trust_refuses_a_missing_or_broken_file_in_one_line(
     nowhere.mkdir()
     missing = run_cli(nowhere, "trust", monkeypatch=monkeypatch)
     assert missing.exit_code == 1
-    assert missing.stderr == f"Error: no {CONFIG_FILE_NAME} in {nowhere} or a folder above it\n"
+    assert missing.stderr == (
+        f"Error: no {CONFIG_FILE_NAME}, .agentos/kb_config.json or 002 config.toml in "
+        f"{nowhere} or a folder above it\n"
+    )
     broken = write(tmp_path / "broken" / CONFIG_FILE_NAME, "[embeddings\n")
     result = run_cli(tmp_path, "trust", str(broken), monkeypatch=monkeypatch)
     assert result.exit_code == 1 and result.stderr.startswith(f"Error: {broken}: invalid TOML")

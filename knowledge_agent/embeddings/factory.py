@@ -1,8 +1,10 @@
 """Providers from a project file section such as ``{"provider": "wordllama", "dim": 256}``.
 
 Every key is checked: an unknown provider or key, a missing required key or a value of the
-wrong type is a ``ConfigError`` naming it and what is valid. API keys are never part of a
-configuration; ``api_key_env`` names the environment variable that holds one.
+wrong type is a ``ConfigError`` naming it and what is valid. ``api_key_env`` names the
+environment variable that holds an API key; ``api_key``, the key itself, is taken for the
+settings files that hold one (002's ``config.toml``) and the Python API — a
+``.knowledge-agent.toml`` refuses it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from knowledge_agent.embeddings.openai_compat import OpenAIEmbedder, OpenAIReran
 from knowledge_agent.embeddings.wordllama_provider import WordLlamaEmbedder
 from knowledge_agent.errors import ConfigError
 
-__all__ = ["embedder_from_config", "reranker_from_config"]
+__all__ = ["embedder_from_config", "provider_keys", "reranker_from_config"]
 
 _NUMBER = (int, float)
 _OPTIONAL_STR = (str, type(None))
@@ -42,6 +44,7 @@ _EMBEDDERS: dict[str, _Spec] = {
             "base_url": (str,),
             "model": (str,),
             "api_key_env": _OPTIONAL_STR,
+            "api_key": (str,),
             "dimensions": _OPTIONAL_INT,
             "batch_size": (int,),
             "min_interval": _NUMBER,
@@ -60,6 +63,7 @@ _RERANKERS: dict[str, _Spec] = {
             "base_url": (str,),
             "model": (str,),
             "api_key_env": _OPTIONAL_STR,
+            "api_key": (str,),
             "batch_size": (int,),
             "min_interval": _NUMBER,
             "timeout": _NUMBER,
@@ -81,6 +85,14 @@ def reranker_from_config(config: Mapping[str, Any]) -> Reranker:
     return reranker
 
 
+def provider_keys(kind: str, provider: str) -> frozenset[str]:
+    """The keys a provider takes besides ``provider``: ``kind`` is "embeddings" or "rerank"
+    (empty for an unknown provider)."""
+    providers = _RERANKERS if kind == "rerank" else _EMBEDDERS
+    spec = providers.get(provider)
+    return frozenset(spec[1]) if spec is not None else frozenset()
+
+
 def _build(what: str, providers: Mapping[str, _Spec], config: Mapping[str, Any]) -> Any:
     if not isinstance(config, Mapping):
         raise ConfigError(f"the {what} configuration must be a table, not {type(config).__name__}")
@@ -92,11 +104,6 @@ def _build(what: str, providers: Mapping[str, _Spec], config: Mapping[str, Any])
         raise ConfigError(f"unknown {what} provider {provider!r}; valid: {valid}")
     factory, accepted, required = providers[provider]
     options = {key: value for key, value in config.items() if key != "provider"}
-    if "api_key" in options and "api_key" not in accepted:
-        raise ConfigError(
-            f"{what} key 'api_key': keys are not stored in configuration; put the key in an "
-            "environment variable and name it with 'api_key_env'"
-        )
     unknown = sorted(str(key) for key in options if key not in accepted)
     if unknown:
         raise ConfigError(

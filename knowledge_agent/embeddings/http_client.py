@@ -116,7 +116,8 @@ class JsonClient:
     """POSTs JSON to one service and returns the decoded answer.
 
     ``api_key_env`` names the environment variable holding the bearer token; it is read
-    on every request (so a rotated key is picked up) and never stored or logged.
+    on every request (so a rotated key is picked up) and never stored or logged. An
+    ``api_key`` given directly is used instead, and never shown (``repr``, errors).
     Thread-safe: the only shared state is the throttle.
     """
 
@@ -127,10 +128,14 @@ class JsonClient:
         api_key_env: str | None,
         timeout: float,
         min_interval: float,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = check_base_url(base_url)
         if api_key_env is not None and (not isinstance(api_key_env, str) or not api_key_env):
             raise ConfigError("api_key_env must be the name of an environment variable or None")
+        if api_key is not None and (not isinstance(api_key, str) or not api_key):
+            raise ConfigError("api_key must be a non-empty string or None")
+        self._api_key = api_key
         if not _positive(timeout):
             raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if not _positive(min_interval, allow_zero=True):
@@ -177,7 +182,9 @@ class JsonClient:
             "Accept": "application/json",
             "User-Agent": _USER_AGENT,
         }
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        key = self._api_key
+        if key is None and self.api_key_env:
+            key = os.environ.get(self.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
         return headers

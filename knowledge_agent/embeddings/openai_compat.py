@@ -43,7 +43,8 @@ class OpenAIEmbedder:
     ``name`` is ``"openai:{base_url}:{model}"``, then ``":{dimensions}"`` when dimensions are
     requested, then ``":prefix-{hash}"`` when prefixes are set: it never needs the network.
     Reading ``dimensions`` before any ``embed`` call sends one probe request if they were
-    not given. The API key is read from ``api_key_env`` on each request. Thread-safe.
+    not given. The API key is ``api_key`` when given (as 002's ``config.toml`` holds it),
+    else read from ``api_key_env`` on each request. Thread-safe.
     """
 
     def __init__(
@@ -52,6 +53,7 @@ class OpenAIEmbedder:
         model: str,
         *,
         api_key_env: str | None = "OPENAI_API_KEY",
+        api_key: str | None = None,
         dimensions: int | None = None,
         batch_size: int = 64,
         min_interval: float = 0.0,
@@ -60,7 +62,11 @@ class OpenAIEmbedder:
         timeout: float = 30.0,
     ) -> None:
         self._client = JsonClient(
-            base_url, api_key_env=api_key_env, timeout=timeout, min_interval=min_interval
+            base_url,
+            api_key_env=api_key_env,
+            api_key=api_key,
+            timeout=timeout,
+            min_interval=min_interval,
         )
         self.model = _check_model(model)
         if dimensions is not None and not positive_int(dimensions):
@@ -164,7 +170,8 @@ class OpenAIReranker:
 
     Documents go out ``batch_size`` at a time (a cross-encoder scores each pair on its own,
     so scores from different batches compare). ``name`` is
-    ``"openai-rerank:{base_url}:{model}"``. Thread-safe.
+    ``"openai-rerank:{base_url}:{model}"``. The API key is ``api_key`` or read from
+    ``api_key_env``, as for :class:`OpenAIEmbedder`. Thread-safe.
     """
 
     def __init__(
@@ -173,12 +180,17 @@ class OpenAIReranker:
         model: str,
         *,
         api_key_env: str | None = "OPENAI_API_KEY",
+        api_key: str | None = None,
         batch_size: int = 64,
         min_interval: float = 0.0,
         timeout: float = 30.0,
     ) -> None:
         self._client = JsonClient(
-            base_url, api_key_env=api_key_env, timeout=timeout, min_interval=min_interval
+            base_url,
+            api_key_env=api_key_env,
+            api_key=api_key,
+            timeout=timeout,
+            min_interval=min_interval,
         )
         self.model = _check_model(model)
         self.batch_size = check_batch_size(batch_size)

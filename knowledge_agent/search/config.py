@@ -77,6 +77,14 @@ class SearchConfig:
     """How many of the best results a reranker re-scores, when a search asks for one."""
     rerank_weight: float = 1.0
     """What the reranker's scores add, scaled to the best score (the rerank delta)."""
+    default_top_k: int | None = None
+    """Results a search returns when its call gives no count (None: the interface's own,
+    10 for ``search``, 5 for ``knowledge_semantic_search``); 002's ``default_top_k``."""
+    rerank_top_k: int = 3
+    """Passages ``knowledge_semantic_search`` keeps after a rerank when the call does not say."""
+    enable_rerank: bool | None = None
+    """Whether ``knowledge_semantic_search`` reranks when the call does not say (None:
+    whenever a reranker is configured)."""
 
     def __post_init__(self) -> None:
         languages = self.expansion_languages
@@ -111,6 +119,7 @@ class SearchConfig:
             "feedback_chunks",
             "expansion_min_terms",
             "rerank_depth",
+            "rerank_top_k",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -132,6 +141,14 @@ class SearchConfig:
                 or not 0 <= value <= 1
             ):
                 raise ConfigError(f"{name} must be a number within 0 and 1, got {value!r}")
+        if self.default_top_k is not None and (
+            isinstance(self.default_top_k, bool)
+            or not isinstance(self.default_top_k, int)
+            or self.default_top_k < 1
+        ):
+            raise ConfigError(f"default_top_k must be an integer >= 1, got {self.default_top_k!r}")
+        if self.enable_rerank is not None and not isinstance(self.enable_rerank, bool):
+            raise ConfigError(f"enable_rerank must be true or false, got {self.enable_rerank!r}")
         if not isinstance(self.doc_type_weights, Mapping):
             raise ConfigError(f"doc_type_weights must be a mapping, got {self.doc_type_weights!r}")
         for doc_type, weight in self.doc_type_weights.items():

@@ -37,6 +37,8 @@ from knowledge_agent.server.views import clip
 __all__ = ["knowledge_list", "knowledge_semantic_search", "knowledge_text_search"]
 
 MAX_TOP_K = 50
+DEFAULT_TOP_K = 5
+"""Passages knowledge_semantic_search recalls when neither the call nor the settings say."""
 # A source keyword becomes a glob with a [xX] class per letter (see _contains_glob): four
 # characters each, and "*" on both sides, must stay within a glob's length limit.
 MAX_SOURCE_KEYWORD_CHARS = (MAX_GLOB_CHARS - 2) // 4
@@ -137,11 +139,12 @@ Query = Annotated[
     ),
 ]
 TopK = Annotated[
-    int,
+    int | None,
     Field(
         ge=1,
         le=MAX_TOP_K,
-        description="How many passages to recall, best first; several may come from one document.",
+        description="How many passages to recall, best first; several may come from one "
+        "document. Omitted: the server's default_top_k (5 unless configured).",
     ),
 ]
 EnableRerank = Annotated[
@@ -156,7 +159,8 @@ RerankTopK = Annotated[
     Field(
         ge=1,
         le=MAX_TOP_K,
-        description="Passages to keep after a rerank (default 3). It must be below top_k: "
+        description="Passages to keep after a rerank (default: the server's rerank_top_k, 3 "
+        "unless configured). It must be below top_k: "
         "otherwise it is lowered to top_k - 1 (no rerank when top_k is 1) and a note says so.",
     ),
 ]
@@ -427,7 +431,7 @@ def knowledge_semantic_search(
     knowledge_base: KnowledgeBase,
     query: Query,
     *,
-    top_k: TopK = 5,
+    top_k: TopK = None,
     enable_rerank: EnableRerank = None,
     rerank_top_k: RerankTopK = None,
     min_relevance: MinRelevance = 0.0,
@@ -450,9 +454,14 @@ def knowledge_semantic_search(
     or not done.
     """
     check.text("query", query, max_chars=check.MAX_QUERY_CHARS)
+    defaults = core.engine.config
+    if top_k is None:
+        top_k = min(defaults.default_top_k or DEFAULT_TOP_K, MAX_TOP_K)
     check.integer("top_k", top_k, 1, MAX_TOP_K)
     if enable_rerank is not None:
         check.flag("enable_rerank", enable_rerank)
+    elif defaults.enable_rerank is False:  # true asks no more than the default: when configured
+        enable_rerank = False
     if rerank_top_k is not None:
         check.integer("rerank_top_k", rerank_top_k, 1, MAX_TOP_K)
     check.integer("max_chars_per_item", max_chars_per_item, 20, 4000)
@@ -468,6 +477,7 @@ def knowledge_semantic_search(
         enable_rerank=enable_rerank,
         rerank_top_k=rerank_top_k,
         available=core.reranker is not None,
+        default_keep=defaults.rerank_top_k,
     )
     notes = list(plan.notes)
     passages = _passages(

@@ -39,12 +39,14 @@ def plan_rerank(
     enable_rerank: bool | None,
     rerank_top_k: int | None,
     available: bool,
+    default_keep: int = DEFAULT_RERANK_TOP_K,
 ) -> RerankPlan:
     """The rerank a call gets.
 
     ``enable_rerank`` None means the server's default: rerank whenever a reranker is
     configured (``available``). Asking for a rerank the server cannot do is not an error:
-    the passages come back in recall order, with a note saying why.
+    the passages come back in recall order, with a note saying why. ``default_keep`` is
+    ``rerank_top_k`` when the call does not give it (the settings' ``rerank_top_k``).
     """
     if enable_rerank is False:
         return RerankPlan(False, top_k)
@@ -52,7 +54,7 @@ def plan_rerank(
         asked = enable_rerank is True or rerank_top_k is not None
         note = "no reranker is configured on this server: passages are in recall order"
         return RerankPlan(False, top_k, (note,) if asked else ())
-    keep = DEFAULT_RERANK_TOP_K if rerank_top_k is None else rerank_top_k
+    keep = default_keep if rerank_top_k is None else rerank_top_k
     if keep < top_k:
         return RerankPlan(True, keep)
     given = f"rerank_top_k {keep}" + (" (the default)" if rerank_top_k is None else "")
