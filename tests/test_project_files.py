@@ -179,6 +179,29 @@ def test_chunk_size_counts_tokens_and_sets_the_chunk_sizes(
     assert 2 <= counts[800] <= 4 and counts[50] > 20
 
 
+def test_002_chunk_size_and_overlap_cut_windows_of_lines(tmp_path: Path, user_config: Path) -> None:
+    repo = tmp_path / "repo"
+    write(repo / "config.toml", config_toml(chunk_size=4, chunk_overlap=1))
+    chunk_config = resolve(repo, user_config).config.chunk_config
+    assert (chunk_config.strategy, chunk_config.chunk_size, chunk_config.chunk_overlap) == (
+        "lines",
+        4,
+        1,
+    )
+    text = "\n\n".join(f"line {n} of the keeper's log" for n in range(10))
+    with KnowledgeAgentCore(chunk_config=chunk_config) as core:
+        item = core.add_text(text, title="Log")
+        chunks = core.storage.get_chunks_for_item(item.id)
+    # Ten non-empty lines, windows of 4 starting 3 apart: lines 0-3, 3-6, 6-9.
+    firsts = [chunk.content.splitlines()[0] for chunk in chunks]
+    assert firsts == [
+        "line 0 of the keeper's log",
+        "line 3 of the keeper's log",
+        "line 6 of the keeper's log",
+    ]
+    assert all(len([x for x in c.content.splitlines() if x.strip()]) == 4 for c in chunks)
+
+
 def test_doc_type_weights_override_the_built_in_ones(tmp_path: Path, user_config: Path) -> None:
     text = "Rotating the backup encryption key: stop the writer, rotate, start it again."
 
@@ -416,8 +439,6 @@ def test_the_spec_config_toml_maps_every_key(tmp_path: Path, user_config: Path) 
         "knowledge.auto_scan",
         "knowledge.auto_embed",
         "knowledge.scan_interval",
-        "knowledge.chunk_size",
-        "knowledge.chunk_overlap",
     }
     # 002's README also spells the tables [embedding] / [rerank].
     write(path, '[embedding]\napi_url = "http://127.0.0.1:9/v1"\nmodel_name = "m"\n')

@@ -56,15 +56,17 @@ def line_window_chunking(
     *,
     keys: tuple[str, str] = ("chunk_size", "chunk_overlap"),
 ) -> ChunkMapping:
-    """002's ``chunk_size`` / ``chunk_overlap``: windows of ``lines`` non-empty lines, each
-    starting ``lines - overlap`` lines after the one before.
-
-    The chunker cuts at headings and paragraphs by size in characters: a window of lines
-    is a different cut, not a size, so these keys are reported as not used.
-    """
+    """002's ``chunk_size`` / ``chunk_overlap``: the ``"lines"`` strategy, windows of
+    ``lines`` non-empty lines, each starting ``lines - overlap`` lines after the one before
+    (either may be None: not given, the strategy's default)."""
     mapping = ChunkMapping()
-    reason = "windows of lines are not a chunking here: chunks follow headings and paragraphs"
-    for key, value in zip(keys, (lines, overlap), strict=True):
+    for key, value, setting in zip(
+        keys, (lines, overlap), ("chunk_size", "chunk_overlap"), strict=True
+    ):
         if value is not None:
-            mapping.not_used[key] = reason
+            mapping.settings[setting] = value
+            mapping.origins[setting] = key
+    if mapping.settings:
+        mapping.settings["strategy"] = "lines"
+        mapping.origins["strategy"] = " and ".join(mapping.origins.values())
     return mapping

@@ -28,7 +28,7 @@ key                             becomes
 [knowledge] rerank_top_k        ``[search] rerank_top_k``: the passages a rerank keeps
 [knowledge] enable_rerank       ``[search] enable_rerank``: whether knowledge_semantic_search
                                 reranks when the call does not say
-[knowledge] chunk_size,         windows of lines (:func:`~.chunk_sizes.line_window_chunking`)
+[knowledge] chunk_size,         the ``lines`` strategy (:func:`~.chunk_sizes.line_window_chunking`)
 chunk_overlap
 [knowledge] enabled, auto_scan, not used: knowledge-agent reads the knowledge bases whenever it
 auto_embed, scan_interval       runs and collects on ``sync`` and ``watch``
