@@ -53,12 +53,14 @@ def test_version_1_database_is_migrated_and_its_kbs_backfilled(tmp_path: Path) -
     conn.commit()
     conn.close()
     with SQLiteStorageManager(path) as storage:
-        assert SCHEMA_VERSION == 3
         assert storage.doc_sources.get_doc_sources() == []  # the tables of later versions exist
         assert storage.sources.kb_names() == ["legacy"]
         info = storage.sources.kb_info("legacy")
         assert info is not None and info.items == 1 and info.sources == 0
         assert str(info.created_at.date()) == "2024-01-01"
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    conn.close()
 
 
 def test_saving_an_item_creates_its_kb(storage: Storage) -> None:
