@@ -75,6 +75,7 @@ from knowledge_agent.errors import (
     NotFoundError,
     QueryError,
 )
+from knowledge_agent.ingest.git_state import git_state_of
 from knowledge_agent.ingest.report import CollectInterrupted, CollectProgress, CollectReport
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.models.status import ChunkContext
@@ -89,7 +90,7 @@ from knowledge_agent.settings import (
     write_default_config,
 )
 from knowledge_agent.storage import DATABASE_FILE
-from knowledge_agent.storage.sources import KnowledgeBaseInfo, path_to_db
+from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot, path_to_db
 from knowledge_agent.trust import TrustStore, user_config_dir
 
 if TYPE_CHECKING:
@@ -909,9 +910,24 @@ def remove(app: App, target: str, kb: str | None, as_json: bool) -> None:
         click.echo(f"Removed {removed} {noun} ({'item id' if kind == 'item' else 'path'}).")
 
 
+def _folder_json(root: SourceRoot) -> dict[str, Any]:
+    """A collected folder or file for ``sources --json``; ``git`` for one in a work tree."""
+    entry: dict[str, Any] = {
+        "kb": root.kb,
+        "root": path_to_db(root.root),
+        "added_at": root.added_at.isoformat(),
+        "synced_at": root.synced_at.isoformat() if root.synced_at else None,
+    }
+    state = git_state_of(root.options)
+    if state is not None:
+        entry["git"] = {"branch": state.branch, "commit": state.commit}
+    return entry
+
+
 @cli.command(
     epilog="""\b
---json prints {"folders": [{"kb", "root", "added_at", "synced_at"}], "doc_sources":
+--json prints {"folders": [{"kb", "root", "added_at", "synced_at", "git": {"branch",
+"commit"} (a folder in a git work tree)}], "doc_sources":
 [{"kb", "url", "name", "options", "tags", "enabled", "refresh_interval", "added_at",
 "crawled_at", "last_error", "pages", "due"}]}."""
 )
@@ -927,15 +943,7 @@ def sources(app: App, kb: str | None, as_json: bool) -> None:
     if as_json:
         render.print_json(
             {
-                "folders": [
-                    {
-                        "kb": root.kb,
-                        "root": path_to_db(root.root),
-                        "added_at": root.added_at.isoformat(),
-                        "synced_at": root.synced_at.isoformat() if root.synced_at else None,
-                    }
-                    for root in roots
-                ],
+                "folders": [_folder_json(root) for root in roots],
                 "doc_sources": [{**doc.to_dict(), "due": doc.due()} for doc in docs],
             }
         )

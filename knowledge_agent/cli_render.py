@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from knowledge_agent.core.text_search import TextMatch
+from knowledge_agent.ingest.git_state import git_state_of
 from knowledge_agent.ingest.report import (
     MAX_KEPT_PATHS,
     NOT_TEXT,
@@ -1045,7 +1046,9 @@ def print_sources(console: Console, roots: Sequence[SourceRoot], docs: Sequence[
     table.add_column("last run", no_wrap=True)
     table.add_column("next", no_wrap=True)
     for root in roots:
-        table.add_row(root.kb, path_to_db(root.root), "", _when(root.synced_at), "sync")
+        state = git_state_of(root.options)
+        label = path_to_db(root.root) + (f" (git {state.label()})" if state else "")
+        table.add_row(root.kb, label, "", _when(root.synced_at), "sync")
     for doc in docs:
         label = doc.url + (f" ({doc.name})" if doc.name else "")
         if not doc.enabled:

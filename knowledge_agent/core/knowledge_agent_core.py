@@ -39,6 +39,8 @@ from knowledge_agent.errors import (
 )
 from knowledge_agent.faults import Faults
 from knowledge_agent.ingest.collector import Collector, ProgressCallback
+from knowledge_agent.ingest.git_state import GIT_STATE, GitState
+from knowledge_agent.ingest.git_sync import GitRoot
 from knowledge_agent.ingest.items import build_item
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 from knowledge_agent.ingest.walker import WalkOptions
@@ -549,18 +551,56 @@ class KnowledgeAgentCore:
     ) -> CollectReport:
         self.storage.sources.ensure_kb(kb)
         options = self._without_own_data(root, options)
+        previous = next((r for r in self.storage.sources.get_roots(kb) if r.root == root), None)
+        # Saved without a git state until the run is over: one cut short walks next time.
         stored = SourceRoot(kb, root, options=dataclasses.asdict(options))
         self.storage.sources.save_root(stored)
-        report = self.collector.collect(
-            kb, root, options, full=full, progress=self._indexing_along(progress)
+        report, state = self._collect_files(
+            kb, root, options, full, progress, previous.options if previous else {}
         )
-        self.storage.sources.save_root(dataclasses.replace(stored, synced_at=utc_now()))
+        record = stored.options if state is None else {**stored.options, GIT_STATE: state}
+        self.storage.sources.save_root(
+            dataclasses.replace(stored, options=record, synced_at=utc_now())
+        )
         logger.info(
             "collected %s into %s: %d processed, %d unchanged, %d skipped, %d failed, %d removed",
             root, kb, report.processed, report.unchanged, len(report.skipped),
             len(report.failed), report.removed,
         )  # fmt: skip
         return report
+
+    def _collect_files(
+        self,
+        kb: str,
+        root: str,
+        options: WalkOptions,
+        full: bool,
+        progress: ProgressCallback | None,
+        previous: Mapping[str, Any],
+    ) -> tuple[CollectReport, dict[str, Any] | None]:
+        """Walk the root; in a git work tree, look only at the files git lists as changed
+        since the last run when it can tell. The report, and the git state to record."""
+        step = self._indexing_along(progress)
+        git = GitRoot.open(root, options)
+        if git is None:
+            return self.collector.collect(kb, root, options, full=full, progress=step), None
+
+        def tracked_under(path: str) -> list[str]:
+            found = self.storage.sources.sources_at(path)
+            return [record.path for record in found if record.kb == kb and record.root == root]
+
+        with git:
+            last = GitState.from_dict(previous.get(GIT_STATE))
+            changes = None if full else git.changes(last, options, tracked_under)
+            if changes is None:
+                report = self.collector.collect(
+                    kb, root, options, full=full, progress=step, stamp=git.stamp
+                )
+            else:
+                report = self.collector.apply_changes(
+                    kb, root, options, changes.changed, changes.deleted, step, stamp=git.stamp
+                )
+            return report, git.state().to_dict()
 
     def _without_own_data(self, root: str, options: WalkOptions) -> WalkOptions:
         """``options`` excluding this knowledge base's own folder when it lies under ``root``."""
@@ -597,7 +637,8 @@ class KnowledgeAgentCore:
         with self.batch():
             for stored in self.storage.sources.get_roots(kb):
                 if os.path.exists(stored.root):
-                    options = WalkOptions(**stored.options)
+                    walk = {k: v for k, v in stored.options.items() if k != GIT_STATE}
+                    options = WalkOptions(**walk)
                     report.merge(
                         self._collect_root(stored.kb, stored.root, options, full, progress)
                     )
