@@ -619,7 +619,8 @@ leaving the folder) unless --follow-symlinks is given.
 --json prints CollectReport.to_dict(): {"kb", "processed", "unchanged",
 "skipped": [{"path", "reason"}], "skipped_summary": {"total", "groups": [{"kind",
 "reason", "count", "extensions"}]}, "failed": [{"path", "reason"}], "removed",
-"chunks_added", "chunks_removed", "bytes_processed", "duration_s", "item_ids"}."""
+"chunks_added", "chunks_removed", "bytes_processed", "duration_s", "item_ids",
+"stopped_by", "notes"}."""
 )
 @click.argument("paths", nargs=-1, required=True, metavar="PATH|URL...")
 @kb_option("Knowledge base to add to (default: the project's default_kb, else 'default').")

@@ -542,6 +542,8 @@ def print_report(
     console.print(Text(report_line(report), style="bold"))
     for limit in report.stopped_by:
         console.print(Text(f"stopped early: {limit}", style="yellow"))
+    for note in report.notes:
+        console.print(Text(f"note: {note}", style="yellow"))
     print_issues(console, "failed", report.failed, style="red")
     print_skipped(console, report, verbose=verbose, base=base)
 
@@ -729,16 +731,19 @@ class _Phase:
     def eta(self) -> float | None:
         """Seconds left at the current rate, None when unknown."""
         rate = self.rate()
-        if not rate or self.finished:
+        if not rate or self.finished or self.total <= 0:  # no total, no time left to tell
             return None
         if self.in_megabytes:
             return (self.bytes_total - self.bytes_done) / _MB / rate
         return (self.total - self.done) / rate
 
     def counts(self) -> str:
-        text = f"{self.done:,}/{self.total:,} {self.unit}"
+        """``418/1,204 files · 12.3/80.0 MB``; a total not known (a crawl's) is left out."""
+        total = f"/{self.total:,}" if self.total > 0 else ""
+        text = f"{self.done:,}{total} {self.unit}"
         if self.measures_bytes:
-            text += f" · {self.bytes_done / _MB:.1f}/{self.bytes_total / _MB:.1f} MB"
+            size = f"/{self.bytes_total / _MB:.1f}" if self.bytes_total > 0 else ""
+            text += f" · {self.bytes_done / _MB:.1f}{size} MB"
         return text
 
     def stats(self, *, with_eta: bool = True) -> str:
@@ -901,7 +906,7 @@ def _live_progress(
                 name = state.current
                 progress.update(
                     collecting,
-                    total=phase.total,
+                    total=phase.total or None,  # a crawl's is not known: no bar to fill
                     completed=phase.done,
                     current=name if len(name) <= 40 else name[:39] + "…",
                 )

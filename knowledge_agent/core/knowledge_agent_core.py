@@ -136,6 +136,18 @@ def _count(count: Callable[[], int]) -> int:
         return 0
 
 
+def _nothing_reached(report: CollectReport, start: str) -> str | None:
+    """Why a first crawl stored nothing: the start URL's failure or skip (else the first
+    of any); None when it stored pages, or no URL failed (a sitemap listing none here)."""
+    if report.processed or report.unchanged:
+        return None
+    issues = [*report.failed, *report.skipped]
+    for issue in issues:
+        if issue.path == start:
+            return issue.reason
+    return issues[0].reason if issues else None
+
+
 def _is_web_url(source: object) -> bool:
     """Whether a source names a web page (an ``http(s)://`` URL) rather than a path or text."""
     return isinstance(source, str) and source[:8].lower().startswith(("http://", "https://"))
@@ -476,6 +488,7 @@ class KnowledgeAgentCore:
         started = time.perf_counter()
         with self._backend.writing():
             known = self.storage.doc_sources.get_doc_source(kb, start)
+            new_kb = kb not in self.storage.sources.kb_names()
             source = DocSource(
                 kb=kb,
                 url=start,
@@ -492,8 +505,21 @@ class KnowledgeAgentCore:
             )
             self.storage.doc_sources.save_doc_source(source)
         report = self._crawl(source, full=full, policy=policy, progress=progress)
+        if known is None and (reason := _nothing_reached(report, start)) is not None:
+            self._forget_doc_source(kb, start, new_kb)
+            raise IngestError(start, reason)
         report.duration_s = time.perf_counter() - started
         return report
+
+    def _forget_doc_source(self, kb: str, url: str, new_kb: bool) -> None:
+        """Undo the adding of a doc source that reached nothing: its row and pages, and its
+        knowledge base when the add made it and nothing else is in it now."""
+        with self._backend.writing():
+            self.storage.doc_sources.delete_doc_source(kb, url)
+            info = self.storage.sources.kb_info(kb)
+            if new_kb and info is not None and not (info.items or info.roots):
+                self.storage.sources.delete_kb(kb)
+            self._backend.defer()
 
     def _crawl(
         self,

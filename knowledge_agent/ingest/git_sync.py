@@ -30,6 +30,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import timezone
 from pathlib import Path
 from types import TracebackType
 
@@ -192,7 +193,7 @@ class GitRoot:
         if last is None:
             return None
         return FileStamp(
-            last.committed_at,
+            last.committed_at.astimezone(timezone.utc),  # stored times are all UTC
             {"git_commit": last.commit, "git_committed_at": last.committed_at.isoformat()},
         )
 

@@ -208,7 +208,9 @@ class CollectReport:
     the files the walk left out as not text (images, fonts, archives …), never read;
     :meth:`skip_summary` groups them with ``skipped`` by kind and reason. ``stopped_by``
     names the bounds that cut a crawl short (its ``max_time``, the sitemap caps): pages it
-    did not reach were neither fetched nor removed.
+    did not reach were neither fetched nor removed. ``notes`` say what else the user
+    should know and what to do about it, a sentence each (sitemap URLs left out as on
+    another origin, say).
     """
 
     kb: str
@@ -224,6 +226,7 @@ class CollectReport:
     item_ids: list[str] = field(default_factory=list)
     not_text: NotTextFiles = field(default_factory=NotTextFiles)
     stopped_by: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def files_skipped(self) -> int:
@@ -275,6 +278,7 @@ class CollectReport:
         self.duration_s += other.duration_s
         self.item_ids.extend(other.item_ids)
         self.stopped_by.extend(other.stopped_by)
+        self.notes.extend(other.notes)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the CLI's ``--json`` shape)."""
@@ -295,6 +299,7 @@ class CollectReport:
             "duration_s": round(self.duration_s, 3),
             "item_ids": list(self.item_ids),
             "stopped_by": list(self.stopped_by),
+            "notes": list(self.notes),
         }
 
 
