@@ -611,7 +611,11 @@ A URL is a doc source: one page, a sitemap.xml, or a site crawled from that page
 \b
 Skipped files are counted by kind (images, fonts, binary, over the size limit …);
 --verbose lists each. Images, fonts, media, archives, lock files, source maps and
-minified bundles are left out as not text unless an --include glob names them.
+minified bundles are left out as not text, and templates (*.j2, the HTML of
+overrides/, templates/, _templates/) and site settings (CNAME, _redirects,
+_headers) as not documents, unless an --include glob names them. Build output
+(build/, dist/, _build/, _site/, a folder holding sitemap.xml.gz such as MkDocs'
+site/), caches and virtualenvs are skipped; --exclude '!_build/' takes one back.
 Links to files or folders outside the folder are not followed (counted as links
 leaving the folder) unless --follow-symlinks is given.
 

@@ -31,6 +31,7 @@ from knowledge_agent.core.text_search import TextMatch
 from knowledge_agent.ingest.git_state import git_state_of
 from knowledge_agent.ingest.report import (
     MAX_KEPT_PATHS,
+    NOT_DOCUMENT,
     NOT_TEXT,
     CollectProgress,
     CollectReport,
@@ -576,6 +577,8 @@ _SKIP_NOUNS: dict[str, tuple[str, str]] = {
     "lock file": ("lock file", "lock files"),
     "source map": ("source map", "source maps"),
     "minified": ("minified bundle", "minified bundles"),
+    "template": ("template", "templates"),
+    "site setting": ("site setting file", "site setting files"),
     LINK_OUTSIDE: ("link leaving the folder", "links leaving the folder"),
     "binary": ("binary file", "binary files"),
     "empty": ("empty file", "empty files"),
@@ -625,7 +628,8 @@ def print_skipped(
         listed = [(issue.path, issue.reason) for issue in report.skipped]
         for path, kind in report.not_text.paths:
             reason = walk_skip_reason(kind)
-            listed.append((path, f"{reason} ({kind})" if reason == NOT_TEXT else reason))
+            shown = f"{reason} ({kind})" if reason in (NOT_TEXT, NOT_DOCUMENT) else reason
+            listed.append((path, shown))
         console.print(Text("skipped:", style=DIM))
         for path, reason in sorted(listed):
             console.print(Text(f"  {path}: {reason}", style=DIM))

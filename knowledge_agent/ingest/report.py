@@ -14,6 +14,7 @@ __all__ = [
     "LINK_LEAVING",
     "MAX_EXTENSIONS",
     "MAX_KEPT_PATHS",
+    "NOT_DOCUMENT",
     "NOT_TEXT",
     "CollectProgress",
     "CollectReport",
@@ -26,6 +27,11 @@ __all__ = [
 
 NOT_TEXT = "not text"
 """The reason of every file the walk leaves out as not text (images, fonts …)."""
+
+NOT_DOCUMENT = "not a document"
+"""The reason of every file the walk leaves out as not a document (templates …)."""
+
+_NOT_DOCUMENTS = frozenset({"template", "site setting"})
 
 LINK_LEAVING = "link leaving the folder"
 """The reason of every symlink the walk did not follow because its target is outside."""
@@ -54,7 +60,9 @@ def skip_kind(reason: str) -> str:
 
 def walk_skip_reason(kind: str) -> str:
     """The reason of an entry the walk left out unread, by its kind (see NotTextFiles)."""
-    return LINK_LEAVING if kind == LINK_OUTSIDE else NOT_TEXT
+    if kind == LINK_OUTSIDE:
+        return LINK_LEAVING
+    return NOT_DOCUMENT if kind in _NOT_DOCUMENTS else NOT_TEXT
 
 
 def _group_reason(kind: str, reason: str) -> str:
@@ -118,7 +126,8 @@ class SkipGroup:
     """Skipped files of one kind and reason: how many, and their extensions, most first.
 
     ``kind`` is a ``NON_TEXT_KINDS`` key of the walker ("image", "font", "media",
-    "archive", "lock file", "source map", "minified") with reason ``NOT_TEXT``, the walker's
+    "archive", "lock file", "source map", "minified") with reason ``NOT_TEXT``, "template" or
+    "site setting" with reason ``NOT_DOCUMENT``, the walker's
     ``LINK_OUTSIDE`` with reason ``LINK_LEAVING``, or one of "too large", "binary",
     "empty", "encoding", "no text", "other". ``paths`` holds the
     files when the report has them all (skips the collector saw; not-text files while
