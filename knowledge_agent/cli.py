@@ -39,6 +39,7 @@ kb remove      {"name", "items_removed"}
 from __future__ import annotations
 
 import errno
+import functools
 import io
 import logging
 import os
@@ -66,7 +67,7 @@ from rich.console import Console
 from knowledge_agent import cli_render as render
 from knowledge_agent.cli_checks import check_filters, check_values
 from knowledge_agent.cli_crawl import crawl_options, crawl_options_from, given, is_url
-from knowledge_agent.cli_formats import FORMATS, write_results
+from knowledge_agent.cli_formats import FORMATS, distinct_paths, write_results
 from knowledge_agent.core.text_search import compile_pattern, linked
 from knowledge_agent.errors import (
     ConfigError,
@@ -1251,9 +1252,9 @@ def search(
             languages=languages,
             doc_type_rules=app.settings.config.doc_type_rules.values(),
         )
-        results = core.search(
+        search = functools.partial(
+            core.search,
             query,
-            limit=_ALL_RESULTS if every else limit,
             context_window=context,
             kb=kb or None,
             source_type=source_types or None,
@@ -1266,6 +1267,12 @@ def search(
             mode=mode,
             rerank=rerank,
         )
+        if every:
+            results = search(limit=_ALL_RESULTS)
+        elif fmt == "files":
+            results = distinct_paths(lambda asked: search(limit=asked), limit)
+        else:
+            results = search(limit=limit)
         texts = _texts(core, results) if full and fmt != "text" else None
     if fmt != "text":
         write_results(fmt, query, mode, results, texts=texts, explain=explain)
