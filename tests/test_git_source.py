@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.cli import cli
+from knowledge_agent.errors import IngestError
 from knowledge_agent.ingest import collector
 
 pytestmark = requires_git
@@ -255,6 +256,47 @@ def test_the_walks_rules_apply_to_what_git_lists_and_a_gitignore_change_walks(
         report = core.sync()
     assert "a .gitignore changed; walking the folder" in caplog.text
     assert report.removed == 1 and set(items_by_name(core)) == {"guide.md"}
+
+
+def test_a_file_that_failed_is_tried_again_by_the_next_sync(
+    tmp_path: Path,
+    core: KnowledgeAgentCore,
+    reads: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tree = WorkTree(tmp_path / "repo")
+    tree.write("guide.md", "# Guide\n\nThe guide names the osprey.\n")
+    tree.write("other.md", "# Other\n\nAnother page.\n")
+    tree.commit("first", OLD)
+    process = collector.process_bytes
+
+    def passing_failure(data: bytes, path: str, config: object) -> object:
+        if path.endswith("guide.md"):
+            raise IngestError(path, "the disk hiccuped")
+        return process(data, path, config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(collector, "process_bytes", passing_failure)
+    assert core.collect_knowledge(tree.path, kb="docs").failed
+    monkeypatch.setattr(collector, "process_bytes", process)
+    reads.clear()
+
+    report = core.sync()
+
+    assert reads == ["guide.md"] and report.processed == 1
+    assert names(core.search("osprey", limit=1)) == {"guide.md"}
+
+
+def test_new_walk_options_walk_the_folder(tmp_path: Path, core: KnowledgeAgentCore) -> None:
+    tree = WorkTree(tmp_path / "repo")
+    tree.write("guide.md", "# Guide\n\nThe guide.\n")
+    tree.write("drafts/idea.md", "# Idea\n\nA draft.\n")
+    tree.commit("first", OLD)
+    core.collect_knowledge(tree.path, kb="docs")
+
+    report = core.collect_knowledge(tree.path, kb="docs", exclude=["drafts/"])
+
+    assert report.removed == 1 and set(items_by_name(core)) == {"guide.md"}
+    assert git_state(core)["commit"] == tree.head()
 
 
 def test_a_folder_below_the_top_sees_changes_to_files_ignored_above_it(

@@ -136,6 +136,11 @@ def _count(count: Callable[[], int]) -> int:
         return 0
 
 
+def _recorded_walk(options: Mapping[str, Any]) -> WalkOptions:
+    """The walk options a root's options record (what else they hold left out)."""
+    return WalkOptions(**{name: value for name, value in options.items() if name != GIT_STATE})
+
+
 def _nothing_reached(report: CollectReport, start: str) -> str | None:
     """Why a first crawl stored nothing: the start URL's failure or skip (else the first
     of any); None when it stored pages, or no URL failed (a sitemap listing none here)."""
@@ -615,9 +620,16 @@ class KnowledgeAgentCore:
             found = self.storage.sources.sources_at(path)
             return [record.path for record in found if record.kb == kb and record.root == root]
 
+        def failed() -> list[str]:
+            rows = self.storage.sources.get_sources(kb, root).values()
+            return [record.path for record in rows if record.status == "failed"]
+
         with git:
             last = GitState.from_dict(previous.get(GIT_STATE))
-            changes = None if full else git.changes(last, options, tracked_under)
+            if last is not None and _recorded_walk(previous) != options:
+                logger.info("%s: its walk options changed; walking the folder", root)
+                last = None  # files outside what git lists may now be in or out
+            changes = None if full else git.changes(last, options, tracked_under, failed)
             if changes is None:
                 report = self.collector.collect(
                     kb, root, options, full=full, progress=step, stamp=git.stamp
@@ -663,8 +675,7 @@ class KnowledgeAgentCore:
         with self.batch():
             for stored in self.storage.sources.get_roots(kb):
                 if os.path.exists(stored.root):
-                    walk = {k: v for k, v in stored.options.items() if k != GIT_STATE}
-                    options = WalkOptions(**walk)
+                    options = _recorded_walk(stored.options)
                     report.merge(
                         self._collect_root(stored.kb, stored.root, options, full, progress)
                     )

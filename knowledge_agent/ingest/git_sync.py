@@ -6,13 +6,15 @@ untracked): :class:`GitState`, kept in the root's options under :data:`GIT_STATE
 run asks git instead of looking at every file: the files that differ between the recorded
 commit and the work tree (``git diff OLD``: commits since, and edits not committed), those
 that differ from the commit checked out now (``git status``: untracked files too), and
-those that differed last time (an edit undone since shows in neither). Only these are
-looked at; each goes through the folder walk's own rules (excludes, hidden files,
+those that differed last time (an edit undone since shows in neither), and those whose
+reading failed last time (a walk tries them again too). Only these are looked at; each goes through the folder walk's own rules (excludes, hidden files,
 ``.gitignore``: :func:`~knowledge_agent.ingest.walker.is_included`), so both ways index the
-same files. When the folder is below the top of the work tree, the ignored files under it
-are listed too: the walk does not read the ``.gitignore`` files above its folder.
+same files. When the folder is below the top of the work tree (or its ``.git`` is a file: a
+linked work tree, a submodule), the ignored files under it are listed too: the walk does not
+read the ignore files above its folder, nor the exclude file of such a ``.git``.
 
-The folder is walked as usual instead (and why is logged) when no state was recorded, the
+The folder is walked as usual instead (and why is logged) when no state was recorded, its
+walk options changed (the caller's part: files git does not list may be in or out), the
 recorded commit is gone (a rebase or a forced update, then garbage collection), a
 ``.gitignore`` or the root's ``.git/info/exclude`` changed (the files a walk keeps may then
 change anywhere), the walk does not follow ``.gitignore``, more than
@@ -61,6 +63,8 @@ class GitChanges:
 
 TrackedUnder = Callable[[str], Iterable[str]]
 """``tracked_under(path)``: the tracked sources of the root at ``path`` or under it."""
+Failed = Callable[[], Iterable[str]]
+"""``failed()``: the tracked sources of the root whose last reading failed."""
 
 
 class GitRoot:
@@ -74,7 +78,10 @@ class GitRoot:
         self.pathspec = relative.replace(os.sep, "/") if below else "."
         self.prefix = self.pathspec + "/" if below else ""  # of the root's paths from the top
         self.commit, self.branch = repo.head()
-        self.differing = repo.differing(self.pathspec, ignored=below)
+        # The walk reads no ignore file above the root, nor the exclude file of a .git that
+        # is a file (a linked work tree, a submodule): what git ignores there, it may keep.
+        own_rules = not below and os.path.isdir(os.path.join(root, ".git"))
+        self.differing = repo.differing(self.pathspec, ignored=not own_rules)
         self.tracked = repo.tracked(self.pathspec)
         self.excludes = _stat(os.path.join(root, ".git", "info", "exclude"))
         self._checker = _Checker(root, options)
@@ -125,10 +132,15 @@ class GitRoot:
         return GitState(self.commit, self.branch, differing, overflow, self.excludes)
 
     def changes(
-        self, previous: GitState | None, options: WalkOptions, tracked_under: TrackedUnder
+        self,
+        previous: GitState | None,
+        options: WalkOptions,
+        tracked_under: TrackedUnder,
+        failed: Failed,
     ) -> GitChanges | None:
-        """The files that may have changed since ``previous`` was recorded; None when the
-        folder must be walked (the reason is logged, unless nothing was recorded)."""
+        """The files that may have changed since ``previous`` was recorded, and those that
+        failed last time (as a walk, which tries them again); None when the folder must be
+        walked (the reason is logged, unless nothing was recorded)."""
         if previous is None:
             return None
         try:
@@ -146,10 +158,12 @@ class GitRoot:
             return None
         changed: list[Path] = []
         deleted: list[Path] = []
-        for name in sorted(names):
-            if not name.startswith(self.prefix):
-                continue
-            path = os.path.join(self.root, *name[len(self.prefix) :].split("/"))
+        paths = {
+            os.path.join(self.root, *name[len(self.prefix) :].split("/"))
+            for name in names
+            if name.startswith(self.prefix)
+        }
+        for path in sorted(paths.union(failed())):
             if os.path.isdir(path) and not os.path.islink(path):
                 # A submodule (git lists it, not the files in it): what the walk finds there.
                 found = {str(file.path) for file in self._checker.walk_below(path)}
