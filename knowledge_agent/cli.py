@@ -726,6 +726,9 @@ Example:
 def sync(app: App, kb: str | None, full: bool, verbose: bool, as_json: bool) -> None:
     """Re-scan every collected folder and file: index changes, drop deleted files.
 
+    In a folder of a git work tree, only the files git lists as changed since the last
+    run are looked at (see `sources` for the commit and branch recorded).
+
     The project file's [[scan]] paths are collected too, the first time with their
     include/exclude globs.
     """
