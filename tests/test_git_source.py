@@ -22,7 +22,7 @@ from git_work_tree import WorkTree, requires_git
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent import KnowledgeAgentCore, KnowledgeItem, SearchResult
 from knowledge_agent.cli import cli
 from knowledge_agent.errors import IngestError
 from knowledge_agent.ingest import collector
@@ -60,7 +60,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def items_by_name(core: KnowledgeAgentCore, kb: str = "docs") -> dict[str, object]:
+def items_by_name(core: KnowledgeAgentCore, kb: str = "docs") -> dict[str, KnowledgeItem]:
     return {Path(item.source_uri or "").name: item for item in core.list_items(kb=kb, limit=500)}
 
 
@@ -71,8 +71,8 @@ def git_state(core: KnowledgeAgentCore, kb: str = "docs") -> dict[str, object]:
     return state
 
 
-def names(results: list[object]) -> set[str]:
-    return {Path(result.item.source_uri).name for result in results}  # type: ignore[attr-defined]
+def names(results: list[SearchResult]) -> set[str]:
+    return {Path(result.item.source_uri or "").name for result in results}
 
 
 def test_add_records_commit_and_branch_and_dates_each_file_by_its_last_commit(
@@ -96,11 +96,11 @@ def test_add_records_commit_and_branch_and_dates_each_file_by_its_last_commit(
     )
     items = items_by_name(any_core)
     guide, deploy, draft = items["guide.md"], items["deploy.md"], items["draft.md"]
-    assert guide.updated_at == OLD and guide.metadata["git_commit"] == first  # type: ignore[attr-defined]
-    assert deploy.updated_at == NEW and deploy.metadata["git_commit"] == second  # type: ignore[attr-defined]
-    assert deploy.metadata["git_committed_at"] == NEW.isoformat()  # type: ignore[attr-defined]
+    assert guide.updated_at == OLD and guide.metadata["git_commit"] == first
+    assert deploy.updated_at == NEW and deploy.metadata["git_commit"] == second
+    assert deploy.metadata["git_committed_at"] == NEW.isoformat()
     # Not committed: dated when collected, as a file of a plain folder.
-    assert "git_commit" not in draft.metadata and draft.updated_at > NEW  # type: ignore[attr-defined]
+    assert "git_commit" not in draft.metadata and draft.updated_at > NEW
     # The date filters select by the commit dates.
     assert names(any_core.search("tide", updated_before=MIDDLE)) == {"guide.md"}
     assert names(
@@ -132,9 +132,9 @@ def test_a_sync_reads_exactly_the_files_git_lists_as_changed(
     assert (report.processed, report.removed, report.unchanged) == (4, 2, 0)
     items = items_by_name(any_core)
     assert set(items) == {"keep.md", "edit.md", "moved.md", "dirty.md", "fresh.md"}
-    assert items["edit.md"].metadata["git_commit"] == second  # type: ignore[attr-defined]
-    assert items["moved.md"].updated_at == NEW and items["keep.md"].updated_at == OLD  # type: ignore[attr-defined]
-    assert "git_commit" not in items["dirty.md"].metadata  # type: ignore[attr-defined]
+    assert items["edit.md"].metadata["git_commit"] == second
+    assert items["moved.md"].updated_at == NEW and items["keep.md"].updated_at == OLD
+    assert "git_commit" not in items["dirty.md"].metadata
     for word, name in (("quokka", "edit.md"), ("wombat", "dirty.md"), ("numbat", "fresh.md")):
         assert names(any_core.search(word, limit=1)) == {name}
     state = git_state(any_core)
@@ -165,7 +165,7 @@ def test_an_edit_undone_is_read_again_and_then_left_alone(
 
     assert reads == ["note.md"]
     assert names(core.search("heron", limit=1)) == {"note.md"} and not core.search("egret")
-    assert items_by_name(core)["note.md"].updated_at == OLD  # type: ignore[attr-defined]
+    assert items_by_name(core)["note.md"].updated_at == OLD
     reads.clear()
     core.sync()
     assert reads == []
@@ -199,7 +199,7 @@ def test_a_commit_gone_after_a_rebase_makes_the_sync_walk_the_folder(
     assert (report.processed, report.unchanged) == (1, 1)
     assert names(core.search("ibis", limit=1)) == {"a.md"}
     assert git_state(core)["commit"] == tree.head()
-    assert items_by_name(core)["a.md"].updated_at == NEW  # type: ignore[attr-defined]
+    assert items_by_name(core)["a.md"].updated_at == NEW
 
 
 def test_without_git_the_folder_is_walked_and_that_is_logged(
