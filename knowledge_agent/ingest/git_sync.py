@@ -5,13 +5,14 @@ checked out, the branch, and the files that differed from that commit (edited, s
 untracked): :class:`GitState`, kept in the root's options under :data:`GIT_STATE`. The next
 run asks git instead of looking at every file: the files that differ between the recorded
 commit and the work tree (``git diff OLD``: commits since, and edits not committed), those
-that differ from the commit checked out now (``git status``: untracked files too), and
-those that differed last time (an edit undone since shows in neither), and those whose
-reading failed last time (a walk tries them again too). Only these are looked at; each goes through the folder walk's own rules (excludes, hidden files,
-``.gitignore``: :func:`~knowledge_agent.ingest.walker.is_included`), so both ways index the
-same files. When the folder is below the top of the work tree (or its ``.git`` is a file: a
-linked work tree, a submodule), the ignored files under it are listed too: the walk does not
-read the ignore files above its folder, nor the exclude file of such a ``.git``.
+that differ from the commit checked out now (``git status``: untracked files too), those
+that differed last time (an edit undone since shows in neither), and those whose reading
+failed last time (a walk tries them again too). Only these are looked at; each goes
+through the folder walk's own rules (excludes, hidden files, ``.gitignore``:
+:func:`~knowledge_agent.ingest.walker.is_included`), so both ways index the same files.
+When the folder is below the top of the work tree (or its ``.git`` is a file: a linked work
+tree, a submodule), the ignored files under it are listed too: the walk does not read the
+ignore files above its folder, nor the exclude file of such a ``.git``.
 
 The folder is walked as usual instead (and why is logged) when no state was recorded, its
 walk options changed (the caller's part: files git does not list may be in or out), the
