@@ -39,6 +39,7 @@ kb remove      {"name", "items_removed"}
 from __future__ import annotations
 
 import errno
+import functools
 import io
 import logging
 import os
@@ -66,7 +67,7 @@ from rich.console import Console
 from knowledge_agent import cli_render as render
 from knowledge_agent.cli_checks import check_filters, check_values
 from knowledge_agent.cli_crawl import crawl_options, crawl_options_from, given, is_url
-from knowledge_agent.cli_formats import FORMATS, write_results
+from knowledge_agent.cli_formats import FORMATS, distinct_paths, write_results
 from knowledge_agent.core.text_search import compile_pattern, linked
 from knowledge_agent.errors import (
     ConfigError,
@@ -75,6 +76,7 @@ from knowledge_agent.errors import (
     NotFoundError,
     QueryError,
 )
+from knowledge_agent.ingest.git_state import git_state_of
 from knowledge_agent.ingest.report import CollectInterrupted, CollectProgress, CollectReport
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.models.status import ChunkContext
@@ -89,7 +91,7 @@ from knowledge_agent.settings import (
     write_default_config,
 )
 from knowledge_agent.storage import DATABASE_FILE
-from knowledge_agent.storage.sources import KnowledgeBaseInfo, path_to_db
+from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot, path_to_db
 from knowledge_agent.trust import TrustStore, user_config_dir
 
 if TYPE_CHECKING:
@@ -654,7 +656,11 @@ A URL is a doc source: one page, a sitemap.xml, or a site crawled from that page
 \b
 Skipped files are counted by kind (images, fonts, binary, over the size limit …);
 --verbose lists each. Images, fonts, media, archives, lock files, source maps and
-minified bundles are left out as not text unless an --include glob names them.
+minified bundles are left out as not text, and templates (*.j2, the HTML of
+overrides/, templates/, _templates/) and site settings (CNAME, _redirects,
+_headers) as not documents, unless an --include glob names them. Build output
+(build/, dist/, _build/, _site/, a folder holding sitemap.xml.gz such as MkDocs'
+site/), caches and virtualenvs are skipped; --exclude '!_build/' takes one back.
 Links to files or folders outside the folder are not followed (counted as links
 leaving the folder) unless --follow-symlinks is given.
 
@@ -662,7 +668,8 @@ leaving the folder) unless --follow-symlinks is given.
 --json prints CollectReport.to_dict(): {"kb", "processed", "unchanged",
 "skipped": [{"path", "reason"}], "skipped_summary": {"total", "groups": [{"kind",
 "reason", "count", "extensions"}]}, "failed": [{"path", "reason"}], "removed",
-"chunks_added", "chunks_removed", "bytes_processed", "duration_s", "item_ids"}."""
+"chunks_added", "chunks_removed", "bytes_processed", "duration_s", "item_ids",
+"stopped_by", "notes"}."""
 )
 @click.argument("paths", nargs=-1, required=True, metavar="PATH|URL...")
 @kb_option("Knowledge base to add to (default: the project's default_kb, else 'default').")
@@ -762,6 +769,9 @@ Example:
 @pass_app
 def sync(app: App, kb: str | None, full: bool, verbose: bool, as_json: bool) -> None:
     """Re-scan every collected folder and file: index changes, drop deleted files.
+
+    In a folder of a git work tree, only the files git lists as changed since the last
+    run are looked at (see `sources` for the commit and branch recorded).
 
     The project file's [[scan]] paths are collected too, the first time with their
     include/exclude globs.
@@ -953,9 +963,24 @@ def remove(app: App, target: str, kb: str | None, as_json: bool) -> None:
         click.echo(f"Removed {removed} {noun} ({'item id' if kind == 'item' else 'path'}).")
 
 
+def _folder_json(root: SourceRoot) -> dict[str, Any]:
+    """A collected folder or file for ``sources --json``; ``git`` for one in a work tree."""
+    entry: dict[str, Any] = {
+        "kb": root.kb,
+        "root": path_to_db(root.root),
+        "added_at": root.added_at.isoformat(),
+        "synced_at": root.synced_at.isoformat() if root.synced_at else None,
+    }
+    state = git_state_of(root.options)
+    if state is not None:
+        entry["git"] = {"branch": state.branch, "commit": state.commit}
+    return entry
+
+
 @cli.command(
     epilog="""\b
---json prints {"folders": [{"kb", "root", "added_at", "synced_at"}], "doc_sources":
+--json prints {"folders": [{"kb", "root", "added_at", "synced_at", "git": {"branch",
+"commit"} (a folder in a git work tree)}], "doc_sources":
 [{"kb", "url", "name", "options", "tags", "enabled", "refresh_interval", "added_at",
 "crawled_at", "last_error", "pages", "due"}]}."""
 )
@@ -971,15 +996,7 @@ def sources(app: App, kb: str | None, as_json: bool) -> None:
     if as_json:
         render.print_json(
             {
-                "folders": [
-                    {
-                        "kb": root.kb,
-                        "root": path_to_db(root.root),
-                        "added_at": root.added_at.isoformat(),
-                        "synced_at": root.synced_at.isoformat() if root.synced_at else None,
-                    }
-                    for root in roots
-                ],
+                "folders": [_folder_json(root) for root in roots],
                 "doc_sources": [{**doc.to_dict(), "due": doc.due()} for doc in docs],
             }
         )
@@ -1299,9 +1316,9 @@ def search(
             languages=languages,
             doc_type_rules=app.settings.config.doc_type_rules.values(),
         )
-        results = core.search(
+        search = functools.partial(
+            core.search,
             query,
-            limit=_ALL_RESULTS if every else limit,
             context_window=context,
             kb=kb or None,
             source_type=source_types or None,
@@ -1316,6 +1333,12 @@ def search(
             mode=mode,
             rerank=rerank,
         )
+        if every:
+            results = search(limit=_ALL_RESULTS)
+        elif fmt == "files":
+            results = distinct_paths(lambda asked: search(limit=asked), limit)
+        else:
+            results = search(limit=limit)
         texts = _texts(core, results) if full and fmt != "text" else None
     if fmt != "text":
         write_results(fmt, query, mode, results, texts=texts, explain=explain)

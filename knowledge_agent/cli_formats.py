@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from knowledge_agent.cli_render import print_json, print_json_line
@@ -18,7 +18,7 @@ from knowledge_agent.models.result_view import (
 if TYPE_CHECKING:
     from knowledge_agent.models import SearchResult
 
-__all__ = ["FORMATS", "result_json", "write_results"]
+__all__ = ["FORMATS", "distinct_paths", "result_json", "write_results"]
 
 FORMATS = ("text", "json", "ndjson", "csv", "md", "files")
 """``text`` is the human view; the others are written by :func:`write_results`."""
@@ -72,14 +72,41 @@ def write_results(
         for rank, result in enumerate(results, start=1):
             out.write(_markdown(rank, result))
     elif fmt == "files":
-        seen: set[str] = set()
-        for result in results:
-            path = item_path(result.item)
-            if path not in seen:
-                seen.add(path)
-                out.write(path + "\n")
+        for result in _first_of_each_path(results):
+            out.write(item_path(result.item) + "\n")
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {FORMATS}")
+
+
+def _first_of_each_path(results: Sequence[SearchResult]) -> list[SearchResult]:
+    seen: set[str] = set()
+    kept = []
+    for result in results:
+        path = item_path(result.item)
+        if path not in seen:
+            seen.add(path)
+            kept.append(result)
+    return kept
+
+
+_MORE_ROUNDS = 4  # searches for more results before settling for fewer distinct paths
+
+
+def distinct_paths(
+    search: Callable[[int], Sequence[SearchResult]], limit: int
+) -> list[SearchResult]:
+    """The best result of each path, ``limit`` of them when there are that many: one file
+    collected into several knowledge bases is one path, so ``search(asked)`` is asked for
+    more (four times as many each round) until enough paths are found or it runs out."""
+    asked = limit
+    kept: list[SearchResult] = []
+    for _ in range(_MORE_ROUNDS):
+        results = search(asked)
+        kept = _first_of_each_path(results)
+        if len(kept) >= limit or len(results) < asked:
+            break
+        asked *= 4
+    return kept[:limit]
 
 
 def _where(result: SearchResult) -> str:

@@ -28,8 +28,10 @@ from rich.table import Table
 from rich.text import Text
 
 from knowledge_agent.core.text_search import TextMatch
+from knowledge_agent.ingest.git_state import git_state_of
 from knowledge_agent.ingest.report import (
     MAX_KEPT_PATHS,
+    NOT_DOCUMENT,
     NOT_TEXT,
     CollectProgress,
     CollectReport,
@@ -541,6 +543,8 @@ def print_report(
     console.print(Text(report_line(report), style="bold"))
     for limit in report.stopped_by:
         console.print(Text(f"stopped early: {limit}", style="yellow"))
+    for note in report.notes:
+        console.print(Text(f"note: {note}", style="yellow"))
     print_issues(console, "failed", report.failed, style="red")
     print_skipped(console, report, verbose=verbose, base=base)
 
@@ -573,6 +577,8 @@ _SKIP_NOUNS: dict[str, tuple[str, str]] = {
     "lock file": ("lock file", "lock files"),
     "source map": ("source map", "source maps"),
     "minified": ("minified bundle", "minified bundles"),
+    "template": ("template", "templates"),
+    "site setting": ("site setting file", "site setting files"),
     LINK_OUTSIDE: ("link leaving the folder", "links leaving the folder"),
     "binary": ("binary file", "binary files"),
     "empty": ("empty file", "empty files"),
@@ -622,7 +628,8 @@ def print_skipped(
         listed = [(issue.path, issue.reason) for issue in report.skipped]
         for path, kind in report.not_text.paths:
             reason = walk_skip_reason(kind)
-            listed.append((path, f"{reason} ({kind})" if reason == NOT_TEXT else reason))
+            shown = f"{reason} ({kind})" if reason in (NOT_TEXT, NOT_DOCUMENT) else reason
+            listed.append((path, shown))
         console.print(Text("skipped:", style=DIM))
         for path, reason in sorted(listed):
             console.print(Text(f"  {path}: {reason}", style=DIM))
@@ -728,16 +735,19 @@ class _Phase:
     def eta(self) -> float | None:
         """Seconds left at the current rate, None when unknown."""
         rate = self.rate()
-        if not rate or self.finished:
+        if not rate or self.finished or self.total <= 0:  # no total, no time left to tell
             return None
         if self.in_megabytes:
             return (self.bytes_total - self.bytes_done) / _MB / rate
         return (self.total - self.done) / rate
 
     def counts(self) -> str:
-        text = f"{self.done:,}/{self.total:,} {self.unit}"
+        """``418/1,204 files · 12.3/80.0 MB``; a total not known (a crawl's) is left out."""
+        total = f"/{self.total:,}" if self.total > 0 else ""
+        text = f"{self.done:,}{total} {self.unit}"
         if self.measures_bytes:
-            text += f" · {self.bytes_done / _MB:.1f}/{self.bytes_total / _MB:.1f} MB"
+            size = f"/{self.bytes_total / _MB:.1f}" if self.bytes_total > 0 else ""
+            text += f" · {self.bytes_done / _MB:.1f}{size} MB"
         return text
 
     def stats(self, *, with_eta: bool = True) -> str:
@@ -900,7 +910,7 @@ def _live_progress(
                 name = state.current
                 progress.update(
                     collecting,
-                    total=phase.total,
+                    total=phase.total or None,  # a crawl's is not known: no bar to fill
                     completed=phase.done,
                     current=name if len(name) <= 40 else name[:39] + "…",
                 )
@@ -1065,7 +1075,9 @@ def print_sources(console: Console, roots: Sequence[SourceRoot], docs: Sequence[
     table.add_column("last run", no_wrap=True)
     table.add_column("next", no_wrap=True)
     for root in roots:
-        table.add_row(root.kb, path_to_db(root.root), "", _when(root.synced_at), "sync")
+        state = git_state_of(root.options)
+        label = path_to_db(root.root) + (f" (git {state.label()})" if state else "")
+        table.add_row(root.kb, label, "", _when(root.synced_at), "sync")
     for doc in docs:
         label = doc.url + (f" ({doc.name})" if doc.name else "")
         if not doc.enabled:

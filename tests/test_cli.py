@@ -98,6 +98,7 @@ ADD_KEYS = {
     "duration_s",
     "item_ids",
     "stopped_by",
+    "notes",
 }
 
 

@@ -32,6 +32,7 @@ from knowledge_agent.crawl.decode import STEP
 from knowledge_agent.crawl.fetch import Fetcher, Response, Throttle
 from knowledge_agent.crawl.sitemap import MAX_SITEMAPS
 from knowledge_agent.crawl.transport import make_client
+from knowledge_agent.errors import IngestError
 
 QUICK = {"respect_robots": False, "timeout": 0.5}
 
@@ -485,9 +486,11 @@ def test_the_core_crawls_for_a_user_under_the_user_policy(
 ) -> None:
     other.page("/", links())
     hostile.redirect("/start", local_name(other, "/"))
-    report = core.collect_knowledge(hostile.url("/start"), crawl=CrawlOptions(**QUICK))
-    assert [issue.reason.split(":")[0] for issue in report.skipped] == ["refused by URL policy"]
-    assert other.total_hits == 0
+    # The start URL reaches nothing: the add fails with why, and leaves no doc source.
+    with pytest.raises(IngestError) as refused:
+        core.collect_knowledge(hostile.url("/start"), crawl=CrawlOptions(**QUICK))
+    assert refused.value.reason.startswith("refused by URL policy: ")
+    assert other.total_hits == 0 and core.doc_sources() == []
 
 
 def test_allow_private_comes_from_the_command_line_and_is_stored() -> None:

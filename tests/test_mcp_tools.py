@@ -460,6 +460,24 @@ async def test_read_chunk_returns_the_chunk_its_document_and_neighbours(client: 
     assert await call(client, "read_chunk", chunk_id=best["chunk_id"], neighbors=0)
 
 
+async def test_read_chunk_takes_the_evidence_ref_a_search_returned_as_it_is_named(
+    client: Client,
+) -> None:
+    hit = (await call(client, "search_knowledge", query="roll back a failed deploy"))["results"][0]
+    best = hit["matched_chunks"][0]
+
+    cited = await call(client, "read_chunk", evidence_ref=best["evidence_ref"], neighbors=0)
+
+    assert cited["citation"]["status"] == "unchanged"
+    assert cited["chunk"]["content"] == best["content"]
+    by_id = await call(client, "read_chunk", evidence_ref=best["chunk_id"], neighbors=0)
+    assert by_id["chunk"]["chunk_id"] == best["chunk_id"]
+    both = {"chunk_id": best["chunk_id"], "evidence_ref": best["evidence_ref"]}
+    for arguments in ({}, both):
+        message = await fail(client, "read_chunk", **arguments)
+        assert "give chunk_id or evidence_ref (one of them)" in message
+
+
 async def test_get_knowledge_item_trims_content_and_pages_on(client: Client, docs: Path) -> None:
     hit = (await call(client, "search_knowledge", query="ETag revalidation"))["results"][0]
 

@@ -368,11 +368,12 @@ def test_markdown_front_matter_title_tags_and_metadata() -> None:
     ("text", "title"),
     [
         ("Intro\n\n```\n# not a title\n```\n\n# Real Title\n\ntext", "Real Title"),
-        ("## Only a second level\n\ntext", "install-notes"),
+        ("## Only a second level\n\ntext", "Only a second level"),  # the first line
         ("---\nlayout: post\n---\n# From H1 ##\n", "From H1"),
         ("Intro.\n\nSetext Title\n============\n\ntext", "Setext Title"),
         ("# Lifespan Events { #lifespan-events }\n\ntext", "Lifespan Events"),
-        ("plain words", "install-notes"),
+        ("plain words", "plain words"),
+        ("```\n# code, not a title\n```\n", "install-notes"),  # no line of text: the file
     ],
 )
 def test_markdown_title_fallbacks(text: str, title: str) -> None:

@@ -265,8 +265,16 @@ def test_the_command_line_adds_lists_and_removes_a_doc_source(
     assert misuse.exit_code == 2 and "--depth apply only to a URL" in misuse.output
 
 
-def test_a_crawl_that_reached_nothing_stays_due(core: KnowledgeAgentCore) -> None:
-    report = core.collect_knowledge("http://127.0.0.1:9/docs/", crawl={"max_depth": 0})
+def test_a_recrawl_that_reached_nothing_keeps_its_last_crawl_time_and_says_why(
+    server: SiteServer, core: KnowledgeAgentCore
+) -> None:
+    server.set_page("/docs/", "<title>Docs</title><p>The docs of the pelican.</p>")
+    core.collect_knowledge(server.url("/docs/"), crawl={"max_depth": 0})
+    [before] = core.doc_sources()
+    server.set_error("/docs/", 503)
+    report = core.collect_knowledge(server.url("/docs/"), crawl={"max_depth": 0})
     assert report.failed and not report.processed
     [source] = core.doc_sources()
-    assert source.due() and source.last_error
+    # Due when the last crawl that reached the site makes it, not a day after this one.
+    assert source.crawled_at == before.crawled_at and "503" in source.last_error
+    assert core.search("pelican")  # what was indexed stays

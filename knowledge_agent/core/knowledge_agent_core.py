@@ -40,6 +40,8 @@ from knowledge_agent.errors import (
 )
 from knowledge_agent.faults import Faults
 from knowledge_agent.ingest.collector import Collector, ProgressCallback
+from knowledge_agent.ingest.git_state import GIT_STATE, GitState
+from knowledge_agent.ingest.git_sync import GitRoot
 from knowledge_agent.ingest.items import build_item
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 from knowledge_agent.ingest.walker import WalkOptions
@@ -156,6 +158,23 @@ def _chunk_config(
         raise ConfigError(
             message if message.startswith("chunking") else f"chunking.{message}"
         ) from exc
+
+
+def _recorded_walk(options: Mapping[str, Any]) -> WalkOptions:
+    """The walk options a root's options record (what else they hold left out)."""
+    return WalkOptions(**{name: value for name, value in options.items() if name != GIT_STATE})
+
+
+def _nothing_reached(report: CollectReport, start: str) -> str | None:
+    """Why a first crawl stored nothing: the start URL's failure or skip (else the first
+    of any); None when it stored pages, or no URL failed (a sitemap listing none here)."""
+    if report.processed or report.unchanged:
+        return None
+    issues = [*report.failed, *report.skipped]
+    for issue in issues:
+        if issue.path == start:
+            return issue.reason
+    return issues[0].reason if issues else None
 
 
 def _is_web_url(source: object) -> bool:
@@ -502,6 +521,7 @@ class KnowledgeAgentCore:
         started = time.perf_counter()
         with self._backend.writing():
             known = self.storage.doc_sources.get_doc_source(kb, start)
+            new_kb = kb not in self.storage.sources.kb_names()
             source = DocSource(
                 kb=kb,
                 url=start,
@@ -518,8 +538,21 @@ class KnowledgeAgentCore:
             )
             self.storage.doc_sources.save_doc_source(source)
         report = self._crawl(source, full=full, policy=policy, progress=progress)
+        if known is None and (reason := _nothing_reached(report, start)) is not None:
+            self._forget_doc_source(kb, start, new_kb)
+            raise IngestError(start, reason)
         report.duration_s = time.perf_counter() - started
         return report
+
+    def _forget_doc_source(self, kb: str, url: str, new_kb: bool) -> None:
+        """Undo the adding of a doc source that reached nothing: its row and pages, and its
+        knowledge base when the add made it and nothing else is in it now."""
+        with self._backend.writing():
+            self.storage.doc_sources.delete_doc_source(kb, url)
+            info = self.storage.sources.kb_info(kb)
+            if new_kb and info is not None and not (info.items or info.roots):
+                self.storage.sources.delete_kb(kb)
+            self._backend.defer()
 
     def _crawl(
         self,
@@ -599,17 +632,23 @@ class KnowledgeAgentCore:
     ) -> CollectReport:
         self.storage.sources.ensure_kb(kb)
         options = self._without_own_data(root, options)
+        previous = next((r for r in self.storage.sources.get_roots(kb) if r.root == root), None)
+        # Saved without a git state until the run is over: one cut short walks next time.
         stored = SourceRoot(kb, root, options=dataclasses.asdict(options))
         self.storage.sources.save_root(stored)
         chunked_alike = self._chunked_alike(kb, root)
-        report = self.collector.collect(
+        report, state = self._collect_files(
             kb,
             root,
             options,
-            full=full or not chunked_alike,
-            progress=self._indexing_along(progress),
+            full or not chunked_alike,
+            progress,
+            previous.options if previous else {},
         )
-        self.storage.sources.save_root(dataclasses.replace(stored, synced_at=utc_now()))
+        record = stored.options if state is None else {**stored.options, GIT_STATE: state}
+        self.storage.sources.save_root(
+            dataclasses.replace(stored, options=record, synced_at=utc_now())
+        )
         self._record_chunking(kb, root)
         logger.info(
             "collected %s into %s: %d processed, %d unchanged, %d skipped, %d failed, %d removed",
@@ -617,6 +656,46 @@ class KnowledgeAgentCore:
             len(report.failed), report.removed,
         )  # fmt: skip
         return report
+
+    def _collect_files(
+        self,
+        kb: str,
+        root: str,
+        options: WalkOptions,
+        full: bool,
+        progress: ProgressCallback | None,
+        previous: Mapping[str, Any],
+    ) -> tuple[CollectReport, dict[str, Any] | None]:
+        """Walk the root; in a git work tree, look only at the files git lists as changed
+        since the last run when it can tell. The report, and the git state to record."""
+        step = self._indexing_along(progress)
+        git = GitRoot.open(root, options)
+        if git is None:
+            return self.collector.collect(kb, root, options, full=full, progress=step), None
+
+        def tracked_under(path: str) -> list[str]:
+            found = self.storage.sources.sources_at(path)
+            return [record.path for record in found if record.kb == kb and record.root == root]
+
+        def failed() -> list[str]:
+            rows = self.storage.sources.get_sources(kb, root).values()
+            return [record.path for record in rows if record.status == "failed"]
+
+        with git:
+            last = GitState.from_dict(previous.get(GIT_STATE))
+            if last is not None and _recorded_walk(previous) != options:
+                logger.info("%s: its walk options changed; walking the folder", root)
+                last = None  # files outside what git lists may now be in or out
+            changes = None if full else git.changes(last, options, tracked_under, failed)
+            if changes is None:
+                report = self.collector.collect(
+                    kb, root, options, full=full, progress=step, stamp=git.stamp
+                )
+            else:
+                report = self.collector.apply_changes(
+                    kb, root, options, changes.changed, changes.deleted, step, stamp=git.stamp
+                )
+            return report, git.state().to_dict()
 
     def _without_own_data(self, root: str, options: WalkOptions) -> WalkOptions:
         """``options`` excluding this knowledge base's own folder when it lies under ``root``."""
@@ -653,7 +732,7 @@ class KnowledgeAgentCore:
         with self.batch():
             for stored in self.storage.sources.get_roots(kb):
                 if os.path.exists(stored.root):
-                    options = WalkOptions(**stored.options)
+                    options = _recorded_walk(stored.options)
                     report.merge(
                         self._collect_root(stored.kb, stored.root, options, full, progress)
                     )

@@ -140,6 +140,17 @@ class _Scope:
 class _SitemapFound:
     url: str  # the sitemap's final URL, against which relative <loc>s resolve
     sitemap: Sitemap
+    off_origin: collections.Counter[str]  # locs left out as on another origin, by origin
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """A sitemap being parsed as it streams in: where from, and what its parser left out
+    as on another origin (counted by origin)."""
+
+    url: str
+    parser: SitemapParser
+    off_origin: collections.Counter[str]
 
 
 _Outcome = CrawlPage | CrawlFailure | _SitemapFound
@@ -201,6 +212,7 @@ class Crawler:
         self._in_flight: dict[int, _Task] = {}
         self._depths: collections.Counter[int] = collections.Counter()
         self._counts = collections.Counter[str]()
+        self._off_origin = collections.Counter[str]()  # sitemap locs on other origins
         self._scope_failed = False  # the start URL or a sitemap could not be read
         self._limits: list[str] = []  # bounds that cut the crawl short, in words
         self._sitemaps_sent = 0
@@ -274,6 +286,7 @@ class Crawler:
             seconds=seconds,
             mode=self._mode,
             limits=limits,
+            off_origin=tuple(self._off_origin.most_common()),
         )
 
     # -- the loop (consumer thread) ----------------------------------------------
@@ -493,6 +506,7 @@ class Crawler:
         """Queue what a sitemap lists (normalised and in scope already, see
         :meth:`_sitemap_parser`): pages, or (for an index) more sitemaps."""
         sitemap = found.sitemap
+        self._off_origin.update(found.off_origin)
         if _is_start(task):
             self._scope = self._scope.with_origin(origin_of(found.url))
         if sitemap.truncated:
@@ -548,7 +562,7 @@ class Crawler:
         if task.kind == "sitemap":
             return self._fetch_sitemap(fetcher, task)
         start = task.kind == "start"
-        parsers: list[tuple[str, SitemapParser]] = []
+        parsers: list[_Listing] = []
         answer = fetcher.get(
             task.url,
             check=lambda url, hop: self._check_page(task, url, hop),
@@ -561,14 +575,14 @@ class Crawler:
             return answer
         if answer.content_type in SITEMAP_TYPES and answer.status != 304:
             if not parsers:  # the type came from the body's first bytes: it is read already
-                parser = self._sitemap_parser(task, answer.url)
-                parser.feed(answer.body)
-                parsers.append((answer.url, parser))
+                listing = self._sitemap_parser(task, answer.url)
+                listing.parser.feed(answer.body)
+                parsers.append(listing)
             return self._sitemap_found(task, answer, parsers[-1])
         return self._page(task, answer)
 
     def _fetch_sitemap(self, fetcher: Fetcher, task: _Task) -> _Outcome:
-        parsers: list[tuple[str, SitemapParser]] = []
+        parsers: list[_Listing] = []
         answer = fetcher.get(
             task.url,
             check=lambda url, _hop: self._policy_skip(url),
@@ -580,25 +594,27 @@ class Crawler:
             return answer
         return self._sitemap_found(task, answer, parsers[-1])  # a 2xx: its body was parsed
 
-    def _sitemap_sink(self, task: _Task, parsers: list[tuple[str, SitemapParser]]) -> SinkFor:
+    def _sitemap_sink(self, task: _Task, parsers: list[_Listing]) -> SinkFor:
         """A sink that parses a sitemap as it streams in (for a start URL: only when its
-        type says XML); the parser is left in ``parsers`` with the URL it came from."""
+        type says XML); its listing is left in ``parsers``."""
 
         def sink_for(url: str, media: str) -> SitemapParser | None:
             if task.kind == "start" and media not in SITEMAP_TYPES:
                 return None
-            parser = self._sitemap_parser(task, url)
-            parsers.append((url, parser))
-            return parser
+            listing = self._sitemap_parser(task, url)
+            parsers.append(listing)
+            return listing.parser
 
         return sink_for
 
-    def _sitemap_parser(self, task: _Task, base: str) -> SitemapParser:
+    def _sitemap_parser(self, task: _Task, base: str) -> _Listing:
         """A parser keeping the in-scope locs of the sitemap at ``base``, normalised, up
-        to the task's budget (pages) or slots (sitemaps)."""
+        to the task's budget (pages) or slots (sitemaps); it counts the locs it leaves out
+        as on another origin."""
         scope = self._scope
         if _is_start(task):
             scope = scope.with_origin(origin_of(base))  # as _list will do
+        off_origin = collections.Counter[str]()
 
         def keep(kind: str, loc: str) -> str | None:
             try:
@@ -606,19 +622,20 @@ class Crawler:
             except ValueError:
                 logger.debug("sitemap %s lists a URL we cannot fetch: %r", base, loc)
                 return None
-            wanted = scope.contains(url) if kind == "urlset" else scope.same(url)
-            return url if wanted else None
+            if not scope.same(url):
+                off_origin[origin_of(url)] += 1
+                return None
+            return url if kind != "urlset" or scope.contains(url) else None
 
-        return SitemapParser(
+        parser = SitemapParser(
             keep=keep, max_urls=task.budget, max_sitemaps=task.slots, max_bytes=MAX_SITEMAP_BYTES
         )
+        return _Listing(base, parser, off_origin)
 
-    def _sitemap_found(
-        self, task: _Task, answer: Response, parsed: tuple[str, SitemapParser]
-    ) -> _Outcome:
-        url, parser = parsed
+    def _sitemap_found(self, task: _Task, answer: Response, listing: _Listing) -> _Outcome:
+        url, parser = listing.url, listing.parser
         try:
-            return _SitemapFound(url, parser.close())
+            return _SitemapFound(url, parser.close(), listing.off_origin)
         except NotASitemap as exc:
             if task.kind == "start":  # an XML answer that is something else: not indexed
                 reason = f"unsupported content type {answer.content_type}"

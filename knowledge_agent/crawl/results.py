@@ -65,6 +65,8 @@ class CrawlSummary:
     ``limits`` says, one sentence each, which bound cut the crawl short (``crawl stopped
     after 600 s (max_time)``, the sitemap cap, the frontier cap); a crawl with any is not
     complete. ``bytes`` counts body bytes as downloaded (before decompression).
+    ``off_origin`` counts the URLs sitemaps listed on another origin, left out of a
+    same-origin crawl: ``(origin, count)``, the most first.
     """
 
     complete: bool
@@ -77,3 +79,4 @@ class CrawlSummary:
     seconds: float
     mode: str
     limits: tuple[str, ...] = ()
+    off_origin: tuple[tuple[str, int], ...] = ()

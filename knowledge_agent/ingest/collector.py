@@ -33,7 +33,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from knowledge_agent.analysis import detect_language
 from knowledge_agent.chunking import ChunkConfig
@@ -58,11 +58,32 @@ from knowledge_agent.storage.sources import SourceRecord, path_to_db
 if TYPE_CHECKING:
     from multiprocessing.synchronize import Event as EventType
 
-__all__ = ["INTRO_FILE", "Collector", "ProgressCallback", "graceful_interrupts"]
+__all__ = [
+    "INTRO_FILE",
+    "Collector",
+    "FileStamp",
+    "ProgressCallback",
+    "Stamp",
+    "graceful_interrupts",
+]
 
 logger = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[CollectProgress], None]
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What a source knows of a file beyond the file itself (its last git commit, say):
+    ``updated_at`` becomes its item's, in place of the time it was collected, and
+    ``metadata`` is added to the item's."""
+
+    updated_at: datetime
+    metadata: Mapping[str, Any]
+
+
+Stamp = Callable[[FoundFile], FileStamp | None]
+"""``stamp(file)``: the :class:`FileStamp` of a file whose item is being built, or None."""
 
 INTRO_FILE = "intro.md"
 """The file at a folder root whose text becomes the knowledge base's description."""
@@ -222,10 +243,12 @@ class Collector:
         *,
         full: bool = False,
         progress: ProgressCallback | None = None,
+        stamp: Stamp | None = None,
     ) -> CollectReport:
         """Index new and changed files under ``root``, remove vanished ones.
 
         A missing root raises ``IngestError``. With ``full``, every file is re-extracted.
+        ``stamp`` dates the items built (see :class:`FileStamp`).
         """
         report = CollectReport(kb=kb)
 
@@ -237,7 +260,7 @@ class Collector:
             known = self.storage.sources.get_sources(kb, root)
             present = {str(file.path) for file in found}
             vanished = [path for path in known if path not in present]
-            self._run(kb, root, found, known, vanished, options, full, report, progress)
+            self._run(kb, root, found, known, vanished, options, full, report, progress, stamp)
         return report
 
     def apply_changes(
@@ -248,11 +271,13 @@ class Collector:
         changed: Iterable[Path],
         deleted: Iterable[Path],
         progress: ProgressCallback | None = None,
+        stamp: Stamp | None = None,
     ) -> CollectReport:
-        """Index these changed files and remove these deleted ones (the watcher's path)."""
+        """Index these changed files and remove these deleted ones (the watcher's and a git
+        work tree's path: the caller knows which files changed and that they are included)."""
         report = CollectReport(kb=kb)
         with timed(report):
-            self._apply(kb, root, options, changed, deleted, report, progress)
+            self._apply(kb, root, options, changed, deleted, report, progress, stamp)
         return report
 
     def _apply(
@@ -264,6 +289,7 @@ class Collector:
         deleted: Iterable[Path],
         report: CollectReport,
         progress: ProgressCallback | None,
+        stamp: Stamp | None,
     ) -> None:
         found: list[FoundFile] = []
         gone = {str(path) for path in deleted}
@@ -290,7 +316,7 @@ class Collector:
             and record.root == root
         }
         vanished = [path for path in gone if path in known]
-        self._run(kb, root, found, known, vanished, options, False, report, progress)
+        self._run(kb, root, found, known, vanished, options, False, report, progress, stamp)
 
     def remove_missing_root(self, kb: str, root: str, report: CollectReport) -> None:
         """A collected single file that no longer exists: drop its item and its root."""
@@ -312,6 +338,7 @@ class Collector:
         full: bool,
         report: CollectReport,
         progress: ProgressCallback | None,
+        stamp: Stamp | None,
     ) -> None:
         intro_path = os.path.join(root, INTRO_FILE)
         intro = next((file for file in found if str(file.path) == intro_path), None)
@@ -391,9 +418,9 @@ class Collector:
                     or group_bytes >= _GROUP_BYTES
                     or time.monotonic() - started >= _GROUP_SECONDS
                 ):
-                    self._store_group(kb, root, records, group, report, step)
+                    self._store_group(kb, root, records, group, report, step, stamp)
                     group, group_bytes, started = [], 0, time.monotonic()
-            self._store_group(kb, root, records, group, report, step)
+            self._store_group(kb, root, records, group, report, step, stamp)
 
     def _store_group(
         self,
@@ -403,6 +430,7 @@ class Collector:
         group: list[_Outcome],
         report: CollectReport,
         step: Callable[[str, str, int], None],
+        stamp: Stamp | None,
     ) -> None:
         """Store extracted files in one transaction; progress once they are committed."""
         if not group:
@@ -415,7 +443,7 @@ class Collector:
                         if interrupt_requested():
                             break  # the rest of the group is simply not done yet
                         file, record = records[outcome.path]
-                        status = self._store(kb, root, file, record, outcome, report)
+                        status = self._store(kb, root, file, record, outcome, report, stamp)
                         stored.append((outcome.path, status, file.size))
             finally:
                 for path, status, size in stored:
@@ -481,6 +509,7 @@ class Collector:
         record: SourceRecord | None,
         outcome: _Outcome,
         report: CollectReport,
+        stamp: Stamp | None,
     ) -> str:
         path = str(file.path)
         base = SourceRecord(
@@ -516,7 +545,7 @@ class Collector:
             report.failed.append(FileIssue(path, error.reason))
             return "failed"
         assert outcome.document is not None
-        item, chunk_count = self._item(kb, root, file, record, outcome.document)
+        item, chunk_count = self._item(kb, root, file, record, outcome.document, stamp)
         old_chunks = self.storage.count_chunks(item_id=item.id) if record else 0
         self.storage.sources.save_source_item(
             replace(base, item_id=item.id), item, outcome.document.chunks
@@ -535,6 +564,7 @@ class Collector:
         file: FoundFile,
         record: SourceRecord | None,
         document: ProcessedDocument,
+        stamp: Stamp | None,
     ) -> tuple[KnowledgeItem, int]:
         metadata = dict(document.metadata)
         metadata.update(
@@ -559,6 +589,10 @@ class Collector:
             metadata=metadata,
             kb=kb,
         )
+        stamped = stamp(file) if stamp is not None else None
+        if stamped is not None:
+            item.updated_at = stamped.updated_at
+            item.metadata.update(stamped.metadata)
         return item, len(document.chunks)
 
     def _skip(

@@ -14,6 +14,7 @@ __all__ = [
     "LINK_LEAVING",
     "MAX_EXTENSIONS",
     "MAX_KEPT_PATHS",
+    "NOT_DOCUMENT",
     "NOT_TEXT",
     "CollectProgress",
     "CollectReport",
@@ -26,6 +27,11 @@ __all__ = [
 
 NOT_TEXT = "not text"
 """The reason of every file the walk leaves out as not text (images, fonts …)."""
+
+NOT_DOCUMENT = "not a document"
+"""The reason of every file the walk leaves out as not a document (templates …)."""
+
+_NOT_DOCUMENTS = frozenset({"template", "site setting"})
 
 LINK_LEAVING = "link leaving the folder"
 """The reason of every symlink the walk did not follow because its target is outside."""
@@ -54,7 +60,9 @@ def skip_kind(reason: str) -> str:
 
 def walk_skip_reason(kind: str) -> str:
     """The reason of an entry the walk left out unread, by its kind (see NotTextFiles)."""
-    return LINK_LEAVING if kind == LINK_OUTSIDE else NOT_TEXT
+    if kind == LINK_OUTSIDE:
+        return LINK_LEAVING
+    return NOT_DOCUMENT if kind in _NOT_DOCUMENTS else NOT_TEXT
 
 
 def _group_reason(kind: str, reason: str) -> str:
@@ -118,7 +126,8 @@ class SkipGroup:
     """Skipped files of one kind and reason: how many, and their extensions, most first.
 
     ``kind`` is a ``NON_TEXT_KINDS`` key of the walker ("image", "font", "media",
-    "archive", "lock file", "source map", "minified") with reason ``NOT_TEXT``, the walker's
+    "archive", "lock file", "source map", "minified") with reason ``NOT_TEXT``, "template" or
+    "site setting" with reason ``NOT_DOCUMENT``, the walker's
     ``LINK_OUTSIDE`` with reason ``LINK_LEAVING``, or one of "too large", "binary",
     "empty", "encoding", "no text", "other". ``paths`` holds the
     files when the report has them all (skips the collector saw; not-text files while
@@ -208,7 +217,9 @@ class CollectReport:
     the files the walk left out as not text (images, fonts, archives …), never read;
     :meth:`skip_summary` groups them with ``skipped`` by kind and reason. ``stopped_by``
     names the bounds that cut a crawl short (its ``max_time``, the sitemap caps): pages it
-    did not reach were neither fetched nor removed.
+    did not reach were neither fetched nor removed. ``notes`` say what else the user
+    should know and what to do about it, a sentence each (sitemap URLs left out as on
+    another origin, say).
     """
 
     kb: str
@@ -224,6 +235,7 @@ class CollectReport:
     item_ids: list[str] = field(default_factory=list)
     not_text: NotTextFiles = field(default_factory=NotTextFiles)
     stopped_by: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def files_skipped(self) -> int:
@@ -275,6 +287,7 @@ class CollectReport:
         self.duration_s += other.duration_s
         self.item_ids.extend(other.item_ids)
         self.stopped_by.extend(other.stopped_by)
+        self.notes.extend(other.notes)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the CLI's ``--json`` shape)."""
@@ -295,6 +308,7 @@ class CollectReport:
             "duration_s": round(self.duration_s, 3),
             "item_ids": list(self.item_ids),
             "stopped_by": list(self.stopped_by),
+            "notes": list(self.notes),
         }
 
 

@@ -6,15 +6,19 @@ path (the watcher uses it for single changed files). Both share one rule engine,
 
 1. dot-files and dot-folders are skipped unless ``include_hidden`` (``.gitignore`` never
    yielded);
-2. the default excludes (build output, caches, VCS folders, virtualenvs — any
-   folder holding a ``pyvenv.cfg``) plus the caller's ``exclude`` patterns, one gitignore-style
-   list relative to the root, so a caller's ``!dist/`` can re-include a default;
+2. the default excludes (``DEFAULT_EXCLUDES``: build output, caches, VCS folders; and
+   by content, virtualenvs — any folder holding a ``pyvenv.cfg`` — and built documentation
+   sites — any folder holding a ``sitemap.xml.gz``, as MkDocs' ``site/``) plus the caller's
+   ``exclude`` patterns, one gitignore-style list relative to the root, so a caller's
+   ``!dist/`` can re-include a default (a folder skipped for what it holds is collected
+   when named as the root itself, or with ``use_default_excludes=False``);
 3. ``.gitignore`` files in the root and every subfolder, each applying to its own folder, the
    deepest deciding, plus ``.git/info/exclude`` of the root as the weakest level;
 4. for files only: when ``include`` patterns are given, the file must match one of them;
    files that are not text to search (images, fonts, media, archives, lock files, source
-   maps, minified bundles: ``NON_TEXT_EXCLUDES``) are skipped with the default excludes
-   unless an ``include`` pattern names them. ``walk(..., on_excluded=...)`` hears of each
+   maps, minified bundles) or not documents (templates, a static site's host settings such
+   as ``CNAME``): ``NON_TEXT_EXCLUDES``, are skipped with the default excludes unless an
+   ``include`` pattern names them. ``walk(..., on_excluded=...)`` hears of each
    file left out this way, with its kind, so a run can report what it did not read.
 
 Excluded folders are pruned, never descended into, so a gitignore negation cannot re-include a
@@ -66,6 +70,9 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     "bower_components/",
     "dist/",
     "build/",
+    # documentation sites built from the sources beside them (Sphinx, Jekyll)
+    "_build/",
+    "_site/",
     "__pycache__/",
     "__pypackages__/",
     ".venv/",
@@ -116,6 +123,14 @@ NON_TEXT_KINDS: dict[str, tuple[str, ...]] = {
     # generated from sources that are collected themselves
     "source map": ("*.map",),
     "minified": ("*.min.js", "*.min.css"),
+    # what a page is made from, not what it says: Jinja files, and the HTML of a theme's
+    # overrides (MkDocs' custom_dir) and template folders (Sphinx, Flask, Django)
+    "template": (
+        "*.jinja", "*.jinja2", "*.j2", "**/overrides/**/*.html", "**/_templates/**/*.html",
+        "**/templates/**/*.html",
+    ),
+    # a static site's host settings: its domain (GitHub Pages), redirects and headers
+    "site setting": ("CNAME", "_redirects", "_headers"),
 }  # fmt: skip
 """Files that are not text to search, by kind: skipped by default like ``DEFAULT_EXCLUDES`` —
 but a file an ``include`` pattern names is collected all the same (``include=("*.svg",)``)."""
@@ -133,7 +148,9 @@ ExcludedCallback = Callable[[str, str], None]
 ``NON_TEXT_KINDS`` key), or a link leaving the root (``LINK_OUTSIDE``)."""
 
 _GITIGNORE = ".gitignore"
-_VENV_MARKER = "pyvenv.cfg"
+# A folder holding one of these is skipped with the default excludes (never the root): a
+# virtualenv, and a site built from documents (MkDocs writes sitemap.xml.gz into it).
+_FOLDER_MARKERS = frozenset({"pyvenv.cfg", "sitemap.xml.gz"})
 
 
 @dataclass(frozen=True)
@@ -541,12 +558,12 @@ def _scan(
     for entry in raw:
         try:
             if (
-                entry.name == _VENV_MARKER
+                entry.name in _FOLDER_MARKERS
                 and not at_root
                 and options.use_default_excludes
                 and entry.is_file()
             ):
-                logger.debug("skipping virtualenv %s", dir_abs)
+                logger.debug("skipping %s: it holds %s", dir_abs, entry.name)
                 return None
             if entry.is_symlink() and not options.follow_symlinks:
                 continue
@@ -644,7 +661,9 @@ class _Checker:
             if ident in idents:
                 return None
             idents = idents | {ident}
-        if options.use_default_excludes and os.path.isfile(os.path.join(dir_abs, _VENV_MARKER)):
+        if options.use_default_excludes and any(
+            os.path.isfile(os.path.join(dir_abs, marker)) for marker in _FOLDER_MARKERS
+        ):
             return None
         if not os.access(dir_abs, os.R_OK | os.X_OK):
             return None

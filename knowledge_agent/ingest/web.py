@@ -91,6 +91,25 @@ def _skip_kind(reason: str) -> str:
     return ""
 
 
+def _off_origin_note(start: str, off_origin: Sequence[tuple[str, int]]) -> str:
+    """What to say of sitemap URLs left out as on another origin, and what to do instead.
+
+    A site built for another address lists that address in its sitemap (MkDocs writes its
+    ``site_url`` there), so none of its URLs is on the origin the sitemap was read from.
+    """
+    count = sum(number for _, number in off_origin)
+    origins = ", ".join(origin for origin, _ in off_origin[:3])
+    more = ", …" if len(off_origin) > 3 else ""
+    parts = urlsplit(start)
+    home = f"{parts.scheme}://{parts.netloc}/"
+    return (
+        f"{count} sitemap URL{'s' if count != 1 else ''} on another origin skipped "
+        f"({origins}{more}): crawl the site from one of its pages instead ({home}), or let "
+        "the crawl leave the start URL's origin (--any-origin, same_origin=False) to fetch "
+        "them there"
+    )
+
+
 class _SourceRemoved(Exception):
     """The doc source's row is gone (another writer removed it): the crawl stops."""
 
@@ -322,6 +341,8 @@ class _Run:
         """After the crawl: drop the pages it did not see, if it reached everything in
         scope; then record when the source was crawled."""
         self.report.stopped_by.extend(summary.limits)
+        if summary.off_origin:
+            self.report.notes.append(_off_origin_note(self.source.url, summary.off_origin))
         if summary.complete:
             unseen = [key for key in self.before if key not in summary.seen]
             for start in range(0, len(unseen), _GROUP_PAGES):

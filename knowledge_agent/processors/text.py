@@ -42,9 +42,10 @@ class MarkdownProcessor(BaseDataSourceProcessor):
     """Markdown with optional YAML front matter.
 
     Title: front matter ``title``, else the first ``# H1`` outside code fences, else the
-    file stem. ``tags`` / ``keywords`` become the item's tags; the other front matter
-    fields go to ``metadata["front_matter"]``. The content keeps the front matter text:
-    the chunker recognises it and it is part of the file a citation points into.
+    first line of text (:func:`first_line`), else the file stem. ``tags`` / ``keywords``
+    become the item's tags; the other front matter fields go to ``metadata["front_matter"]``.
+    The content keeps the front matter text: the chunker recognises it and it is part of
+    the file a citation points into.
     """
 
     name = "markdown"
@@ -55,7 +56,8 @@ class MarkdownProcessor(BaseDataSourceProcessor):
     def extract(self, data: bytes, path: str) -> Extraction:
         text, encoding = decode_bytes(data)
         front_matter, body_start = parse_front_matter(text)
-        title = _text_value(front_matter.get("title")) or first_h1(text[body_start:])
+        body = text[body_start:]
+        title = _text_value(front_matter.get("title")) or first_h1(body) or first_line(body)
         metadata: dict[str, Any] = {"encoding": encoding}
         rest = {
             key: value
@@ -170,6 +172,55 @@ def first_h1(text: str) -> str:
             return clean_heading(previous)
         previous = line.strip() if not line[:4].isspace() else ""
     return ""
+
+
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_TAG = re.compile(r"</?[A-Za-z][^>]*>")
+_LEAD = re.compile(r"\A(?:[ \t]*(?:#{1,6}|>|[-*+]|\d{1,9}[.)])[ \t]+)+")
+# An admonition (``!!! note "Title"``, MkDocs and Python-Markdown): its title, if it has one.
+_ADMONITION = re.compile(r'[ \t]*[!?]{3}\+?[ \t]+[\w-]+(?:[ \t]+"([^"]*)")?[ \t]*')
+_RULE = re.compile(r"[ ]{0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*")
+_TITLE_CHARS = 80
+
+
+def first_line(text: str) -> str:
+    """The first line of Markdown text as a title: outside code fences and HTML comments,
+    without heading, quote and list markers, emphasis, images, link targets and tags (an
+    admonition's title for an admonition), and not a template directive (``{% … %}``,
+    ``{{ … }}``); cut to about 80 characters at a word. ``""`` when no line has a letter
+    or digit."""
+    fence = ""
+    for line in _COMMENT.sub("", text).split("\n"):
+        match = _FENCE.match(line)
+        if fence:
+            if match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence):
+                fence = ""
+            continue
+        if match:
+            fence = match.group(1)
+            continue
+        stripped = line.strip()
+        if stripped.startswith(("{%", "{{", "{#", "[TOC]")) or _RULE.fullmatch(line):
+            continue
+        admonition = _ADMONITION.fullmatch(line)
+        if admonition:
+            line = admonition.group(1) or ""
+        words = _TAG.sub("", _LINK.sub(r"\1", _IMAGE.sub("", line)))
+        words = _LEAD.sub("", words, count=1).strip(" \t#*_`~|")
+        words = " ".join(words.replace("**", "").replace("`", "").split())
+        if any(char.isalnum() for char in words):
+            return _shortened(words)
+    return ""
+
+
+def _shortened(words: str) -> str:
+    if len(words) <= _TITLE_CHARS:
+        return words
+    cut = words[: _TITLE_CHARS - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > _TITLE_CHARS // 2 else cut).rstrip(" ,;:") + "…"
 
 
 def _text_value(value: object) -> str:

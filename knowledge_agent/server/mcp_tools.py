@@ -179,12 +179,19 @@ FilePatterns = Annotated[
     ),
 ]
 ChunkId = Annotated[
-    str,
+    str | None,
     Field(
-        min_length=1,
         max_length=MAX_REF_CHARS,
-        description="A chunk_id from a search result, or a whole evidence ref "
-        "(kb:…@hash) to check whether the cited text is unchanged.",
+        description="A chunk_id from a search result (a whole evidence ref is taken too).",
+    ),
+]
+EvidenceRef = Annotated[
+    str | None,
+    Field(
+        max_length=MAX_REF_CHARS,
+        description="Instead of chunk_id: an evidence_ref from a search result "
+        "(kb:<chunk_id>:<path>#L<start>-L<end>@<hash>), to read the text cited and check "
+        "whether it is unchanged.",
     ),
 ]
 Neighbors = Annotated[int, Field(ge=0, le=20, description="Chunks to include on each side.")]
@@ -446,34 +453,41 @@ def search_docs(
 
 def read_chunk(
     core: KnowledgeAgentCore,
-    chunk_id: ChunkId,
+    chunk_id: ChunkId = None,
     *,
+    evidence_ref: EvidenceRef = None,
     neighbors: Neighbors = 1,
 ) -> dict[str, Any]:
-    """Read one chunk in full, with its document and the chunks around it.
+    """Read one chunk in full, with its document and the chunks around it: give the
+    `chunk_id` or the `evidence_ref` a search result has.
 
     Returns `chunk` (content, heading, lines, evidence ref), `item` (its document), and
     `before` / `after`: up to `neighbors` chunks on each side, in document order. Given an
     evidence ref, also `citation`: whether the cited text is unchanged, moved, changed or
     gone since it was cited (the chunk shown is the text there now).
     """
-    chunk_id = check.text("chunk_id", chunk_id, max_chars=MAX_REF_CHARS)
+    pairs = (("chunk_id", chunk_id), ("evidence_ref", evidence_ref))
+    given = [(name, value) for name, value in pairs if value is not None]
+    if len(given) != 1:
+        raise QueryError("give chunk_id or evidence_ref (one of them), as a search result has")
+    name, target = given[0]
+    target = check.text(name, target, max_chars=MAX_REF_CHARS)
     neighbors = check.integer("neighbors", neighbors, 0, 20)
     citation = None
-    if chunk_id.startswith("kb:"):
+    if target.startswith("kb:"):
         try:
-            citation = core.check_citation(chunk_id)
+            citation = core.check_citation(target)
         except QueryError as exc:
-            raise QueryError(f"chunk_id: {exc}") from None
+            raise QueryError(f"{name}: {exc}") from None
         if citation.chunk is None:
-            return {"citation": {"ref": chunk_id, "status": citation.status}}
-        chunk_id = citation.chunk.id
-    elif len(chunk_id) > MAX_ID_CHARS:
-        raise QueryError(f"chunk_id is {len(chunk_id):,} characters long: it is no chunk id")
+            return {"citation": {"ref": target, "status": citation.status}}
+        target = citation.chunk.id
+    elif len(target) > MAX_ID_CHARS:
+        raise QueryError(f"{name} is {len(target):,} characters long: it is no chunk id")
     try:
-        found = core.read_chunk(chunk_id, neighbors=neighbors)
+        found = core.read_chunk(target, neighbors=neighbors)
     except NotFoundError as exc:
-        raise NotFoundError(f"chunk_id: {exc}") from None
+        raise NotFoundError(f"{name}: {exc}") from None
     path = item_path(found.item)
 
     def view(chunk: KnowledgeChunk, *, matched: bool = False) -> dict[str, Any]:

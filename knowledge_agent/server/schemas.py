@@ -196,6 +196,7 @@ class CollectAnswer(TypedDict):
     duration_s: float
     item_ids: list[str]
     stopped_by: list[str]
+    notes: list[str]
 
 
 class DeleteAnswer(ItemView, total=False):

@@ -159,7 +159,9 @@ class SourceRecord:
 
 @dataclass(frozen=True)
 class KnowledgeBaseInfo:
-    """A knowledge base with its description and counts."""
+    """A knowledge base with its description and counts: ``sources`` counts the files
+    tracked and the pages crawled, ``roots`` the folders and files collected and then the
+    start URLs of its doc sources."""
 
     name: str
     description: str
@@ -284,20 +286,32 @@ class SourceStore:
                 "JOIN knowledge_items AS i ON i.id = c.item_id WHERE i.kb = ?",
                 (name,),
             ).fetchone()[0]
-            sources = conn.execute("SELECT COUNT(*) FROM sources WHERE kb = ?", (name,))
-            source_count = sources.fetchone()[0]
+            files = conn.execute(
+                "SELECT COUNT(*), MAX(indexed_at) FROM sources WHERE kb = ?", (name,)
+            ).fetchone()
+            # A crawled page is a source as a file is: the pages `sources` counts.
+            pages = conn.execute(
+                "SELECT COUNT(*), MAX(fetched_at) FROM doc_pages "
+                "WHERE kb = ? AND status = 'indexed'",
+                (name,),
+            ).fetchone()
             roots = conn.execute(
                 "SELECT root FROM source_roots WHERE kb = ? ORDER BY root", (name,)
             ).fetchall()
+            urls = conn.execute(
+                "SELECT url FROM doc_sources WHERE kb = ? ORDER BY url", (name,)
+            ).fetchall()
+        # An item's time may be its content's (a file's last commit), not when it was indexed.
+        times = [time for time in (_time(r[1]) for r in (items, files, pages)) if time is not None]
         return KnowledgeBaseInfo(
             name=row["name"],
             description=row["description"],
             created_at=_time(row["created_at"]) or utc_now(),
             items=int(items[0]),
             chunks=int(chunks),
-            sources=int(source_count),
-            roots=[path_from_db(root[0]) for root in roots],
-            last_indexed_at=_time(items[1]),
+            sources=int(files[0]) + int(pages[0]),
+            roots=[path_from_db(root[0]) for root in roots] + [url[0] for url in urls],
+            last_indexed_at=max(times, key=datetime.timestamp) if times else None,
         )
 
     def delete_kb(self, name: str) -> list[str]:
