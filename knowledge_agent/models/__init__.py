@@ -3,6 +3,7 @@
 from knowledge_agent.models.item_summary import ItemSummary
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.models.result_item import ResultItem
 from knowledge_agent.models.search_result import (
     MatchedChunk,
     Passage,
@@ -16,6 +17,7 @@ __all__ = [
     "KnowledgeItem",
     "MatchedChunk",
     "Passage",
+    "ResultItem",
     "ScoreExplanation",
     "SearchResult",
 ]

@@ -33,10 +33,10 @@ from knowledge_agent.errors import (
 )
 from knowledge_agent.faults import Faults
 from knowledge_agent.models import (
-    ItemSummary,
     KnowledgeChunk,
     KnowledgeItem,
     MatchedChunk,
+    ResultItem,
     ScoreExplanation,
     SearchResult,
 )
@@ -190,7 +190,7 @@ _MMR_POOL = 3
 _MMR_POOL_MAX = 100
 
 
-def _path(item: KnowledgeItem | ItemSummary) -> str:
+def _path(item: KnowledgeItem) -> str:
     """Where an item's text comes from, for citations: its path or URL, else its title."""
     return item.source_uri or item.title or item.id
 
@@ -705,14 +705,16 @@ class SearchEngineImpl:
         limit = ask.limit
         for start in range(0, len(grouped.items), limit):
             page = grouped.items[start : start + limit]
-            items = self.storage.get_item_summaries(candidate.item_id for candidate in page)
+            summaries = self.storage.get_item_summaries(c.item_id for c in page)
             chunks = self._read_chunks(
                 [chunk_id for candidate in page for _, chunk_id in candidate.chunks], ask.loaded
             )
             for candidate in page:
-                item = items.get(candidate.item_id)
-                if item is None:
+                summary = summaries.get(candidate.item_id)
+                if summary is None:
                     continue
+                # The item's text is read from the storage only if a caller asks for it.
+                item = ResultItem.lazy(summary, self.storage.get_item)
                 result = self._chunk_result(
                     ask, ranked, grouped, item, candidate, chunks, marked, context_window
                 )
@@ -730,7 +732,7 @@ class SearchEngineImpl:
         ask: _ChunkQuery,
         ranked: _RankedChunks,
         grouped: _Grouped,
-        item: ItemSummary,
+        item: KnowledgeItem,
         candidate: _Candidate,
         chunks: dict[str, KnowledgeChunk],
         marked: frozenset[str],
@@ -941,7 +943,7 @@ class SearchEngineImpl:
         self,
         chunk: KnowledgeChunk,
         score: float,
-        item: ItemSummary,
+        item: KnowledgeItem,
         explained: ScoreExplanation,
         evidence: PassageEvidence | None,
     ) -> MatchedChunk:
@@ -1127,7 +1129,7 @@ class SearchEngineImpl:
 
     def _context(
         self,
-        item: ItemSummary,
+        item: KnowledgeItem,
         matched: list[tuple[float, KnowledgeChunk]],
         window: int,
     ) -> list[MatchedChunk]:
@@ -1209,7 +1211,7 @@ class SearchEngineImpl:
                 explained.path = _path(item)
                 results.append(
                     SearchResult(
-                        item=ItemSummary.of(item),
+                        item=ResultItem.of_item(item),
                         relevance_score=score,
                         confidence=sure,
                         matched_fields=found.fields(),
