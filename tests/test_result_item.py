@@ -42,7 +42,7 @@ def test_a_result_item_is_the_item_it_names(item: KnowledgeItem) -> None:
     reader = Reader(item)
     found = lazy(item, reader)
     assert isinstance(found, KnowledgeItem)
-    assert found == item and item == found and not found != item
+    assert found == item and item == found and (found != item) is False
     assert found.content_chars == len(item.content)
     repr(found)
     assert reader.calls == 0 and not found.content_loaded  # none of that read the text
