@@ -1,35 +1,21 @@
 """Keeping a tool's answer under a token budget, without a tokenizer.
 
-:func:`estimate_tokens` counts roughly as an LLM does (one token per CJK character, one per
-four other characters); :func:`fit_to_budget` trims a search answer until its JSON text
-(:func:`dumps`, exactly what the agent receives) fits, cheapest losses first, and says so.
+:func:`~knowledge_agent.tokens.estimate_tokens` counts roughly as an LLM does (one token per
+CJK character, one per four other characters); :func:`fit_to_budget` trims a search answer
+until its JSON text (:func:`dumps`, exactly what the agent receives) fits, cheapest losses
+first, and says so.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from knowledge_agent.tokens import estimate_tokens
+
 __all__ = ["dumps", "estimate_tokens", "fit_to_budget"]
-
-# Ideographs, kana, hangul, CJK punctuation and full-width forms: about one token each.
-_CJK = re.compile(
-    "[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003134f]"
-)
-
-
-def estimate_tokens(text: str) -> int:
-    """Roughly how many tokens an LLM spends on ``text``.
-
-    One per CJK character, one per four other characters (rounded up): close enough to
-    keep an answer under a budget without shipping a tokenizer.
-    """
-    cjk = len(_CJK.findall(text))
-    return cjk + math.ceil((len(text) - cjk) / 4)
 
 
 def dumps(payload: Any) -> str:
