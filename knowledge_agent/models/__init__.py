@@ -1,5 +1,6 @@
 """Plain data models: what crosses every layer and the package boundary."""
 
+from knowledge_agent.models.facets import SearchFacets
 from knowledge_agent.models.item_summary import ItemSummary
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
@@ -19,5 +20,6 @@ __all__ = [
     "Passage",
     "ResultItem",
     "ScoreExplanation",
+    "SearchFacets",
     "SearchResult",
 ]

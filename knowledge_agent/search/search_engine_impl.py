@@ -38,11 +38,13 @@ from knowledge_agent.models import (
     MatchedChunk,
     ResultItem,
     ScoreExplanation,
+    SearchFacets,
     SearchResult,
 )
 from knowledge_agent.models.evidence import evidence_ref, lines_label
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
 from knowledge_agent.search.config import SearchConfig
+from knowledge_agent.search.facets import count_facets
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.ranking.boosts import age_days, mmr_order, time_boost
@@ -501,6 +503,14 @@ class SearchEngineImpl:
                     raise
                 logger.warning("chunk index unavailable; searching items", exc_info=True)
         return self._item_search(query, terms, limit, filters, mode, min_score, min_confidence)
+
+    def facets(self, query: str, filters: SearchFilters | None = None) -> SearchFacets:
+        """How many documents match ``query`` under ``filters`` per knowledge base, doc type
+        and source type, before any limit: those holding one of its terms
+        (:mod:`~knowledge_agent.search.facets`), whatever engines a search would rank with."""
+        _check_request(query, 0, 0, "auto", "hybrid")
+        terms = self.analyzer.terms(query)[: self.config.max_query_terms]
+        return count_facets(self.storage, self.keyword_index, terms, filters or SearchFilters())
 
     def _candidate_count(self, limit: int) -> int:
         return max(self.config.candidates, limit * self.config.max_chunks_per_item * 2)
