@@ -42,10 +42,11 @@ class PackedPassage:
     ``text`` is ``content[start_position:end_position]`` of the document (``item_id``,
     ``path``); ``start_line``/``end_line`` are its lines (None where the chunks carry
     none), ``location`` where a reader opens it (``path:12-30``, ``path p.3``,
-    ``url#section``). ``chunk_ids`` are its chunks in document order, ``matched_chunk_ids``
-    those the search matched; ``score`` is the best of theirs. ``tokens`` is what its block
-    in :meth:`PackedContext.text` costs; ``truncated`` says the text was cut to the budget
-    (it then ends before the chunks do).
+    ``url#section``), ``heading`` the section of its best matched passage. ``chunk_ids``
+    are its chunks in document order, ``matched_chunk_ids`` those the search matched;
+    ``score`` is the best of theirs. ``tokens`` is what its block in
+    :meth:`PackedContext.text` costs; ``truncated`` says the text was cut to the budget (it
+    then ends before the chunks do).
     """
 
     item_id: str
@@ -117,6 +118,11 @@ class _Run:
     def score(self) -> float:
         scores = [c.score for c in self.chunks if c.chunk_id in self.matched]
         return max(scores) if scores else self.result.relevance_score
+
+    def best(self) -> MatchedChunk:
+        """The run's best matched chunk (its first chunk when none matched)."""
+        matched = [c for c in self.chunks if c.chunk_id in self.matched]
+        return max(matched, key=lambda chunk: chunk.score) if matched else self.chunks[0]
 
     def core(self) -> _Run:
         """The run from its first matched chunk to its last (no context around them)."""
@@ -236,7 +242,7 @@ def _passage(run: _Run, number: int, keep: int | None = None) -> PackedPassage:
         title=item.title,
         kb=item.kb,
         location=location(path, {k: v for k, v in where.items() if v is not None}),
-        heading=chunk_heading(first),
+        heading=chunk_heading(run.best()),
         text=text,
         start_position=first.start_position,
         end_position=end,

@@ -29,9 +29,12 @@ _SHORTENED = "shortened"
 class _Budget:
     """Shrinks a list of search-result dicts until the whole answer fits ``max_tokens``."""
 
-    def __init__(self, results: list[dict[str, Any]], max_tokens: int) -> None:
+    def __init__(
+        self, results: list[dict[str, Any]], max_tokens: int, extra: dict[str, Any]
+    ) -> None:
         self.results = results
         self.max_tokens = max_tokens
+        self.extra = extra
         self.cuts: Counter[str] = Counter()
         self.used = self.measure()
 
@@ -43,6 +46,7 @@ class _Budget:
         }
         if self.cuts:
             answer["note"] = _trim_note(self.cuts, self.max_tokens)
+        answer.update(self.extra)
         return answer
 
     def measure(self) -> int:
@@ -89,15 +93,18 @@ def _trim_note(cuts: Counter[str], max_tokens: int) -> str:
     )
 
 
-def fit_to_budget(results: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
-    """The search answer for ``results`` (dicts, best first), trimmed to ``max_tokens``.
+def fit_to_budget(
+    results: list[dict[str, Any]], max_tokens: int, *, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The search answer for ``results`` (dicts, best first), trimmed to ``max_tokens``;
+    ``extra`` are more keys of the answer, measured with it and never trimmed.
 
     Losses in order of least value: context chunks, then matched chunks after each result's
     best one (lowest results first), then the lowest results, then the tail of the remaining
     chunks' text, their passages' text last. A trimmed answer has ``truncated: true`` and a
     ``note`` saying what went.
     """
-    budget = _Budget(results, max_tokens)
+    budget = _Budget(results, max_tokens, dict(extra or {}))
     budget.drop((r["context_chunks"] for r in reversed(results)), "context chunk(s)")
     budget.drop((r["matched_chunks"] for r in reversed(results)), "extra matched chunk(s)", keep=1)
     budget.drop((r.get("snippets", []) for r in reversed(results)), "snippet(s)", keep=1)

@@ -320,8 +320,7 @@ def _search(
         **filters,
     )
     views = [result_view(result, explain=explain) for result in ranked]
-    answer = fit_to_budget(views, max_tokens - estimate_tokens(dumps(counted)))
-    answer.update(counted)
+    answer = fit_to_budget(views, max_tokens, extra=counted)
     if not ranked:
         answer["hint"] = (
             "No match. Try other words or a wider scope; knowledge_text_search finds exact "
