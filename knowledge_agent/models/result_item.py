@@ -89,10 +89,6 @@ class ResultItem(KnowledgeItem):
         """Whether the text is here (read, or given)."""
         return self._content is not None
 
-    def summary(self) -> ItemSummary:
-        """The item without its text (never reads it)."""
-        return ItemSummary.of(self)
-
     def _label(self) -> str:
         where = self.source_uri or self.title
         return f"item {self.id}" + (f" ({where})" if where else "")

@@ -508,7 +508,8 @@ class SearchEngineImpl:
         """How many documents match ``query`` under ``filters`` per knowledge base, doc type
         and source type, before any limit: those holding one of its terms
         (:mod:`~knowledge_agent.search.facets`), whatever engines a search would rank with."""
-        _check_request(query, 0, 0, "auto", "hybrid")
+        if not isinstance(query, str):
+            raise QueryError(f"query must be a string, got {type(query).__name__}")
         terms = self.analyzer.terms(query)[: self.config.max_query_terms]
         return count_facets(self.storage, self.keyword_index, terms, filters or SearchFilters())
 
@@ -715,7 +716,7 @@ class SearchEngineImpl:
         limit = ask.limit
         for start in range(0, len(grouped.items), limit):
             page = grouped.items[start : start + limit]
-            summaries = self.storage.get_item_summaries(c.item_id for c in page)
+            summaries = self.storage.get_item_summaries(candidate.item_id for candidate in page)
             chunks = self._read_chunks(
                 [chunk_id for candidate in page for _, chunk_id in candidate.chunks], ask.loaded
             )
