@@ -18,6 +18,7 @@ from test_models import items
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.errors import NotFoundError, StorageError
 from knowledge_agent.models import ItemSummary, KnowledgeItem, ResultItem, SearchResult
+from knowledge_agent.models.result_view import result_view
 
 
 class Reader:
@@ -144,6 +145,9 @@ def test_a_result_names_its_item_and_reads_its_text_when_asked(open_core: Any) -
     core = open_core()
     stored = core.add_text(MANUAL, title="Turbine manual", source_uri="/kb/turbine.md")
     result = core.search("ultrasonic probe cracks")[0]
+    view = result_view(result)  # what --json and the MCP tools show
+    assert "content" not in view and view["content_chars"] == len(MANUAL)
+    assert "content" not in result.to_dict()["item"]
     assert not result.item.content_loaded  # a search reads passages, not documents
     assert isinstance(result.item, KnowledgeItem) and result.item == core.get_item(stored.id)
     assert result.item.content_chars == len(MANUAL)
