@@ -1160,7 +1160,7 @@ the packed passages instead: as text, each under a "[n] location · heading" lin
     default=None,
     metavar="N",
     help="Neighbouring chunks shown on each side of a match [default: 1; 0 with --json and "
-    "the other data formats, which give the matched passages].",
+    "the other data formats, which give the matched passages, unless --budget packs them].",
 )
 @click.option(
     "--min-score",
