@@ -96,8 +96,9 @@ from knowledge_agent.trust import TrustStore, user_config_dir
 
 if TYPE_CHECKING:
     from knowledge_agent.core.knowledge_agent_core import KnowledgeAgentCore
+    from knowledge_agent.core.packing import PackedContext
     from knowledge_agent.ingest.collector import ProgressCallback
-    from knowledge_agent.models import KnowledgeItem, SearchResult
+    from knowledge_agent.models import KnowledgeItem, SearchFacets, SearchResult
 
     if sys.version_info >= (3, 11):
         from importlib.resources.abc import Traversable
@@ -1151,6 +1152,7 @@ Examples:
   knowledge-agent search retry_with_backoff --type code -n 3
   knowledge-agent search 如何重置密码 --kb faq --explain
   knowledge-agent search "pool timeout" --scope docs/ --since 2024-05-01 --json
+  knowledge-agent search "rotate the signing keys" --budget 2000 --facets
 
 \b
 Dates are ISO 8601, local time unless they carry an offset (Z for UTC); a date
@@ -1168,7 +1170,16 @@ its first section), "heading", "heading_path", "link" (web pages), "start_line",
 "passage" (the part that answers: "text", positions, lines or page, "heading_path",
 "link", "evidence_ref"; the location fields then describe it), and its "explanation"
 with --explain. An evidence ref's #L12-L30 is a line range of the stored text; the link
-is what a browser opens. The document's whole text ("content") only with --full."""
+is what a browser opens. The document's whole text ("content") only with --full.
+
+\b
+--facets adds "facets": {"total", "kb", "doc_type", "source_type"}, each a count of
+matching documents by value (every match, not only the results shown). --budget N prints
+the packed passages instead: as text, each under a "[n] location · heading" line; with
+--json {"query", "budget", "tokens", "left_out", "passages": [{"item_id", "path",
+"title", "kb", "location", "heading", "text", "start_position", "end_position",
+"start_line", "end_line", "chunk_ids", "matched_chunk_ids", "score", "tokens",
+"truncated"}]}."""
 )
 @click.argument("query")
 @kb_option("Search only this knowledge base (repeatable; default: all).", multiple=True)
@@ -1209,7 +1220,7 @@ is what a browser opens. The document's whole text ("content") only with --full.
     default=None,
     metavar="N",
     help="Neighbouring chunks shown on each side of a match [default: 1; 0 with --json and "
-    "the other data formats, which give the matched passages].",
+    "the other data formats, which give the matched passages, unless --budget packs them].",
 )
 @click.option(
     "--min-score",
@@ -1267,6 +1278,21 @@ is what a browser opens. The document's whole text ("content") only with --full.
     is_flag=True,
     help="Re-score the best results with the project file's [rerank] service.",
 )
+@click.option(
+    "--facets",
+    "show_facets",
+    is_flag=True,
+    help="Also count every matching document (not only those shown) per knowledge base, "
+    "doc type and source type.",
+)
+@click.option(
+    "--budget",
+    type=click.IntRange(min=1),
+    metavar="TOKENS",
+    help="Print the best passages packed into this many tokens (about 4 characters, or 1 "
+    "CJK character, each): neighbouring chunks of a document merged into one passage, a "
+    "context to give a model.",
+)
 @json_option
 @pass_app
 def search(
@@ -1291,6 +1317,8 @@ def search(
     references: tuple[str, ...],
     every: bool,
     rerank: bool,
+    show_facets: bool,
+    budget: int | None,
     as_json: bool,
 ) -> None:
     """Find the passages that answer QUERY: best documents first, each with its best chunk.
@@ -1303,8 +1331,9 @@ def search(
     updated_after = _parse_date(since, "--since", end_of_day=False)
     updated_before = _parse_date(until, "--until", end_of_day=True)
     fmt = "json" if as_json else "files" if files_only else fmt
+    _check_search_extras(fmt, show_facets, budget)
     if context is None:  # neighbours help a reader; a program asks for them (size stays small)
-        context = 1 if fmt == "text" else 0
+        context = 1 if fmt == "text" or budget is not None else 0
     if limit is None:
         limit = app.settings.config.search_config.default_top_k or DEFAULT_LIMIT
     with app.open_core() as core:
@@ -1316,22 +1345,25 @@ def search(
             languages=languages,
             doc_type_rules=app.settings.config.doc_type_rules.values(),
         )
+        filters: dict[str, Any] = {
+            "kb": kb or None,
+            "source_type": source_types or None,
+            "doc_type": doc_types or None,
+            "language": languages or None,
+            "path_prefix": _scope(scope),
+            "updated_after": updated_after,
+            "updated_before": updated_before,
+            "symbol": symbols or None,
+            "references": references or None,
+        }
         search = functools.partial(
             core.search,
             query,
             context_window=context,
-            kb=kb or None,
-            source_type=source_types or None,
-            doc_type=doc_types or None,
-            language=languages or None,
-            path_prefix=_scope(scope),
-            updated_after=updated_after,
-            updated_before=updated_before,
-            symbol=symbols or None,
-            references=references or None,
             min_confidence=min_score,
             mode=mode,
             rerank=rerank,
+            **filters,
         )
         if every:
             results = search(limit=_ALL_RESULTS)
@@ -1339,10 +1371,16 @@ def search(
             results = distinct_paths(lambda asked: search(limit=asked), limit)
         else:
             results = search(limit=limit)
+        facets = core.facets(query, **filters) if show_facets else None
+        if budget is not None:  # packed while the documents can still be read
+            _write_packed(fmt, query, core.pack(results, budget=budget), facets)
+            return
         texts = _texts(core, results) if full and fmt != "text" else None
     if fmt != "text":
-        write_results(fmt, query, mode, results, texts=texts, explain=explain)
+        write_results(fmt, query, mode, results, texts=texts, explain=explain, facets=facets)
     else:
+        if facets is not None:
+            render.print_facets(render.make_console(), facets)
         render.print_results(
             render.make_console(),
             results,
@@ -1352,6 +1390,33 @@ def search(
             analyzer=core.analyzer,
             full=full,
         )
+
+
+def _check_search_extras(fmt: str, show_facets: bool, budget: int | None) -> None:
+    """--facets and --budget print in the text and JSON formats only."""
+    for flag, asked in (("--facets", show_facets), ("--budget", budget is not None)):
+        if asked and fmt not in ("text", "json"):
+            raise click.UsageError(f"{flag} works with the text and --json formats, not {fmt}")
+
+
+def _write_packed(fmt: str, query: str, packed: PackedContext, facets: SearchFacets | None) -> None:
+    """A packed context: its text (the summary line on stderr), or with --json
+    {"query", "budget", "tokens", "left_out", "passages", "facets"?}."""
+    if fmt == "json":
+        payload = {"query": query, **packed.to_dict()}
+        if facets is not None:
+            payload["facets"] = facets.to_dict()
+        render.print_json(payload)
+        return
+    if facets is not None:
+        render.print_facets(render.make_console(stderr=True), facets)
+    if packed.passages:
+        click.echo(packed.text())
+    click.echo(
+        f"{len(packed.passages)} passages, {packed.tokens:,} of {packed.budget:,} tokens"
+        + (f"; {packed.left_out} more did not fit" if packed.left_out else ""),
+        err=True,
+    )
 
 
 def _texts(core: KnowledgeAgentCore, results: list[SearchResult]) -> dict[str, str]:
@@ -1659,15 +1724,20 @@ def list_command(
     epilog="""\b
 --json prints {"status": IndexStatus.to_dict() (see `check --help`),
 "knowledge_bases": [KnowledgeBaseInfo.to_dict()] (see `kb list --help`),
-"config_file": path or null}."""
+"config_file": path or null, "usage": {"embedding", "rerank": {"name", "requests",
+"failed", "texts", "tokens", "estimated_tokens"}}}. Usage is this process's (the
+providers count from when the knowledge base is opened; nothing is stored): the MCP
+server's index_status reports a long-running server's."""
 )
 @json_option
 @pass_app
 def stats(app: App, as_json: bool) -> None:
-    """Show what the knowledge base holds: counts, last indexing, sizes on disk."""
+    """Show what the knowledge base holds: counts, last indexing, sizes on disk, and what
+    the embedding and rerank services were asked for in this process."""
     with app.open_core() as core:
         status = core.status()
         kbs = core.list_kbs()
+        usage = core.usage()
     config_file = str(app.settings.config_file) if app.settings.config_file else None
     if as_json:
         render.print_json(
@@ -1675,11 +1745,13 @@ def stats(app: App, as_json: bool) -> None:
                 "status": status.to_dict(),
                 "knowledge_bases": [info.to_dict() for info in kbs],
                 "config_file": config_file,
+                "usage": {kind: used.to_dict() for kind, used in usage.items()},
             }
         )
         return
     console = render.make_console()
     render.print_status(console, status, origin=app.settings.origin, config_file=config_file)
+    render.print_usage(console, usage)
     console.print()
     render.print_kbs(console, kbs)
 

@@ -16,7 +16,7 @@ from knowledge_agent.models.result_view import (
 )
 
 if TYPE_CHECKING:
-    from knowledge_agent.models import SearchResult
+    from knowledge_agent.models import SearchFacets, SearchResult
 
 __all__ = ["FORMATS", "distinct_paths", "result_json", "write_results"]
 
@@ -48,17 +48,20 @@ def write_results(
     texts: Mapping[str, str] | None = None,
     explain: bool = False,
     stream: TextIO | None = None,
+    facets: SearchFacets | None = None,
 ) -> None:
     """Write ``results`` in ``fmt`` (any of :data:`FORMATS` but ``text``); ``texts``: the
     documents' whole texts by item id, and ``explain``: the score explanations, both for
-    the JSON formats."""
+    the JSON formats; ``facets``, the per-scope counts, for ``json``."""
     out = stream or sys.stdout
     if fmt == "json":
-        payload = {
+        payload: dict[str, Any] = {
             "query": query,
             "mode": mode,
             "results": [result_json(r, texts, explain=explain) for r in results],
         }
+        if facets is not None:
+            payload["facets"] = facets.to_dict()
         print_json(payload, out)
     elif fmt == "ndjson":
         for result in results:

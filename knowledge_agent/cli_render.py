@@ -54,6 +54,8 @@ from knowledge_agent.storage.doc_sources import DocSource
 if TYPE_CHECKING:
     from knowledge_agent.analysis import TextAnalyzer
     from knowledge_agent.core.citations import CitationCheck
+    from knowledge_agent.embeddings import ServiceUsage
+    from knowledge_agent.models import SearchFacets
     from knowledge_agent.patterns import TextPattern
 from knowledge_agent.storage.sources import KnowledgeBaseInfo, SourceRoot, path_to_db
 
@@ -1023,6 +1025,35 @@ def chunking_label(chunking: dict[str, Any], pending: int = 0) -> str:
         paths = "path" if pending == 1 else "paths"
         label += f"; {pending} collected {paths} re-chunked at the next sync"
     return label
+
+
+def print_facets(console: Console, facets: SearchFacets) -> None:
+    """Where the matches are: the documents matching, per knowledge base, doc type and
+    source type, a line each (``(none)`` for documents without a doc type)."""
+    console.print(Text.assemble(("matches".ljust(16) + " ", DIM), f"{facets.total:,} documents"))
+    for name, counts in (
+        ("knowledge base", facets.kb),
+        ("doc type", facets.doc_type),
+        ("source type", facets.source_type),
+    ):
+        shown = ", ".join(f"{value or '(none)'} {count:,}" for value, count in counts.items())
+        console.print(Text.assemble((f"{name:<16} ", DIM), shown or "-"))
+    console.print()
+
+
+def print_usage(console: Console, usage: Mapping[str, ServiceUsage]) -> None:
+    """The embedder's and reranker's usage in this process, a line each (none without
+    them): requests, texts, and tokens as reported (or estimated where not)."""
+    for kind, used in usage.items():
+        parts = [f"{used.requests:,} requests", f"{used.texts:,} texts"]
+        if used.failed:
+            parts[0] += f" ({used.failed:,} failed)"
+        if used.tokens or not used.estimated_tokens:
+            parts.append(f"{used.tokens:,} tokens")
+        if used.estimated_tokens:
+            parts.append(f"~{used.estimated_tokens:,} tokens estimated (not reported)")
+        line = f"{used.name}: {', '.join(parts)} in this process"
+        console.print(Text.assemble((f"{kind:<16} ", DIM), line))
 
 
 def print_kbs(console: Console, kbs: Sequence[KnowledgeBaseInfo]) -> None:

@@ -7,7 +7,8 @@ share of query words a document contains (:func:`overlap_score`). Answers come i
 order (embeddings) or best first (rerank) so a client must sort by ``index``. Every request
 is recorded (headers, decoded body, start time); :meth:`EmbeddingServer.fail` and
 :meth:`EmbeddingServer.answer_raw` queue faults, and attributes change the steady behaviour
-(``dims``, ``honour_dimensions``, ``drop_last``, ``duplicate_index``, ``delay``).
+(``dims``, ``honour_dimensions``, ``drop_last``, ``duplicate_index``, ``delay``,
+``report_usage``: a ``usage`` with one token a word, as OpenAI and Jina report theirs).
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ class EmbeddingServer:
         self.drop_last = False  # answer one item short
         self.duplicate_index = False  # give the last item the first one's index
         self.delay = 0.0  # seconds before every answer
+        self.report_usage = False  # add "usage": {"total_tokens": words sent} to answers
         self.requests: list[Recorded] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
@@ -220,7 +222,11 @@ class EmbeddingServer:
             data = data[:-1]
         if self.duplicate_index and len(data) > 1:
             data[-1]["index"] = data[0]["index"]
-        return 200, {"object": "list", "data": data, "model": body["model"]}
+        answer = {"object": "list", "data": data, "model": body["model"]}
+        if self.report_usage:
+            tokens = sum(len(words(text)) for text in inputs)
+            answer["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return 200, answer
 
     def _rerank(self, body: Any) -> tuple[int, Any]:
         if not isinstance(body, dict) or not isinstance(body.get("query"), str):
@@ -238,4 +244,9 @@ class EmbeddingServer:
             results = results[:top_n]
         if self.drop_last:
             results = results[:-1]
-        return 200, {"model": body.get("model"), "results": results}
+        answer = {"model": body.get("model"), "results": results}
+        if self.report_usage:
+            query = len(words(body["query"]))
+            tokens = sum(query + len(words(str(document))) for document in documents)
+            answer["usage"] = {"total_tokens": tokens}
+        return 200, answer

@@ -671,7 +671,7 @@ def test_list_items(corpus: tuple[Path, Path]) -> None:
 def test_stats(corpus: tuple[Path, Path]) -> None:
     _, data = corpus
     stats = as_json(invoke(data, "stats", "--json"))
-    assert set(stats) == {"status", "knowledge_bases", "config_file"}
+    assert set(stats) == {"status", "knowledge_bases", "config_file", "usage"}
     assert stats["status"]["items"] == 4 and stats["status"]["consistent"]
     assert [kb["name"] for kb in stats["knowledge_bases"]] == ["handbook"]
     human = invoke(data, "stats")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
-from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem, SearchResult
+from knowledge_agent.models import KnowledgeChunk, KnowledgeItem, SearchResult
 from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
 
 FILLER = [
@@ -100,7 +100,7 @@ def test_matched_chunks_carry_exact_positions_r5_4_r6_1(
 ) -> None:
     result = core.search("ultrasonic probe turbine")[0]
     item = core.get_item(result.item.id)
-    assert item is not None and result.item == ItemSummary.of(item)
+    assert item is not None and result.item == item and result.item.content == item.content
     for chunk in result.matched_chunks + result.context_chunks:
         assert item.content[chunk.start_position : chunk.end_position] == chunk.content
         assert chunk.metadata["start_line"] <= chunk.metadata["end_line"]

@@ -87,6 +87,8 @@ def test_all_is_exactly_the_public_api() -> None:
         "OpenAIEmbedder",
         "OpenAIReranker",
         "Reranker",
+        "ServiceUsage",
+        "UsageCounter",
         "WordLlamaEmbedder",
         "default_cache_dir",
         "embedder_from_config",
@@ -649,14 +651,14 @@ def test_embedder_config_errors(config: object, message: str) -> None:
 def test_reranker_config_errors() -> None:
     with pytest.raises(ConfigError, match="unknown reranker provider 'wordllama'; valid: openai"):
         reranker_from_config({"provider": "wordllama"})
-    with pytest.raises(ConfigError, match=r"unknown reranker keys 'dimensions', 'query_prefix'"):
+    with pytest.raises(ConfigError, match=r"unknown reranker keys 'dimensions', 'document_pr"):
         reranker_from_config(
             {
                 "provider": "openai",
                 "base_url": "http://h/v1",
                 "model": "m",
                 "dimensions": 3,
-                "query_prefix": "",
+                "document_prefix": "",
             }
         )
 

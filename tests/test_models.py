@@ -19,6 +19,7 @@ from knowledge_agent.models import (
     KnowledgeItem,
     MatchedChunk,
     Passage,
+    ResultItem,
     ScoreExplanation,
     SearchResult,
 )
@@ -111,9 +112,11 @@ explanations = st.builds(
     page=st.none() | st.integers(1, 1000),
     details=metadata,
 )
+# A result's item as the engine makes it: its text read from a "storage" when first used.
+result_items = items.map(lambda item: ResultItem.lazy(ItemSummary.of(item), {item.id: item}.get))
 results = st.builds(
     SearchResult,
-    item=items.map(ItemSummary.of),
+    item=items | result_items,
     relevance_score=st.floats(allow_nan=False),
     matched_fields=st.lists(st.text(), max_size=3),
     highlights=st.lists(st.text(), max_size=3),
@@ -157,6 +160,9 @@ def test_chunk_round_trip_r1_6(chunk: KnowledgeChunk) -> None:
 def test_search_result_round_trip(result: SearchResult) -> None:
     assert SearchResult.from_dict(result.to_dict()) == result
     assert SearchResult.from_dict(through_json(result.to_dict())) == result
+    # The dict names the document without its text, and making it never read the text.
+    assert "content" not in result.to_dict()["item"]
+    assert not isinstance(result.item, ResultItem) or not result.item.content_loaded
 
 
 def test_chunk_has_exactly_the_r1_1_fields_and_defaults() -> None:
@@ -245,7 +251,7 @@ def test_an_explanation_of_the_older_shape_still_reads() -> None:
 
 
 def test_search_result_keeps_item_level_fields_r6_3_r6_4() -> None:
-    result = SearchResult(item=ItemSummary.of(KnowledgeItem(title="t")), relevance_score=1.0)
+    result = SearchResult(item=KnowledgeItem(title="t"), relevance_score=1.0)
     data = result.to_dict()
     for name in ("item", "relevance_score", "matched_fields", "highlights"):
         assert name in data

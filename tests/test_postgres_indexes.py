@@ -357,8 +357,6 @@ def test_weighted_terms_and_field_boosts(postgres_url: str) -> None:
             terms = ANALYZER.terms(text)
             assert_same_hits(local.search_items(terms, 20), keyword.search_items(terms, 20), 1e-9)
         with pytest.raises(QueryError):
-            keyword.search_chunks("alpha", 5)  # type: ignore[arg-type]
-        with pytest.raises(QueryError):
             keyword.search_chunks({"alpha": -1.0}, 5)
 
 

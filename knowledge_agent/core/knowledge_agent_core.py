@@ -22,11 +22,14 @@ from knowledge_agent.backends.local.shared_indexes import SharedIndexes
 from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
 from knowledge_agent.chunking import ChunkConfig, ContentChunker
 from knowledge_agent.core.citations import CitationCheck, check_citation
+from knowledge_agent.core.packing import PackedContext, pack_results
 from knowledge_agent.core.text_search import TextMatch, compile_pattern, matching_lines
 from knowledge_agent.crawl import CrawlOptions, UrlPolicy, normalize_url
 from knowledge_agent.embeddings import (
     Embedder,
     Reranker,
+    ServiceUsage,
+    UsageCounter,
     embedder_from_config,
     reranker_from_config,
 )
@@ -47,7 +50,7 @@ from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIs
 from knowledge_agent.ingest.walker import WalkOptions
 from knowledge_agent.ingest.watcher import ChangeSet, FolderWatcher
 from knowledge_agent.ingest.web import WebCollector
-from knowledge_agent.models import KnowledgeItem, ScoreExplanation, SearchResult
+from knowledge_agent.models import KnowledgeItem, ScoreExplanation, SearchFacets, SearchResult
 from knowledge_agent.models.evidence import chunk_hash, lines_label
 from knowledge_agent.models.knowledge_item import utc_now
 from knowledge_agent.models.status import ChunkContext, IndexDamage, IndexStatus
@@ -277,6 +280,7 @@ class KnowledgeAgentCore:
         )
         if isinstance(embedder, Mapping):
             embedder = embedder_from_config(embedder)
+        self.embedder = embedder
         in_memory = data_dir is None or os.fspath(data_dir) == ":memory:"
         self.data_dir: Path | None = None if in_memory else Path(os.fspath(data_dir))  # type: ignore[arg-type]
         self.analyzer = TextAnalyzer(_config(analyzer_config, AnalyzerConfig, "analyzer_config"))
@@ -1054,6 +1058,52 @@ class KnowledgeAgentCore:
                 mode,
             )
 
+    def facets(
+        self,
+        query: str,
+        *,
+        kb: str | Iterable[str] | None = None,
+        source_type: str | Iterable[str] | None = None,
+        doc_type: str | Iterable[str] | None = None,
+        language: str | Iterable[str] | None = None,
+        path_prefix: str | Iterable[str] | None = None,
+        path_glob: str | Iterable[str] | None = None,
+        updated_after: datetime | str | None = None,
+        updated_before: datetime | str | None = None,
+        symbol: str | Iterable[str] | None = None,
+        references: str | Iterable[str] | None = None,
+    ) -> SearchFacets:
+        """How many documents match ``query`` per knowledge base, doc type and source type,
+        counted before any limit — where else a search could look, and how much is there.
+
+        The filters are :meth:`search`'s. A document matches when it holds one of the
+        query's terms (in its title or text); ``min_confidence`` and the like do not apply.
+        """
+        filters = SearchFilters.build(
+            kb=kb,
+            source_type=source_type,
+            doc_type=doc_type,
+            language=language,
+            path_prefix=path_prefix,
+            path_glob=path_glob,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            symbol=symbol,
+            references=references,
+        )
+        self._backend.before_reading()
+        with self._lock:
+            self._backend.reading()
+            return self._backend.answer(lambda: self.engine.facets(query, filters), "keyword")
+
+    def pack(self, results: Sequence[SearchResult], *, budget: int) -> PackedContext:
+        """``results`` packed into ``budget`` tokens to give a model: adjacent chunks of a
+        document (matched ones and their context) merged into one passage, the best
+        passages first (:mod:`~knowledge_agent.core.packing`). ``PackedContext.text()`` is
+        the text; each passage says where it is. Search with a ``context_window`` for
+        passages that read on around what matched."""
+        return pack_results(results, budget)
+
     def _query_config(
         self, options: SearchConfig | Mapping[str, Any] | None, weights: Mapping[str, float] | None
     ) -> SearchConfig | None:
@@ -1153,6 +1203,18 @@ class KnowledgeAgentCore:
         every index file is checked for its size (and the small ones for their checksum),
         as opening does."""
         return self._status(full=False)
+
+    def usage(self) -> dict[str, ServiceUsage]:
+        """What the embedder (``"embedding"``) and the reranker (``"rerank"``) were asked
+        for: requests, texts and tokens, counted by the providers since they were made (for
+        a core built from settings, since it was opened), not stored. A provider without a
+        ``usage`` counter of its own is left out."""
+        found = {}
+        for kind, provider in (("embedding", self.embedder), ("rerank", self.reranker)):
+            counter = getattr(provider, "usage", None)
+            if isinstance(counter, UsageCounter):
+                found[kind] = counter.snapshot(getattr(provider, "name", ""))
+        return found
 
     def _status(self, *, full: bool) -> IndexStatus:
         self._backend.before_reading()

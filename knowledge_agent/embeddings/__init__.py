@@ -10,7 +10,9 @@ Two protocols, :class:`Embedder` and :class:`Reranker`, and their providers:
   or Jina/Cohere-style ``/rerank`` server, standard library only.
 
 :func:`embedder_from_config` and :func:`reranker_from_config` build them from a project
-file section. Importing this package loads none of wordllama, tokenizers or an HTTP library.
+file section. Every provider counts what it was asked for in its ``usage``
+(:class:`UsageCounter`, :class:`ServiceUsage`). Importing this package loads none of
+wordllama, tokenizers or an HTTP library.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from knowledge_agent.embeddings.base import Embedder, EmbeddingKind, Reranker, n
 from knowledge_agent.embeddings.factory import embedder_from_config, reranker_from_config
 from knowledge_agent.embeddings.minilm import MiniLMEmbedder
 from knowledge_agent.embeddings.openai_compat import OpenAIEmbedder, OpenAIReranker
+from knowledge_agent.embeddings.usage import ServiceUsage, UsageCounter
 from knowledge_agent.embeddings.wordllama_provider import WordLlamaEmbedder, default_cache_dir
 
 __all__ = [
@@ -28,6 +31,8 @@ __all__ = [
     "OpenAIEmbedder",
     "OpenAIReranker",
     "Reranker",
+    "ServiceUsage",
+    "UsageCounter",
     "WordLlamaEmbedder",
     "default_cache_dir",
     "embedder_from_config",

@@ -4,7 +4,8 @@ Every key is checked: an unknown provider or key, a missing required key or a va
 wrong type is a ``ConfigError`` naming it and what is valid. ``api_key_env`` names the
 environment variable that holds an API key; ``api_key``, the key itself, is taken for the
 settings files that hold one (002's ``config.toml``) and the Python API — a
-``.knowledge-agent.toml`` refuses it.
+``.knowledge-agent.toml`` refuses it. Seed 002's ``query_instruction`` /
+``document_instruction`` are read as ``query_prefix`` / ``document_prefix``.
 """
 
 from __future__ import annotations
@@ -66,11 +67,15 @@ _RERANKERS: dict[str, _Spec] = {
             "api_key": (str,),
             "batch_size": (int,),
             "min_interval": _NUMBER,
+            "query_prefix": (str,),
             "timeout": _NUMBER,
         },
         frozenset({"base_url", "model"}),
     ),
 }
+
+# Seed 002's names for the instruction keys, read as this package's.
+_ALIASES = {"query_instruction": "query_prefix", "document_instruction": "document_prefix"}
 
 
 def embedder_from_config(config: Mapping[str, Any]) -> Embedder:
@@ -104,6 +109,18 @@ def _build(what: str, providers: Mapping[str, _Spec], config: Mapping[str, Any])
         raise ConfigError(f"unknown {what} provider {provider!r}; valid: {valid}")
     factory, accepted, required = providers[provider]
     options = {key: value for key, value in config.items() if key != "provider"}
+    given_as = {}  # a key read under seed 002's name is named so in errors
+    for alias, key in _ALIASES.items():
+        if alias in options and key in accepted:
+            if key in options:
+                raise ConfigError(f"{what} keys {alias!r} and {key!r} are one setting: give one")
+            options[key] = options.pop(alias)
+            given_as[key] = alias
+    if "api_key" in options and "api_key" not in accepted:
+        raise ConfigError(
+            f"{what} key 'api_key': keys are not stored in configuration; put the key in an "
+            "environment variable and name it with 'api_key_env'"
+        )
     unknown = sorted(str(key) for key in options if key not in accepted)
     if unknown:
         raise ConfigError(
@@ -119,6 +136,7 @@ def _build(what: str, providers: Mapping[str, _Spec], config: Mapping[str, Any])
         if isinstance(value, bool) or not isinstance(value, types):
             names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
             raise ConfigError(
-                f"{what} key {key!r} must be {names}, not {type(value).__name__} ({value!r})"
+                f"{what} key {given_as.get(key, key)!r} must be {names}, "
+                f"not {type(value).__name__} ({value!r})"
             )
     return factory(**options)

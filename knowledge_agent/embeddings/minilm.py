@@ -33,6 +33,7 @@ from knowledge_agent.embeddings.base import (
     positive_int,
 )
 from knowledge_agent.embeddings.bert import BertConfig, BertEncoder, read_safetensors
+from knowledge_agent.embeddings.usage import UsageCounter
 from knowledge_agent.errors import ConfigError
 
 __all__ = ["MiniLMEmbedder", "packaged_model_dir"]
@@ -101,6 +102,7 @@ class MiniLMEmbedder:
         self.max_tokens = max_tokens
         self._name = f"minilm:{MODEL}:max_tokens={max_tokens}"
         self._lock = threading.Lock()
+        self.usage = UsageCounter()  # calls and texts: a local model counts no tokens
         self._tokenizer: Any = None
         self._encoder: BertEncoder | None = None
 
@@ -126,6 +128,7 @@ class MiniLMEmbedder:
         check_kind(kind)
         texts = check_texts(texts)
         self.load()
+        self.usage.record(texts, local=True)
         encoder, tokenizer = self._encoder, self._tokenizer
         assert encoder is not None
         out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)

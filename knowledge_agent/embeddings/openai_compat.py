@@ -24,6 +24,7 @@ from knowledge_agent.embeddings.base import (
     positive_int,
 )
 from knowledge_agent.embeddings.http_client import JsonClient
+from knowledge_agent.embeddings.usage import UsageCounter
 from knowledge_agent.errors import ConfigError, EmbeddingError
 
 __all__ = ["OpenAIEmbedder", "OpenAIReranker"]
@@ -44,7 +45,8 @@ class OpenAIEmbedder:
     requested, then ``":prefix-{hash}"`` when prefixes are set: it never needs the network.
     Reading ``dimensions`` before any ``embed`` call sends one probe request if they were
     not given. The API key is ``api_key`` when given (as 002's ``config.toml`` holds it),
-    else read from ``api_key_env`` on each request. Thread-safe.
+    else read from ``api_key_env`` on each request. ``usage`` counts the requests, texts and
+    tokens sent (:mod:`~knowledge_agent.embeddings.usage`). Thread-safe.
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class OpenAIEmbedder:
         self.document_prefix = document_prefix
         self._dimensions = dimensions
         self._lock = threading.Lock()
+        self.usage = UsageCounter()
         name = f"openai:{self._client.base_url}:{self.model}"
         if dimensions is not None:
             name += f":{dimensions}"
@@ -130,7 +133,7 @@ class OpenAIEmbedder:
         payload: dict[str, Any] = {"model": self.model, "input": inputs}
         if self.requested_dimensions is not None:
             payload["dimensions"] = self.requested_dimensions
-        answer = self._client.post("embeddings", payload)
+        answer = _post(self._client, self.usage, "embeddings", payload, inputs)
         data = answer.get("data") if isinstance(answer, dict) else None
         if not isinstance(data, list):
             raise EmbeddingError(self.url, "answer has no 'data' list")
@@ -168,10 +171,14 @@ class OpenAIEmbedder:
 class OpenAIReranker:
     """Relevance scores from a Jina / Cohere / vLLM style ``/rerank`` endpoint.
 
-    Documents go out ``batch_size`` at a time (a cross-encoder scores each pair on its own,
-    so scores from different batches compare). ``name`` is
-    ``"openai-rerank:{base_url}:{model}"``. The API key is ``api_key`` or read from
-    ``api_key_env``, as for :class:`OpenAIEmbedder`. Thread-safe.
+        Documents go out ``batch_size`` at a time (a cross-encoder scores each pair on its own,
+        so scores from different batches compare). ``query_prefix`` is prepended to the query
+        for models that expect an instruction (seed 002's ``query_instruction``, e.g.
+        ``"Instruct: …
+    Query: "``); it changes what the service reads, not the documents.
+        ``name`` is ``"openai-rerank:{base_url}:{model}"``. The API key is ``api_key`` or read
+        from ``api_key_env``, as for :class:`OpenAIEmbedder`. ``usage`` counts the requests,
+        texts and tokens sent (:mod:`~knowledge_agent.embeddings.usage`). Thread-safe.
     """
 
     def __init__(
@@ -183,6 +190,7 @@ class OpenAIReranker:
         api_key: str | None = None,
         batch_size: int = 64,
         min_interval: float = 0.0,
+        query_prefix: str = "",
         timeout: float = 30.0,
     ) -> None:
         self._client = JsonClient(
@@ -194,6 +202,10 @@ class OpenAIReranker:
         )
         self.model = _check_model(model)
         self.batch_size = check_batch_size(batch_size)
+        if not isinstance(query_prefix, str):
+            raise ConfigError(f"query_prefix must be a string, not {type(query_prefix).__name__}")
+        self.query_prefix = query_prefix
+        self.usage = UsageCounter()
         self._name = f"openai-rerank:{self._client.base_url}:{self.model}"
 
     @property
@@ -216,12 +228,15 @@ class OpenAIReranker:
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, not {type(query).__name__}")
         texts = check_texts(texts)
+        query = self.query_prefix + query
         scores: list[float] = []
         for start in range(0, len(texts), self.batch_size):
             batch = texts[start : start + self.batch_size]
             # top_n asks servers that return only the best few by default for all of them.
             payload = {"model": self.model, "query": query, "documents": batch, "top_n": len(batch)}
-            answer = self._client.post("rerank", payload)
+            # A cross-encoder reads the query with every document.
+            sent = [query + text for text in batch]
+            answer = _post(self._client, self.usage, "rerank", payload, sent)
             results = answer.get("results") if isinstance(answer, dict) else None
             if not isinstance(results, list):
                 raise EmbeddingError(self.url, "answer has no 'results' list")
@@ -233,6 +248,19 @@ class OpenAIReranker:
                     raise EmbeddingError(self.url, "a relevance score is not finite")
                 scores.append(float(score))
         return scores
+
+
+def _post(
+    client: JsonClient, usage: UsageCounter, endpoint: str, payload: dict[str, Any], sent: list[str]
+) -> Any:
+    """``client.post``, counted in ``usage`` (``sent``: the texts the service reads)."""
+    try:
+        answer = client.post(endpoint, payload)
+    except EmbeddingError:
+        usage.record_failure()
+        raise
+    usage.record(sent, answer)
+    return answer
 
 
 def _by_index(url: str, items: list[Any], expected: int, what: str) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ from knowledge_agent.embeddings.base import (
     normalize_rows,
     positive_int,
 )
+from knowledge_agent.embeddings.usage import UsageCounter
 from knowledge_agent.errors import ConfigError
 
 __all__ = ["WordLlamaEmbedder", "default_cache_dir"]
@@ -84,6 +85,7 @@ class WordLlamaEmbedder:
         self._dim = dim
         self._name = f"wordllama:{config}:{dim}"
         self._lock = threading.Lock()
+        self.usage = UsageCounter()  # calls and texts: a local model counts no tokens
         self._matrix: np.ndarray | None = None  # (vocabulary, dim) float32 token vectors
         self._tokenizer: Any = None
         self._csr_matrix: Any = None
@@ -110,6 +112,7 @@ class WordLlamaEmbedder:
         check_kind(kind)
         texts = check_texts(texts)
         self.load()
+        self.usage.record(texts, local=True)
         matrix, tokenizer, csr_matrix = self._matrix, self._tokenizer, self._csr_matrix
         assert matrix is not None
         vocabulary = matrix.shape[0]

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from knowledge_agent.models._serialize import fields_from_json, fields_to_json
+from knowledge_agent.models._serialize import copy_json, fields_from_json, fields_to_json
 from knowledge_agent.models.knowledge_item import KnowledgeItem, utc_now
 
-__all__ = ["ItemSummary"]
+__all__ = ["SUMMARY_FIELDS", "ItemSummary"]
+
+SUMMARY_FIELDS = tuple(spec.name for spec in fields(KnowledgeItem) if spec.name != "content")
+"""The fields of a :class:`KnowledgeItem` a summary keeps: all but ``content``."""
 
 
 @dataclass
 class ItemSummary:
     """A stored item without its ``content``; ``content_chars`` is the text's length.
 
-    A result names its document but carries only the passages that matched: one hit in a
-    700 KB file must not make every answer 700 KB. ``get_item(summary.id)`` gives the text.
+    What serialised results (``--json``, the MCP tools, ``SearchResult.to_dict``) say of
+    their document: one hit in a 700 KB file must not make every answer 700 KB.
+    ``get_item(summary.id)`` gives the text.
     """
 
     id: str
@@ -37,10 +41,10 @@ class ItemSummary:
 
     @classmethod
     def of(cls, item: KnowledgeItem) -> ItemSummary:
-        """The summary of a whole item."""
-        data = item.to_dict()
-        data["content_chars"] = len(data.pop("content"))
-        return cls.from_dict(data)
+        """The summary of an item (a search result's item's text is not read for it)."""
+        chars = getattr(item, "content_chars", None)
+        values = {name: copy_json(getattr(item, name)) for name in SUMMARY_FIELDS}
+        return cls(content_chars=len(item.content) if chars is None else chars, **values)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; datetimes become ISO 8601 strings."""

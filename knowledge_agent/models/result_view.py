@@ -19,6 +19,7 @@ from typing import Any
 from knowledge_agent.models.evidence import evidence_ref
 from knowledge_agent.models.item_summary import ItemSummary
 from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.models.result_item import content_chars
 from knowledge_agent.models.search_result import MatchedChunk, Passage, SearchResult
 
 __all__ = [
@@ -160,7 +161,6 @@ def chunk_view(
 def item_view(item: ItemSummary | KnowledgeItem) -> dict[str, Any]:
     """A document as a result names it: ids, title, path (its file path or URL; None for
     added text), facets, size — not its text."""
-    chars = item.content_chars if isinstance(item, ItemSummary) else len(item.content)
     return {
         "item_id": item.id,
         "title": item.title,
@@ -169,7 +169,7 @@ def item_view(item: ItemSummary | KnowledgeItem) -> dict[str, Any]:
         "source_type": item.source_type,
         "doc_type": item.doc_type,
         "language": item.language,
-        "content_chars": chars,
+        "content_chars": content_chars(item),
     }
 
 

@@ -8,6 +8,8 @@ from typing import Any
 from knowledge_agent.models._serialize import copy_json
 from knowledge_agent.models.item_summary import ItemSummary
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
+from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.models.result_item import ResultItem
 
 __all__ = ["MatchedChunk", "Passage", "ScoreExplanation", "SearchResult"]
 
@@ -203,8 +205,9 @@ class SearchResult:
     chunk lists are empty, R6.4).
     """
 
-    item: ItemSummary
-    """The document, without its text (``get_item(result.item.id)`` has it)."""
+    item: KnowledgeItem
+    """The document: a :class:`~knowledge_agent.models.result_item.ResultItem`, whose
+    ``content`` is read from the storage when first used."""
     relevance_score: float
     confidence: float = 0.0
     """How surely this answers the query, 0-1, comparable across queries (relevance_score
@@ -217,9 +220,10 @@ class SearchResult:
     search_mode: str = "chunk"
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict; nested models become dicts too."""
+        """A JSON-ready dict; nested models become dicts too, the item a summary without its
+        text (:class:`ItemSummary`: ``content_chars`` instead)."""
         return {
-            "item": self.item.to_dict(),
+            "item": ItemSummary.of(self.item).to_dict(),
             "relevance_score": self.relevance_score,
             "confidence": self.confidence,
             "matched_fields": list(self.matched_fields),
@@ -232,10 +236,11 @@ class SearchResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearchResult:
-        """Build a result from ``to_dict`` output."""
+        """Build a result from ``to_dict`` output. Its item's text is not there (reading
+        ``content`` raises ``NotFoundError``) unless the item's dict has its ``content``."""
         explanation = data.get("explanation")
         return cls(
-            item=ItemSummary.from_dict(data["item"]),
+            item=_item_from_dict(data["item"]),
             relevance_score=data["relevance_score"],
             confidence=data.get("confidence", 0.0),
             matched_fields=list(data.get("matched_fields") or []),
@@ -245,3 +250,9 @@ class SearchResult:
             explanation=None if explanation is None else ScoreExplanation.from_dict(explanation),
             search_mode=data.get("search_mode", "chunk"),
         )
+
+
+def _item_from_dict(data: dict[str, Any]) -> ResultItem:
+    if isinstance(data.get("content"), str):
+        return ResultItem.of_item(KnowledgeItem.from_dict(data))
+    return ResultItem.lazy(ItemSummary.from_dict(data), None)

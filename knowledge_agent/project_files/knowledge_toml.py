@@ -15,8 +15,8 @@ key                             becomes
                                 (0: the model's), ``query_instruction`` / ``document_instruction``
                                 → ``query_prefix`` / ``document_prefix``
 [models.rerank] (or [rerank])   a ``[rerank]`` provider ``"openai"`` (``/rerank``), the same
-                                keys; ``query_instruction`` goes to the reranker when it takes
-                                one (else it is not used)
+                                keys; ``query_instruction`` → ``query_prefix`` (put before the
+                                query the reranker reads)
 [knowledge] base_dir            the folder of knowledge bases (default ``knowledge``, relative to
                                 the file): each folder ``<base_dir>/<kb>/`` is a ``sync`` scan
                                 into the knowledge base ``<kb>`` of its ``texts/`` (the
@@ -93,7 +93,7 @@ _RERANK_KEYS = {
     "api_key": "api_key",
     "model_name": "model",
     "queue_interval_seconds": "min_interval",
-    "query_instruction": "query_instruction",
+    "query_instruction": "query_prefix",
 }
 _LEAVING = ("api_url", "api_key")
 _NOT_USED = (
@@ -166,8 +166,6 @@ class _Reader:
             else:
                 self.note("knowledge.embed_batch_size", "no [models.embedding] to batch for")
         rerank = self.provider("rerank", _RERANK_KEYS)
-        if rerank is not None and "query_instruction" in rerank:
-            self.rerank_instruction(rerank)
         return SpecFile(
             path=self.path,
             format=FORMAT,
@@ -226,15 +224,6 @@ class _Reader:
         for key in [key for key in self.origins if key.split(".")[0] == setting]:
             del self.origins[key]
         return False
-
-    def rerank_instruction(self, rerank: dict[str, Any]) -> None:
-        """The rerank ``query_instruction``: given to the reranker when it takes one."""
-        from knowledge_agent.embeddings.factory import provider_keys
-
-        if "query_instruction" not in provider_keys("rerank", "openai"):
-            del rerank["query_instruction"]
-            prefix = self.given["rerank"][0]
-            self.note(f"{prefix}.query_instruction", "the reranker takes no query instruction")
 
     def chunking(self, knowledge: Mapping[str, Any]) -> dict[str, Any]:
         lines = knowledge.get("chunk_size")

@@ -1,13 +1,24 @@
-"""The weight of each analysed query term, as every keyword index scores it."""
+"""What an index searches with: a query's analysed terms and the weight of each, as every
+keyword index scores them."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.errors import QueryError
 
-__all__ = ["term_weights"]
+__all__ = ["analysed", "term_weights"]
+
+
+def analysed(
+    query: str | Sequence[str] | Mapping[str, float], analyzer: TextAnalyzer
+) -> Sequence[str] | Mapping[str, float]:
+    """A plain string is the query's text: its terms as ``analyzer`` gives them (what the
+    engine searches with), never one term; analysed terms (or weights) are returned as
+    given."""
+    return analyzer.terms(query) if isinstance(query, str) else query
 
 
 def term_weights(terms: Sequence[str] | Mapping[str, float]) -> dict[str, float]:

@@ -33,16 +33,18 @@ from knowledge_agent.errors import (
 )
 from knowledge_agent.faults import Faults
 from knowledge_agent.models import (
-    ItemSummary,
     KnowledgeChunk,
     KnowledgeItem,
     MatchedChunk,
+    ResultItem,
     ScoreExplanation,
+    SearchFacets,
     SearchResult,
 )
 from knowledge_agent.models.evidence import evidence_ref, lines_label
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
 from knowledge_agent.search.config import SearchConfig
+from knowledge_agent.search.facets import count_facets
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 from knowledge_agent.search.ranking.boosts import age_days, mmr_order, time_boost
@@ -190,7 +192,7 @@ _MMR_POOL = 3
 _MMR_POOL_MAX = 100
 
 
-def _path(item: KnowledgeItem | ItemSummary) -> str:
+def _path(item: KnowledgeItem) -> str:
     """Where an item's text comes from, for citations: its path or URL, else its title."""
     return item.source_uri or item.title or item.id
 
@@ -516,6 +518,20 @@ class SearchEngineImpl:
                 chosen = found if chosen is None else chosen & found
         return filters.resolved(sorted(chosen or ()))
 
+    def facets(self, query: str, filters: SearchFilters | None = None) -> SearchFacets:
+        """How many documents match ``query`` under ``filters`` per knowledge base, doc type
+        and source type, before any limit: those holding one of its terms
+        (:mod:`~knowledge_agent.search.facets`), whatever engines a search would rank with."""
+        if not isinstance(query, str):
+            raise QueryError(f"query must be a string, got {type(query).__name__}")
+        terms = self.analyzer.terms(query)[: self.config.max_query_terms]
+        filters = filters or SearchFilters()
+        if filters.names_unresolved:
+            filters = self._resolve_names(filters)
+            if not filters.chunk_ids:
+                return SearchFacets.count([])
+        return count_facets(self.storage, self.keyword_index, terms, filters)
+
     def _candidate_count(self, limit: int) -> int:
         return max(self.config.candidates, limit * self.config.max_chunks_per_item * 2)
 
@@ -719,14 +735,16 @@ class SearchEngineImpl:
         limit = ask.limit
         for start in range(0, len(grouped.items), limit):
             page = grouped.items[start : start + limit]
-            items = self.storage.get_item_summaries(candidate.item_id for candidate in page)
+            summaries = self.storage.get_item_summaries(candidate.item_id for candidate in page)
             chunks = self._read_chunks(
                 [chunk_id for candidate in page for _, chunk_id in candidate.chunks], ask.loaded
             )
             for candidate in page:
-                item = items.get(candidate.item_id)
-                if item is None:
+                summary = summaries.get(candidate.item_id)
+                if summary is None:
                     continue
+                # The item's text is read from the storage only if a caller asks for it.
+                item = ResultItem.lazy(summary, self.storage.get_item)
                 result = self._chunk_result(
                     ask, ranked, grouped, item, candidate, chunks, marked, context_window
                 )
@@ -744,7 +762,7 @@ class SearchEngineImpl:
         ask: _ChunkQuery,
         ranked: _RankedChunks,
         grouped: _Grouped,
-        item: ItemSummary,
+        item: KnowledgeItem,
         candidate: _Candidate,
         chunks: dict[str, KnowledgeChunk],
         marked: frozenset[str],
@@ -955,7 +973,7 @@ class SearchEngineImpl:
         self,
         chunk: KnowledgeChunk,
         score: float,
-        item: ItemSummary,
+        item: KnowledgeItem,
         explained: ScoreExplanation,
         evidence: PassageEvidence | None,
     ) -> MatchedChunk:
@@ -1141,7 +1159,7 @@ class SearchEngineImpl:
 
     def _context(
         self,
-        item: ItemSummary,
+        item: KnowledgeItem,
         matched: list[tuple[float, KnowledgeChunk]],
         window: int,
     ) -> list[MatchedChunk]:
@@ -1223,7 +1241,7 @@ class SearchEngineImpl:
                 explained.path = _path(item)
                 results.append(
                     SearchResult(
-                        item=ItemSummary.of(item),
+                        item=ResultItem.of_item(item),
                         relevance_score=score,
                         confidence=sure,
                         matched_fields=found.fields(),

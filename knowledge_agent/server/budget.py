@@ -1,35 +1,21 @@
 """Keeping a tool's answer under a token budget, without a tokenizer.
 
-:func:`estimate_tokens` counts roughly as an LLM does (one token per CJK character, one per
-four other characters); :func:`fit_to_budget` trims a search answer until its JSON text
-(:func:`dumps`, exactly what the agent receives) fits, cheapest losses first, and says so.
+:func:`~knowledge_agent.tokens.estimate_tokens` counts roughly as an LLM does (one token per
+CJK character, one per four other characters); :func:`fit_to_budget` trims a search answer
+until its JSON text (:func:`dumps`, exactly what the agent receives) fits, cheapest losses
+first, and says so.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from knowledge_agent.tokens import estimate_tokens
+
 __all__ = ["dumps", "estimate_tokens", "fit_to_budget"]
-
-# Ideographs, kana, hangul, CJK punctuation and full-width forms: about one token each.
-_CJK = re.compile(
-    "[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003134f]"
-)
-
-
-def estimate_tokens(text: str) -> int:
-    """Roughly how many tokens an LLM spends on ``text``.
-
-    One per CJK character, one per four other characters (rounded up): close enough to
-    keep an answer under a budget without shipping a tokenizer.
-    """
-    cjk = len(_CJK.findall(text))
-    return cjk + math.ceil((len(text) - cjk) / 4)
 
 
 def dumps(payload: Any) -> str:
@@ -43,9 +29,12 @@ _SHORTENED = "shortened"
 class _Budget:
     """Shrinks a list of search-result dicts until the whole answer fits ``max_tokens``."""
 
-    def __init__(self, results: list[dict[str, Any]], max_tokens: int) -> None:
+    def __init__(
+        self, results: list[dict[str, Any]], max_tokens: int, extra: dict[str, Any]
+    ) -> None:
         self.results = results
         self.max_tokens = max_tokens
+        self.extra = extra
         self.cuts: Counter[str] = Counter()
         self.used = self.measure()
 
@@ -57,6 +46,7 @@ class _Budget:
         }
         if self.cuts:
             answer["note"] = _trim_note(self.cuts, self.max_tokens)
+        answer.update(self.extra)
         return answer
 
     def measure(self) -> int:
@@ -103,15 +93,18 @@ def _trim_note(cuts: Counter[str], max_tokens: int) -> str:
     )
 
 
-def fit_to_budget(results: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
-    """The search answer for ``results`` (dicts, best first), trimmed to ``max_tokens``.
+def fit_to_budget(
+    results: list[dict[str, Any]], max_tokens: int, *, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The search answer for ``results`` (dicts, best first), trimmed to ``max_tokens``;
+    ``extra`` are more keys of the answer, measured with it and never trimmed.
 
     Losses in order of least value: context chunks, then matched chunks after each result's
     best one (lowest results first), then the lowest results, then the tail of the remaining
     chunks' text, their passages' text last. A trimmed answer has ``truncated: true`` and a
     ``note`` saying what went.
     """
-    budget = _Budget(results, max_tokens)
+    budget = _Budget(results, max_tokens, dict(extra or {}))
     budget.drop((r["context_chunks"] for r in reversed(results)), "context chunk(s)")
     budget.drop((r["matched_chunks"] for r in reversed(results)), "extra matched chunk(s)", keep=1)
     budget.drop((r.get("snippets", []) for r in reversed(results)), "snippet(s)", keep=1)

@@ -147,6 +147,13 @@ MaxTokens = Annotated[
 Explain = Annotated[
     bool, Field(description="Add each result's score breakdown (matched terms, engine ranks).")
 ]
+Facets = Annotated[
+    bool,
+    Field(
+        description="Also count every matching document (not only those returned) per "
+        "knowledge base, doc type and source type: where else to look, and how much is there."
+    ),
+]
 PathPrefix = Annotated[
     _NAMES,
     Field(
@@ -298,15 +305,20 @@ def _search(
     min_score: object,
     max_tokens: object,
     include_explanation: object,
+    facets: object = False,
 ) -> dict[str, Any]:
     """One filtered core search: every filter, the path prefixes and globs (each list OR-ed)
-    included, narrows the candidates *before* ranking."""
+    included, narrows the candidates *before* ranking. With ``facets``, the answer's
+    ``facets`` count the matching documents per scope (within ``max_tokens`` too)."""
     query = check.text("query", query, max_chars=check.MAX_QUERY_CHARS)
     limit = check.integer("limit", limit, 1, MAX_LIMIT)
     context_window = check.integer("context_window", context_window, 0, MAX_CONTEXT_WINDOW)
     max_tokens = check.integer("max_tokens", max_tokens, MIN_MAX_TOKENS, MAX_MAX_TOKENS)
     confidence = None if min_score is None else check.number("min_score", min_score, 0, 1)
     explain = check.flag("include_explanation", include_explanation)
+    counted = (
+        {"facets": core.facets(query, **filters).to_dict()} if check.flag("facets", facets) else {}
+    )
     ranked = core.search(
         query,
         limit=limit,
@@ -315,7 +327,7 @@ def _search(
         **filters,
     )
     views = [result_view(result, explain=explain) for result in ranked]
-    answer = fit_to_budget(views, max_tokens)
+    answer = fit_to_budget(views, max_tokens, extra=counted)
     if not ranked:
         answer["hint"] = (
             "No match. Try other words or a wider scope; knowledge_text_search finds exact "
@@ -339,6 +351,7 @@ def search_knowledge(
     min_score: MinScore = None,
     max_tokens: MaxTokens = 4000,
     include_explanation: Explain = False,
+    facets: Facets = False,
 ) -> dict[str, Any]:
     """Search the knowledge bases: the best passages for a question, grouped per document.
 
@@ -349,7 +362,9 @@ def search_knowledge(
     `kb:<chunk_id>:<path>#L<start>-L<end>@<hash>` to cite — and context_chunks, the
     neighbouring passages. Filters narrow the search before ranking. Use search_code or
     search_docs to search only code or only documents; read_chunk(chunk_id) to read around a
-    passage. A reply over max_tokens is trimmed and says so (`truncated`, `note`).
+    passage. A reply over max_tokens is trimmed and says so (`truncated`, `note`). With
+    facets, `facets` counts every matching document per kb, doc_type and source_type
+    (`total` too): where else to look before narrowing with those filters.
     """
     filters = {
         "kb": check.knowledge_bases(core, "kb", kb),
@@ -368,6 +383,7 @@ def search_knowledge(
         min_score=min_score,
         max_tokens=max_tokens,
         include_explanation=include_explanation,
+        facets=facets,
     )
 
 
@@ -384,6 +400,7 @@ def search_code(
     min_score: MinScore = None,
     max_tokens: MaxTokens = 4000,
     include_explanation: Explain = False,
+    facets: Facets = False,
 ) -> dict[str, Any]:
     """Search source code only: functions, classes and modules that match a question.
 
@@ -407,6 +424,7 @@ def search_code(
         min_score=min_score,
         max_tokens=max_tokens,
         include_explanation=include_explanation,
+        facets=facets,
     )
 
 
@@ -423,6 +441,7 @@ def search_docs(
     min_score: MinScore = None,
     max_tokens: MaxTokens = 4000,
     include_explanation: Explain = False,
+    facets: Facets = False,
 ) -> dict[str, Any]:
     """Search documents only (Markdown, text, HTML, PDF, data, logs — everything but code).
 
@@ -445,6 +464,7 @@ def search_docs(
         min_score=min_score,
         max_tokens=max_tokens,
         include_explanation=include_explanation,
+        facets=facets,
     )
 
 
@@ -777,8 +797,11 @@ def delete_knowledge(
 
 def index_status(core: KnowledgeAgentCore) -> dict[str, Any]:
     """Health of the index: counts of knowledge bases, items, chunks and sources, both search
-    indexes' counts, pending changes, sizes on disk, and any inconsistency found."""
-    return core.status().to_dict()
+    indexes' counts, pending changes, sizes on disk, and any inconsistency found; `usage`:
+    the embedding and rerank services' requests, texts and tokens since the server started."""
+    answer = core.status().to_dict()
+    answer["usage"] = {kind: used.to_dict() for kind, used in core.usage().items()}
+    return answer
 
 
 TOOLS = (

@@ -44,7 +44,7 @@ from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
 from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
-from knowledge_agent.search.query_terms import term_weights
+from knowledge_agent.search.query_terms import analysed, term_weights
 
 if TYPE_CHECKING:
     import psycopg
@@ -159,8 +159,9 @@ class PostgresKeywordIndex(PostingsIndex):
         *,
         per_item: int | None = None,
     ) -> list[ChunkHit]:
-        """The best ``limit`` chunks for analysed ``terms`` (or term → weight) among those
-        ``filters`` allow; at most ``per_item`` of one item when it is given."""
+        """The best ``limit`` chunks for analysed ``terms`` (or term → weight, or the query
+        text, analysed here as the engine does) among those ``filters`` allow; at most
+        ``per_item`` of one item when it is given."""
         return [
             ChunkHit(chunk_id=key, item_id=item_id, chunk_index=int(index), score=float(score))
             for key, item_id, index, score in self._search(
@@ -187,7 +188,7 @@ class PostgresKeywordIndex(PostingsIndex):
     ) -> list[tuple[str, str, int, float]]:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise QueryError(f"limit must be an integer, got {limit!r}")
-        weights = term_weights(terms)
+        weights = term_weights(analysed(terms, self.analyzer))
         if filters is not None and not isinstance(filters, SearchFilters):
             raise QueryError(f"filters must be SearchFilters, got {type(filters).__name__}")
         head_boost = self.field_boosts[_HEAD_FIELD[level]]

@@ -47,6 +47,7 @@ from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.config import TfidfConfig
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.query_terms import analysed
 
 if TYPE_CHECKING:
     import psycopg
@@ -251,8 +252,9 @@ class PostgresTfidfIndex(PostingsIndex):
         *,
         per_item: int | None = None,
     ) -> list[ChunkHit]:
-        """The ``top_k`` chunks most similar to the analysed ``query`` terms, best first;
-        at most ``per_item`` of one item when it is given."""
+        """The ``top_k`` chunks most similar to the analysed ``query`` terms (or the query
+        text, analysed here as the engine does), best first; at most ``per_item`` of one
+        item when it is given."""
         return [
             ChunkHit(chunk_id=key, item_id=item_id, chunk_index=index, score=score)
             for key, item_id, index, score in self._search(
@@ -287,8 +289,7 @@ class PostgresTfidfIndex(PostingsIndex):
     ) -> list[tuple[str, str, int, float]]:
         if top_k <= 0 or terms is None:
             return []
-        if isinstance(terms, str):  # a bare string is one term, not a list of characters
-            terms = [terms]
+        terms = analysed(terms, self.analyzer)  # query text is analysed as the engine does
         counts = Counter(term for term in terms if isinstance(term, str) and term)
         if not counts:
             return []

@@ -127,7 +127,7 @@ from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped, latest_pairs
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
-from knowledge_agent.search.query_terms import term_weights
+from knowledge_agent.search.query_terms import analysed, term_weights
 from knowledge_agent.search.topk import best_rows, capped_best_rows
 
 __all__ = ["DEFAULT_FIELD_BOOSTS", "LuceneBM25F", "SearchIndexManager", "verify_keyword_folder"]
@@ -717,7 +717,7 @@ class SearchIndexManager:
     ) -> list[tuple[float, dict[str, Any]]]:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise QueryError(f"limit must be an integer, got {limit!r}")
-        weights = term_weights(terms)
+        weights = term_weights(analysed(terms, self.analyzer))
         if filters is not None and not isinstance(filters, SearchFilters):
             raise QueryError(f"filters must be SearchFilters, got {type(filters).__name__}")
         if not weights or limit < 1:

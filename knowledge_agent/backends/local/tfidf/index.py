@@ -62,6 +62,7 @@ from knowledge_agent.search.analysed_batch import AnalysedBatch, gather
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hashing import feature_column
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.query_terms import analysed
 
 __all__ = ["Refit", "SemanticSearcher"]
 
@@ -310,8 +311,9 @@ class SemanticSearcher(SegmentIndex):
         *,
         per_item: int | None = None,
     ) -> list[ChunkHit]:
-        """The ``top_k`` chunks most similar to the analysed query ``terms``, best first;
-        at most ``per_item`` of one item when it is given."""
+        """The ``top_k`` chunks most similar to the analysed query ``terms`` (or the query
+        text, analysed here as the engine does), best first; at most ``per_item`` of one
+        item when it is given."""
         with self._lock:
             self._check_open()
             found = self._search("chunks", terms, top_k, min_similarity, filters, per_item)
@@ -351,8 +353,7 @@ class SemanticSearcher(SegmentIndex):
             return []
         if terms is None:
             return []
-        if isinstance(terms, str):  # a bare string is one term, not a list of characters
-            terms = [terms]
+        terms = analysed(terms, self.analyzer)  # query text is analysed as the engine does
         clean = [term for term in terms if isinstance(term, str) and term]
         if not clean:
             return []
