@@ -116,11 +116,6 @@ def _build(what: str, providers: Mapping[str, _Spec], config: Mapping[str, Any])
                 raise ConfigError(f"{what} keys {alias!r} and {key!r} are one setting: give one")
             options[key] = options.pop(alias)
             given_as[key] = alias
-    if "api_key" in options and "api_key" not in accepted:
-        raise ConfigError(
-            f"{what} key 'api_key': keys are not stored in configuration; put the key in an "
-            "environment variable and name it with 'api_key_env'"
-        )
     unknown = sorted(str(key) for key in options if key not in accepted)
     if unknown:
         raise ConfigError(
