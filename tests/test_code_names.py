@@ -178,6 +178,17 @@ def test_references_and_symbol_filter_before_ranking_in_every_engine(
     assert titles(references="backoff", level="item") == ["jobs.py", "net.py"]
 
 
+def test_facets_count_only_the_documents_the_name_filters_allow(
+    open_core: Callable[[], KnowledgeAgentCore], tmp_path: Path
+) -> None:
+    core = open_core()
+    core.collect_knowledge(_code(tmp_path / "src"))
+    assert core.facets("retry").total == 3
+    assert core.facets("retry", references="backoff").total == 2
+    assert core.facets("retry", symbol="Job.run", references="backoff").total == 1
+    assert core.facets("retry", references="no_such_name").total == 0
+
+
 def test_search_references_on_the_command_line(tmp_path: Path) -> None:
     data = tmp_path / "kb"
     with KnowledgeAgentCore(data) as core:
