@@ -189,6 +189,23 @@ def test_facets_count_only_the_documents_the_name_filters_allow(
     assert core.facets("retry", references="no_such_name").total == 0
 
 
+def test_the_search_code_tool_takes_symbol_and_references(tmp_path: Path) -> None:
+    from knowledge_agent.server.mcp_tools import search_code
+
+    with KnowledgeAgentCore(tmp_path / "kb") as core:
+        core.collect_knowledge(_code(tmp_path / "src"))
+
+        def titles(**filters: Any) -> list[str]:
+            answer = search_code(core, "retry", **filters)
+            return sorted(result["title"] for result in answer["results"])
+
+        assert titles() == ["jobs.py", "net.py", "other.py"]
+        assert titles(references="backoff") == ["jobs.py", "net.py"]
+        assert titles(symbol=["Job.run"], references="backoff") == ["jobs.py"]
+        facets = search_code(core, "retry", references="backoff", facets=True)["facets"]
+        assert facets["total"] == 2
+
+
 def test_search_references_on_the_command_line(tmp_path: Path) -> None:
     data = tmp_path / "kb"
     with KnowledgeAgentCore(data) as core:

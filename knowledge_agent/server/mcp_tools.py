@@ -185,6 +185,20 @@ FilePatterns = Annotated[
         "'*/tests/*']; '*' also crosses '/', and a relative pattern matches at any depth."
     ),
 ]
+CodeSymbol = Annotated[
+    _NAMES,
+    Field(
+        description="Only code chunks defining this function or class, e.g. "
+        "'Parser.parse_args' or 'parse_args' (a name matches whole or by its last part)."
+    ),
+]
+CodeReferences = Annotated[
+    _NAMES,
+    Field(
+        description="Only code chunks using or importing this name: who uses it, e.g. "
+        "'retry_with_backoff'."
+    ),
+]
 ChunkId = Annotated[
     str | None,
     Field(
@@ -395,6 +409,8 @@ def search_code(
     languages: CodeLanguages = None,
     file_patterns: FilePatterns = None,
     path_prefix: PathPrefix = None,
+    symbol: CodeSymbol = None,
+    references: CodeReferences = None,
     limit: Limit = 5,
     context_window: ContextWindow = 1,
     min_score: MinScore = None,
@@ -406,7 +422,8 @@ def search_code(
 
     Same answer as search_knowledge, restricted to code before ranking, so code is found
     even when documents would outrank it. Matched chunks of code also name their symbol
-    (e.g. `Billing.total`), its type and signature, with start/end lines.
+    (e.g. `Billing.total`), its type and signature, with start/end lines. `symbol` keeps
+    the code defining a name, `references` the code using it ("who calls X").
     """
     filters = {
         "kb": check.knowledge_bases(core, "kb", kb),
@@ -414,6 +431,8 @@ def search_code(
         "language": [name.lower() for name in check.names("languages", languages) or ()] or None,
         "path_prefix": _prefixes(path_prefix),
         "path_glob": _globs(file_patterns, "file_patterns"),
+        "symbol": check.names("symbol", symbol),
+        "references": check.names("references", references),
     }
     return _search(
         core,
