@@ -21,6 +21,20 @@ settings.register_profile("knowledge-agent", deadline=None)
 settings.load_profile("knowledge-agent")
 
 
+def _sendable(text: str) -> str:
+    """``text`` with lone surrogates (file names of undecodable bytes, as the library logs
+    them) written as escapes: pytest-xdist sends reports as strict UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test's captured output and logs reach the report in a form a worker can send."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    report.sections = [(title, _sendable(text)) for title, text in report.sections]
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     """A knowledge base's data dir, ``tmp_path / "data"``, not created yet."""
