@@ -756,7 +756,9 @@ def crawl_cases(work: Path) -> Iterator[Case]:
                 continue
             searches.append(answer["search_max_s"])
             bound = deadline + TOOL_WORK_S
-            held = not answer["error"] and answer["seconds"] <= bound and expect in _reasons(answer)
+            # A first crawl whose start page fails is one error naming why (nothing kept).
+            clear = not answer["error"] or expect in answer["error"]
+            held = clear and answer["seconds"] <= bound and expect in _reasons(answer)
             yield Case(
                 "crawl", name, held, _reasons(answer)[:200], round(answer["seconds"], 2),
                 round(answer["peak_mb"], 1), bound, bounded="slow page",
