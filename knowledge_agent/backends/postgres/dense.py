@@ -54,7 +54,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from knowledge_agent.backends.local.dense.index import MAX_TEXT_CHARS, chunk_text, item_text
+from knowledge_agent.backends.local.dense.index import (
+    MAX_TEXT_CHARS,
+    chunk_text,
+    embed_rows,
+    item_text,
+)
 from knowledge_agent.backends.local.dense.segments import text_hash
 from knowledge_agent.backends.postgres.filters import filter_condition
 from knowledge_agent.backends.postgres.indexes import IndexConnection, load_psycopg
@@ -269,29 +274,19 @@ class _Embedding:
                 heads.append((kb, item.id, item.id, -1, False))
                 metas.append(meta)
         hashes = [text_hash(text) for text in texts]
-        vectors = np.empty((len(texts), self.dimensions), np.float32)
-        first: dict[int, int] = {}
-        todo: list[int] = []
-        copies: list[tuple[int, int]] = []
-        for row, digest in enumerate(hashes):
-            vector = known.get(digest)
-            if vector is not None:
-                vectors[row] = vector
-            elif digest in first:
-                copies.append((row, first[digest]))
-            else:
-                first[digest] = row
-                todo.append(row)
-        for start in range(0, len(todo), self.batch_size):
-            rows = todo[start : start + self.batch_size]
-            vectors[rows] = self.embed([texts[row] for row in rows], "document")
-        for row, source in copies:
-            vectors[row] = vectors[source]
+        vectors, embedded = embed_rows(
+            texts,
+            hashes,
+            known,
+            self.dimensions,
+            self.batch_size,
+            lambda batch: self.embed(batch, "document"),
+        )
         signed = np.array(hashes, np.uint64).view(np.int64).tolist()
         columns = [
             (*head, digest, *meta) for head, digest, meta in zip(heads, signed, metas, strict=True)
         ]
-        return _Rows([item.id for item, _ in pairs], columns, vectors, len(todo))
+        return _Rows([item.id for item, _ in pairs], columns, vectors, embedded)
 
 
 def _known(cur: psycopg.Cursor[Any], table: str, item_ids: list[str]) -> dict[int, np.ndarray]:

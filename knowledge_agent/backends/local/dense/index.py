@@ -46,7 +46,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,7 @@ from knowledge_agent.search.analysed_batch import AnalysedBatch, latest_pairs
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
 
-__all__ = ["MAX_TEXT_CHARS", "DenseIndex", "DenseRefit", "chunk_text", "item_text"]
+__all__ = ["MAX_TEXT_CHARS", "DenseIndex", "DenseRefit", "chunk_text", "embed_rows", "item_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,38 @@ def item_text(item: KnowledgeItem) -> str:
     """The text embedded for the row of an item without chunks: title and content head."""
     text = f"{item.title}\n{item.content}" if item.title else item.content
     return text[:MAX_TEXT_CHARS]
+
+
+def embed_rows(
+    texts: Sequence[str],
+    hashes: Sequence[int],
+    known: dict[int, np.ndarray],
+    dimensions: int,
+    batch_size: int,
+    embed: Callable[[list[str]], np.ndarray],
+) -> tuple[np.ndarray, int]:
+    """The vector of each text (``hashes`` its text hashes): taken from ``known`` (hash →
+    vector) when there, else embedded once per distinct text, ``batch_size`` texts per
+    ``embed`` call. The vectors, and how many texts were embedded."""
+    vectors = np.empty((len(texts), dimensions), np.float32)
+    first: dict[int, int] = {}  # text hash → the first row that has it
+    todo: list[int] = []
+    copies: list[tuple[int, int]] = []
+    for row, digest in enumerate(hashes):
+        vector = known.get(digest)
+        if vector is not None:
+            vectors[row] = vector
+        elif digest in first:
+            copies.append((row, first[digest]))
+        else:
+            first[digest] = row
+            todo.append(row)
+    for start in range(0, len(todo), batch_size):
+        rows = todo[start : start + batch_size]
+        vectors[rows] = embed([texts[row] for row in rows])
+    for row, source in copies:
+        vectors[row] = vectors[source]
+    return vectors, len(todo)
 
 
 class DenseRefit:
@@ -315,26 +347,16 @@ class DenseIndex(SegmentIndex):
                 row_item.append(position)
                 texts.append(item_text(item))
         hashes = [text_hash(text) for text in texts]
-        vectors = np.empty((len(texts), self.dimensions), np.float32)
         known = self._known_vectors(pairs, reuse) if reuse is not None else {}
-        first: dict[int, int] = {}  # text hash → the first row of this batch that has it
-        todo: list[int] = []
-        copies: list[tuple[int, int]] = []
-        for row, digest in enumerate(hashes):
-            vector = known.get(digest)
-            if vector is not None:
-                vectors[row] = vector
-            elif digest in first:
-                copies.append((row, first[digest]))
-            else:
-                first[digest] = row
-                todo.append(row)
-        for start in range(0, len(todo), self.batch_size):
-            rows = todo[start : start + self.batch_size]
-            vectors[rows] = self._embed([texts[row] for row in rows], "document")
-        for row, source in copies:
-            vectors[row] = vectors[source]
-        logger.debug("dense rows: %d embedded, %d reused", len(todo), len(texts) - len(todo))
+        vectors, embedded = embed_rows(
+            texts,
+            hashes,
+            known,
+            self.dimensions,
+            self.batch_size,
+            lambda batch: self._embed(batch, "document"),
+        )
+        logger.debug("dense rows: %d embedded, %d reused", embedded, len(texts) - embedded)
         return build_segment(
             vectors, keys, chunk_index, is_chunk, row_item, hashes, [item for item, _ in pairs]
         )
