@@ -82,6 +82,29 @@ def open_storage(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[],
     return lambda: PostgresStorage(url)
 
 
+@pytest.fixture(params=["local", "postgresql"])
+def open_core(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[..., KnowledgeAgentCore]]:
+    """Opens a new, empty knowledge base each call (``KnowledgeAgentCore`` options as
+    keywords), on every backend in turn: a data folder in ``tmp_path``, or a database of its
+    own on the test server. Every one opened is closed after."""
+    opened: list[KnowledgeAgentCore] = []
+
+    def open_(**options: object) -> KnowledgeAgentCore:
+        if request.param == "local":
+            core = KnowledgeAgentCore(tmp_path / f"kb{len(opened)}", **options)  # type: ignore[arg-type]
+        else:
+            url = request.getfixturevalue("postgres_server").new_database()
+            core = KnowledgeAgentCore(backend=url, **options)  # type: ignore[arg-type]
+        opened.append(core)
+        return core
+
+    yield open_
+    for core in opened:
+        core.close()
+
+
 @pytest.fixture
 def backend_storage(open_storage: Callable[[], Storage]) -> Iterator[Storage]:
     """An empty storage of every backend in turn (``open_storage``); closed after."""

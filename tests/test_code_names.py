@@ -4,7 +4,7 @@ the symbol / references search filters ("who uses X"), and the migrations that a
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,25 +131,6 @@ def test_chunk_names_are_written_replaced_and_deleted_with_their_chunks(
 
 
 # -- the search filters, on both backends ----------------------------------------------------
-
-
-@pytest.fixture(params=["local", "postgresql"])
-def open_core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
-    opened: list[KnowledgeAgentCore] = []
-
-    def open_() -> KnowledgeAgentCore:
-        if request.param == "local":
-            core = KnowledgeAgentCore(tmp_path / "kb")
-        else:
-            core = KnowledgeAgentCore(
-                backend=request.getfixturevalue("postgres_server").new_database()
-            )
-        opened.append(core)
-        return core
-
-    yield open_
-    for core in opened:
-        core.close()
 
 
 def _code(folder: Path) -> Path:

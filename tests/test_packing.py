@@ -4,9 +4,10 @@ passage, the best first, never over the budget — from the API on both backends
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,23 +142,10 @@ GUIDE = (
 )
 
 
-@pytest.fixture(params=["local", "postgresql"])
-def open_core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
-    opened: list[KnowledgeAgentCore] = []
-
-    def open_() -> KnowledgeAgentCore:
-        chunking = {"min_chunk_size": 30, "max_chunk_size": 120}
-        if request.param == "local":
-            core = KnowledgeAgentCore(tmp_path / "kb", chunk_config=chunking)
-        else:
-            url = request.getfixturevalue("postgres_server").new_database()
-            core = KnowledgeAgentCore(backend=url, chunk_config=chunking)
-        opened.append(core)
-        return core
-
-    yield open_
-    for core in opened:
-        core.close()
+@pytest.fixture
+def open_core(open_core: Callable[..., KnowledgeAgentCore]) -> Callable[[], KnowledgeAgentCore]:
+    """Knowledge bases of small chunks, on every backend in turn."""
+    return functools.partial(open_core, chunk_config={"min_chunk_size": 30, "max_chunk_size": 120})
 
 
 def test_a_match_and_its_neighbours_are_one_passage_of_the_document(open_core: Any) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_models import items
 
-from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.errors import NotFoundError, StorageError
 from knowledge_agent.models import ItemSummary, KnowledgeItem, ResultItem, SearchResult
 from knowledge_agent.models.result_view import result_view
@@ -119,26 +116,6 @@ MANUAL = (
     )
     + "## Blades\n\nBlades are checked for cracks with an ultrasonic probe every 400 hours.\n"
 )
-
-
-@pytest.fixture(params=["local", "postgresql"])
-def open_core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
-    """Opens a knowledge base on each backend in turn; every one opened is closed after."""
-    opened: list[KnowledgeAgentCore] = []
-
-    def open_() -> KnowledgeAgentCore:
-        if request.param == "local":
-            core = KnowledgeAgentCore(tmp_path / f"kb{len(opened)}")
-        else:
-            core = KnowledgeAgentCore(
-                backend=request.getfixturevalue("postgres_server").new_database()
-            )
-        opened.append(core)
-        return core
-
-    yield open_
-    for core in opened:
-        core.close()
 
 
 def test_a_result_names_its_item_and_reads_its_text_when_asked(open_core: Any) -> None:
