@@ -52,7 +52,7 @@ from knowledge_agent.ingest.watcher import ChangeSet, FolderWatcher
 from knowledge_agent.ingest.web import WebCollector
 from knowledge_agent.models import KnowledgeItem, ScoreExplanation, SearchFacets, SearchResult
 from knowledge_agent.models.evidence import chunk_hash, lines_label
-from knowledge_agent.models.knowledge_item import utc_now
+from knowledge_agent.models.knowledge_item import KB_NAME, utc_now
 from knowledge_agent.models.status import ChunkContext, IndexDamage, IndexStatus
 from knowledge_agent.protocols import (
     Backend,
@@ -76,7 +76,6 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-_KB_NAME = re.compile(r"\w[\w.-]{0,63}")
 # A collect indexes what it stored so far after every this many bytes of files.
 _INDEX_ALONG_BYTES = 8_000_000
 # A string source longer than this, or with a line break, is text rather than a path.
@@ -92,7 +91,7 @@ def _under(path: Path, root: str) -> bool:
 
 def _kb_name(kb: object) -> str:
     """``kb`` checked as a knowledge-base name: a word, then word characters, dots, dashes."""
-    if not isinstance(kb, str) or not _KB_NAME.fullmatch(kb):
+    if not isinstance(kb, str) or not KB_NAME.fullmatch(kb):
         raise ConfigError(
             f"kb must be a name of letters, digits, '_', '.' or '-' (at most 64), got {kb!r}"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -10,7 +11,10 @@ from typing import Any
 
 from knowledge_agent.models._serialize import fields_from_json, fields_to_json
 
-__all__ = ["KnowledgeItem", "content_hash", "utc_now"]
+__all__ = ["KB_NAME", "KnowledgeItem", "content_hash", "utc_now"]
+
+KB_NAME = re.compile(r"\w[\w.-]{0,63}")
+"""A knowledge base's name (``fullmatch``): a word, then word characters, dots, dashes."""
 
 
 def utc_now() -> datetime:

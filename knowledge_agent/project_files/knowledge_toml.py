@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from knowledge_agent.errors import ConfigError
+from knowledge_agent.models.knowledge_item import KB_NAME
 from knowledge_agent.project_files import values
 from knowledge_agent.project_files.chunk_sizes import line_window_chunking
 from knowledge_agent.project_files.model import NotUsed, Origin, ScanPath, SpecFile
@@ -76,8 +77,6 @@ _MARKER = re.compile(
     r"^[ \t]*\[[ \t]*(knowledge|models|models\.embedding|models\.rerank|embedding)[ \t]*\]",
     re.MULTILINE,
 )
-# The core's rule for a knowledge-base name: a word, then word characters, dots, dashes.
-_KB_NAME = re.compile(r"\w[\w.-]{0,63}")
 
 _EMBEDDING_KEYS = {
     "api_url": "base_url",
@@ -281,7 +280,7 @@ class _Reader:
             if entry.name.startswith(".") or not entry.is_dir():
                 continue
             kb = Path(entry.path)
-            if not _KB_NAME.fullmatch(entry.name):
+            if not KB_NAME.fullmatch(entry.name):
                 self.note(
                     f"{name}/{entry.name}", "not a knowledge-base name: letters, digits, _ . -"
                 )
