@@ -29,6 +29,7 @@ from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from knowledge_agent.backends.postgres.batches import Step, WriteGroup
 from knowledge_agent.backends.postgres.connection import connect, import_psycopg, storage_error
 from knowledge_agent.backends.postgres.rows import (
     CHUNK_INSERT,
@@ -114,22 +115,74 @@ class _Cursor(Protocol):
     def __iter__(self) -> Iterator[Any]: ...
 
 
+class _Pipelined:
+    """A cursor whose statement went out in a pipeline: reading its rows or its row count
+    waits for the answer."""
+
+    def __init__(self, cursor: Any, pipeline: psycopg.Pipeline) -> None:
+        self._cursor = cursor
+        self._pipeline = pipeline
+
+    @property
+    def rowcount(self) -> int:
+        self._pipeline.sync()
+        return int(self._cursor.rowcount)
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return cast("list[Any]", self._cursor.fetchall())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cursor)
+
+
 class _Connection:
     """A psycopg connection spoken to as the SQLite stores speak (``?`` placeholders, rows
     by name and position); :attr:`raw` is the psycopg connection itself."""
 
     def __init__(self, raw: psycopg.Connection) -> None:
         self.raw = raw
+        self.record: list[Step] | None = None  # a write group's current write, if any
+        self._pipeline: psycopg.Pipeline | None = None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> _Cursor:
+        if self.record is not None:
+            self.record.append(("execute", sql, params))
         cursor = self.raw.cursor(row_factory=row_factory)
         if params:
-            return cursor.execute(pg_sql(sql), params)
-        return cursor.execute(sql)
+            cursor.execute(pg_sql(sql), params)
+        else:
+            cursor.execute(sql)
+        return cursor if self._pipeline is None else _Pipelined(cursor, self._pipeline)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        if self.record is not None:
+            rows = list(rows)
+            self.record.append(("executemany", sql, rows))
         with self.raw.cursor() as cursor:
             cursor.executemany(pg_sql(sql), rows)
+
+    @contextmanager
+    def pipelined(self) -> Iterator[None]:
+        """Statements sent without waiting for each answer (psycopg's pipeline mode): the
+        block's errors are raised when a result is read, or at its end at the latest."""
+        if self._pipeline is not None:
+            with self._pipeline:  # a nested block: its own end syncs
+                yield
+            return
+        with self.raw.pipeline() as pipeline:
+            self._pipeline = pipeline
+            try:
+                yield
+            finally:
+                self._pipeline = None
+
+    def sync(self) -> None:
+        """Wait for the answers of every statement sent (nothing outside a pipeline)."""
+        if self._pipeline is not None:
+            self._pipeline.sync()
 
     @property
     def in_transaction(self) -> bool:
@@ -146,7 +199,8 @@ class _Guarded:
     """The storage's one connection with its rules, shared with its stores (a
     ``StoreConnection``): every use holds one re-entrant lock and turns psycopg errors into
     ``StorageError``; writes are refused while read-only, run in a transaction with the index
-    writers, and become savepoints of one transaction inside :meth:`write_group`."""
+    writers, and become savepoints of one transaction inside :meth:`write_group`, whose
+    index writes run in batches (:mod:`~knowledge_agent.backends.postgres.batches`)."""
 
     def __init__(
         self,
@@ -161,7 +215,7 @@ class _Guarded:
         self._writers = tuple(writers)
         self._faults = faults
         self._lock = threading.RLock()
-        self._grouped = False
+        self._group: WriteGroup | None = None
         self._psycopg = import_psycopg()
 
     @contextmanager
@@ -178,15 +232,10 @@ class _Guarded:
     def writing(self, operation: str) -> Iterator[_Connection]:
         self._check_writable(operation)
         with self.reading(operation) as conn:
-            if self._grouped:
+            if self._group is not None:
                 # One all-or-nothing step of the group's transaction.
-                conn.execute("SAVEPOINT write")
-                try:
+                with self._group.write(conn, operation):
                     yield conn
-                except BaseException:
-                    self._undo(conn, "ROLLBACK TO SAVEPOINT write; RELEASE SAVEPOINT write")
-                    raise
-                conn.execute("RELEASE SAVEPOINT write")
                 return
             conn.execute("BEGIN")
             try:
@@ -200,21 +249,39 @@ class _Guarded:
     def write_group(self, operation: str) -> Iterator[None]:
         self._check_writable(operation)
         with self.reading(operation) as conn:
-            if self._grouped:
+            if self._group is not None:
                 yield
                 return
             conn.execute("BEGIN")
-            self._grouped = True
+            group = self._group = WriteGroup(
+                operation,
+                replace=self._replace,
+                remove=self._remove,
+                psycopg=self._psycopg,
+                server=self.server,
+            )
             try:
                 yield
-            finally:
-                self._grouped = False
-                try:
-                    self._commit(conn, operation)
-                except BaseException:
-                    self._undo(conn, "ROLLBACK")
-                    raise
+            except BaseException:
+                self._end_group(conn, group)  # what completed commits all the same
+                raise
+            self._end_group(conn, group)
             self._faults.reached("group-commit")
+            error = group.error()
+            if error is not None:
+                raise error from error.failures[0][1]
+
+    def _end_group(self, conn: _Connection, group: WriteGroup) -> None:
+        """Index the last batch, then commit."""
+        try:
+            group.flush(conn)
+        finally:
+            self._group = None
+            try:
+                self._commit(conn, group.operation)
+            except BaseException:
+                self._undo(conn, "ROLLBACK")
+                raise
 
     def journal(self, conn: _Connection, item_ids: Iterable[str], op: str) -> None:
         """Nothing: the index writers ran in the transaction (see :class:`PostgresStorage`)."""
@@ -232,16 +299,31 @@ class _Guarded:
     def index(
         self, conn: _Connection, pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]]
     ) -> None:
-        for writer in self._writers:
-            writer.replace(conn.raw, pairs)
+        """Run the index writers on these pairs (in a write group: with its batch)."""
+        if self._group is None or not self._group.index(pairs):
+            self._replace(conn.raw, pairs)
 
     def delete_items(self, conn: _Connection, item_ids: Sequence[str]) -> None:
         """Unindex items (ids as stored), then delete them; chunks and tracking rows cascade."""
         if not item_ids:
             return
-        for writer in self._writers:
-            writer.remove(conn.raw, [text_from_db(item_id) for item_id in item_ids])
+        ids = [text_from_db(item_id) for item_id in item_ids]
+        self._remove(conn.raw, ids)
+        if self._group is not None:
+            self._group.removed(ids)
         conn.execute("DELETE FROM knowledge_items WHERE id = ANY(?)", (list(item_ids),))
+
+    def _replace(
+        self,
+        raw: psycopg.Connection,
+        pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]],
+    ) -> None:
+        for writer in self._writers:
+            writer.replace(raw, pairs)
+
+    def _remove(self, raw: psycopg.Connection, item_ids: Sequence[str]) -> None:
+        for writer in self._writers:
+            writer.remove(raw, item_ids)
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,289 @@
+"""The write groups of :class:`~knowledge_agent.backends.postgres.storage.PostgresStorage`:
+index writes deferred and run in batches.
+
+Inside a write group each write still writes its own rows at once, in a savepoint of the
+group's transaction: a write whose statements fail is rolled back alone and raises at once,
+as outside a group. Its index writes wait: the storage's index writers run once per batch of
+writes (when the batch holds :data:`BATCH_ITEMS` items or :data:`BATCH_CHUNKS` chunks, and
+before the group commits), so each writer handles many items per statement and the term
+statistics change once per term per batch instead of once per item. It is all one
+transaction: the rows still commit with their index rows, and readers see neither before.
+
+**Order.** An item written twice in a batch is indexed once, as its last version, in the
+position of its last write; the writers number documents in the order of the pairs, so ties
+rank as if every write had indexed itself. A removal runs the writers' ``remove`` at once (on
+what was indexed before the batch) and drops the item's pending pair.
+
+**Failures.** A batch starts with a savepoint and records each of its writes as it was made
+(its statements, index writes and removals). When a writer fails on the batch, the batch is
+rolled back to that savepoint and replayed write by write, each in its own savepoint with its
+index writes run at once; a write whose replay fails is rolled back alone, as it would have
+been had it indexed itself, and the others stand. Those writes are reported together when
+the group ends, after the others commit: :class:`~knowledge_agent.errors.WriteGroupError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from knowledge_agent.backends.postgres.connection import storage_error
+from knowledge_agent.errors import WriteGroupError
+
+if TYPE_CHECKING:
+    from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
+
+__all__ = ["BATCH_CHUNKS", "BATCH_ITEMS", "BATCH_WRITES", "Recorder", "WriteGroup"]
+
+logger = logging.getLogger(__name__)
+
+BATCH_ITEMS = 256
+"""Items a batch indexes at most: its writers run once it holds this many."""
+BATCH_CHUNKS = 8192
+"""Chunks a batch indexes at most (bounding the memory of the analysis of a batch)."""
+BATCH_WRITES = 2048
+"""Writes a batch records at most, whether or not they index anything (bounding the replay)."""
+
+Pair = tuple["KnowledgeItem", Sequence["KnowledgeChunk"]]
+Step = tuple[str, Any, Any]
+"""One recorded step of a write: ``("execute", sql, params)``, ``("executemany", sql, rows)``,
+``("index", pairs, None)`` or ``("remove", item ids, None)``."""
+
+
+class Recorder(Protocol):
+    """The storage's connection as a group drives it: statements in its own ``?`` style,
+    recorded into ``record`` while that is a list."""
+
+    record: list[Step] | None
+    raw: Any
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+    def executemany(self, sql: str, rows: Any) -> None: ...
+    def pipelined(self) -> AbstractContextManager[None]: ...
+    def sync(self) -> None: ...
+
+
+@dataclass(eq=False)
+class _Write:
+    operation: str
+    steps: list[Step]
+
+    def item_ids(self) -> list[str]:
+        ids: dict[str, None] = {}
+        for kind, value, _ in self.steps:
+            if kind == "index":
+                ids.update((item.id, None) for item, _ in value)
+            elif kind == "remove":
+                ids.update((item_id, None) for item_id in value)
+        return list(ids)
+
+
+@dataclass(eq=False)
+class _Batch:
+    writes: list[_Write] = field(default_factory=list)
+    pending: dict[str, Pair] = field(default_factory=dict)  # item id → its latest pair
+    chunks: int = 0
+
+    def add(self, write: _Write) -> None:
+        self.writes.append(write)
+        for kind, value, _ in write.steps:
+            if kind == "index":
+                for item, chunks in value:
+                    self.pending.pop(item.id, None)  # moves to the last write's position
+                    self.pending[item.id] = (item, chunks)
+                    self.chunks += len(chunks)
+            elif kind == "remove":
+                for item_id in value:
+                    self.pending.pop(item_id, None)
+
+    @property
+    def full(self) -> bool:
+        return (
+            len(self.pending) >= BATCH_ITEMS
+            or self.chunks >= BATCH_CHUNKS
+            or len(self.writes) >= BATCH_WRITES
+        )
+
+
+class WriteGroup:
+    """One open write group: the batch of writes waiting for their index writes, and the
+    writes rolled back at a replay (see the module docstring).
+
+    ``replace`` and ``remove`` run every index writer on the psycopg connection; ``psycopg``
+    is the module (its ``Error`` is what a statement raises); ``server`` names the database
+    in errors.
+    """
+
+    def __init__(
+        self,
+        operation: str,
+        *,
+        replace: Callable[[Any, Sequence[Pair]], None],
+        remove: Callable[[Any, Sequence[str]], None],
+        psycopg: Any,
+        server: str,
+    ) -> None:
+        self.operation = operation
+        self._replace = replace
+        self._remove = remove
+        self._psycopg = psycopg
+        self._server = server
+        self._batch: _Batch | None = None
+        self._write: _Write | None = None
+        self.failures: list[tuple[list[str], Exception]] = []
+
+    # -- writes --------------------------------------------------------------------------
+
+    @contextmanager
+    def write(self, conn: Recorder, operation: str) -> Iterator[None]:
+        """One write: a savepoint, its statements recorded; its index writes wait for the
+        batch (a write inside a write is a savepoint of it)."""
+        if self._write is not None:
+            yield from self._nested(conn)
+            return
+        write = _Write(operation, [])
+        try:
+            # One round trip per write, not one per statement; its errors still raise
+            # before it ends.
+            with conn.pipelined():
+                if self._batch is None:
+                    conn.execute("SAVEPOINT batch")
+                    self._batch = _Batch()
+                conn.execute("SAVEPOINT write")
+                self._write, conn.record = write, write.steps
+                try:
+                    yield
+                finally:
+                    self._write = conn.record = None
+                conn.execute("RELEASE SAVEPOINT write")
+        except BaseException:
+            self._undo(conn, "ROLLBACK TO SAVEPOINT write", "RELEASE SAVEPOINT write")
+            raise
+        assert self._batch is not None
+        self._batch.add(write)
+        if self._batch.full:
+            self.flush(conn)
+
+    def _nested(self, conn: Recorder) -> Iterator[None]:
+        assert self._write is not None
+        steps = self._write.steps
+        mark = len(steps)
+        try:
+            with conn.pipelined():
+                conn.execute("SAVEPOINT write")  # recorded: a replay makes the same savepoint
+                yield
+                conn.execute("RELEASE SAVEPOINT write")
+        except BaseException:
+            del steps[mark:]
+            conn.record = None
+            try:
+                self._undo(conn, "ROLLBACK TO SAVEPOINT write", "RELEASE SAVEPOINT write")
+            finally:
+                conn.record = steps
+            raise
+
+    def index(self, pairs: Sequence[Pair]) -> bool:
+        """Defer the index writes of ``pairs`` to the batch when inside a write (copies: the
+        caller's objects may change before the batch runs); False when not inside one."""
+        if self._write is None:
+            return False
+        copies = [
+            (dataclasses.replace(item), [dataclasses.replace(chunk) for chunk in chunks])
+            for item, chunks in pairs
+        ]
+        self._write.steps.append(("index", copies, None))
+        return True
+
+    def removed(self, item_ids: Sequence[str]) -> None:
+        """Record that the current write removed these items (their writers' ``remove``
+        ran already): a replay removes them again, and the batch drops their pairs."""
+        if self._write is not None:
+            self._write.steps.append(("remove", list(item_ids), None))
+
+    # -- batches -------------------------------------------------------------------------
+
+    def flush(self, conn: Recorder) -> None:
+        """Run the writers on the batch (replaying it write by write if they fail)."""
+        batch, self._batch = self._batch, None
+        if batch is None:
+            return
+        try:
+            if batch.pending:
+                try:
+                    self._replace(conn.raw, list(batch.pending.values()))
+                except Exception as exc:
+                    logger.warning(
+                        "%s on %s: indexing %d items at once failed (%s); writing them one "
+                        "by one",
+                        self.operation, self._server, len(batch.pending), _one_line(exc),
+                    )  # fmt: skip
+                    self._rollback(conn, "ROLLBACK TO SAVEPOINT batch")
+                    self._replay(conn, batch)
+            conn.execute("RELEASE SAVEPOINT batch")
+        except BaseException:
+            # Interrupted (or the connection failed): the batch's writes did not happen.
+            self._undo(conn, "ROLLBACK TO SAVEPOINT batch", "RELEASE SAVEPOINT batch")
+            raise
+
+    def _replay(self, conn: Recorder, batch: _Batch) -> None:
+        for write in batch.writes:
+            conn.execute("SAVEPOINT write")
+            try:
+                self._run(conn, write.steps)
+            except Exception as exc:
+                self._rollback(conn, "ROLLBACK TO SAVEPOINT write; RELEASE SAVEPOINT write")
+                error = self._error(write.operation, exc)
+                logger.warning("%s: %s", self.operation, error)
+                self.failures.append((write.item_ids(), error))
+                continue
+            conn.execute("RELEASE SAVEPOINT write")
+
+    def _run(self, conn: Recorder, steps: list[Step]) -> None:
+        for kind, value, params in steps:
+            if kind == "execute":
+                conn.execute(value, params)
+            elif kind == "executemany":
+                conn.executemany(value, params)
+            elif kind == "index":
+                self._replace(conn.raw, value)
+            else:
+                self._remove(conn.raw, value)
+
+    def _undo(self, conn: Recorder, *statements: str) -> None:
+        """Roll back, keeping the original error: a failed rollback is only logged."""
+        if conn.raw.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE:
+            return
+        try:
+            for statement in statements:
+                conn.raw.execute(statement)
+            conn.sync()
+        except self._psycopg.Error:
+            logger.exception("%s on %s failed", "; ".join(statements), self._server)
+
+    def _rollback(self, conn: Recorder, statement: str) -> None:
+        """Roll back to a savepoint; a failure (the connection is gone) ends the group."""
+        try:
+            conn.raw.execute(statement)
+        except self._psycopg.Error as exc:
+            raise storage_error(self.operation, self._server, exc) from exc
+
+    def _error(self, operation: str, exc: Exception) -> Exception:
+        if isinstance(exc, self._psycopg.Error):
+            error = storage_error(operation, self._server, exc)
+            error.__cause__ = exc
+            return error
+        return exc
+
+    def error(self) -> WriteGroupError | None:
+        """The writes rolled back at replays, as one error (None when there were none)."""
+        if not self.failures:
+            return None
+        return WriteGroupError(self.operation, self.failures)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
