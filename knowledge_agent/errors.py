@@ -73,6 +73,11 @@ class WriteGroupError(StorageError):
         self.operation = operation
         self.failures = failures
 
+    def __reduce__(
+        self,
+    ) -> tuple[type[WriteGroupError], tuple[str, list[tuple[list[str], Exception]]]]:
+        return (type(self), (self.operation, self.failures))
+
 
 class SearchIndexError(KnowledgeAgentError):
     """A search index (Whoosh or TF-IDF) could not be read or written."""

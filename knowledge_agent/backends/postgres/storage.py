@@ -8,7 +8,9 @@ pages are the same classes, run on this connection through :class:`_Guarded` (a
 
 * **No journal.** Indexes in the same database are written by :class:`IndexWriter`\\ s inside
   the transaction of each write, so chunks and their postings commit together and a killed
-  writer leaves nothing half-written: there is nothing to replay.
+  writer leaves nothing half-written: there is nothing to replay. A write group runs them
+  once per batch of its writes, and sends each write's statements in one round trip
+  (:mod:`~knowledge_agent.backends.postgres.batches`).
 * **Many writers.** Processes on several machines write at once with no folder lock: every
   write is a transaction, item rows are locked before their chunks change and every insert
   is an ``ON CONFLICT`` upsert, so two writers of one item wait for each other and never
@@ -82,10 +84,14 @@ class IndexWriter(Protocol):
 
     :meth:`replace` runs after an item and its chunks are written (also when only the item
     row changed: it gets the item's stored chunks); :meth:`remove` runs before items are
-    deleted, while their rows are still there. Both run inside the write's transaction (a
-    savepoint of it in a write group): what they write commits or rolls back with the rows,
-    and an exception rolls the whole write back and reaches the caller as it is. A writer
-    never commits or rolls back ``conn`` itself (``conn.transaction()`` nests as a savepoint).
+    deleted, while their rows are still there. Both run inside the write's transaction: what
+    they write commits or rolls back with the rows, and an exception rolls the whole write
+    back and reaches the caller as it is. In a write group, :meth:`replace` runs once per
+    batch of writes, on every item they wrote (each once, as last written, in the order of
+    their last writes), and an exception there is handled by the group
+    (:mod:`~knowledge_agent.backends.postgres.batches`); :meth:`remove` runs at once, in
+    psycopg's pipeline mode (so without ``COPY``). A writer never commits or rolls back
+    ``conn`` itself (``conn.transaction()`` nests as a savepoint).
     Items, chunks and ids are the Python values; the storage's text columns hold them as
     :func:`~knowledge_agent.backends.postgres.rows.text_to_db` stores them.
     """
@@ -168,16 +174,13 @@ class _Connection:
     def pipelined(self) -> Iterator[None]:
         """Statements sent without waiting for each answer (psycopg's pipeline mode): the
         block's errors are raised when a result is read, or at its end at the latest."""
-        if self._pipeline is not None:
-            with self._pipeline:  # a nested block: its own end syncs
-                yield
-            return
-        with self.raw.pipeline() as pipeline:
+        outer = self._pipeline
+        with self.raw.pipeline() as pipeline:  # nested: the same pipeline, synced at its end
             self._pipeline = pipeline
             try:
                 yield
             finally:
-                self._pipeline = None
+                self._pipeline = outer
 
     def sync(self) -> None:
         """Wait for the answers of every statement sent (nothing outside a pipeline)."""
@@ -369,14 +372,18 @@ def _owned(chunks: Sequence[KnowledgeChunk], item_id: str) -> list[KnowledgeChun
     ]
 
 
+_ITEM_WRITE = (
+    # An item's knowledge base exists as soon as the item does (one statement: the foreign
+    # key is checked at its end).
+    "WITH kb AS (INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) "
+    "ON CONFLICT (name) DO NOTHING) " + ITEM_UPSERT
+)
+
+
 def _upsert_item(conn: _Connection, item: KnowledgeItem) -> None:
-    # An item's knowledge base exists as soon as the item does.
     conn.execute(
-        "INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) "
-        "ON CONFLICT (name) DO NOTHING",
-        (text_to_db(item.kb), item.created_at.isoformat()),
+        _ITEM_WRITE, (text_to_db(item.kb), item.created_at.isoformat(), *item_to_row(item))
     )
-    conn.execute(ITEM_UPSERT, item_to_row(item))
 
 
 class _SourceStore(SourceStore):
@@ -492,7 +499,12 @@ class PostgresStorage:
         """Commit the writes made inside in one transaction. Each write stays all-or-nothing
         on its own (a savepoint): one that fails is rolled back alone, and those that
         completed are committed even if the block raises. Other threads of this process wait
-        for the group to end, so keep it short."""
+        for the group to end, so keep it short.
+
+        The index writers run once per batch of writes (:mod:`~knowledge_agent.backends.
+        postgres.batches`): a write whose index write fails is rolled back alone then, after
+        it returned, and the group raises :class:`~knowledge_agent.errors.WriteGroupError`
+        naming its items once the rest has committed (unless the block raised)."""
         return self._db.write_group(operation)
 
     def close(self) -> None:
