@@ -114,7 +114,7 @@ def traced(storage: PostgresStorage) -> Iterator[list[int]]:
     counted.append(len(re.findall(r"\tF\t\d+\t(?:Sync|Query)\b", sent)))
 
 
-def test_a_group_runs_each_writer_once_per_batch_and_a_write_is_one_round_trip(
+def test_a_group_runs_each_writer_once_per_batch_and_item_writes_wait_for_nothing(
     storage: PostgresStorage, writer: Recording, postgres_url: str
 ) -> None:
     items = [KnowledgeItem(id=f"i{n:03d}", title=f"t{n}") for n in range(120)]
@@ -122,9 +122,23 @@ def test_a_group_runs_each_writer_once_per_batch_and_a_write_is_one_round_trip(
         for item in items:
             storage.save_item_with_chunks(item, chunks_of(item.id, 2))
     assert writer.calls == [("replace", [(item.id, item.title) for item in items])]
-    # One per write, then the batch's few (its writer's statements, the commit).
-    assert round_trips[0] <= len(items) + 10
+    # The batch's few: its writer's statements and the commit, none per write.
+    assert round_trips[0] <= 10
     assert len(postings(postgres_url)) == 2 * len(items)
+
+
+def test_a_write_that_reads_waits_for_its_answers_once(
+    storage: PostgresStorage, writer: Recording
+) -> None:
+    for n in range(50):
+        storage.save_item_with_chunks(KnowledgeItem(id=f"i{n:02d}"), chunks_of(f"i{n:02d}", 1))
+    writer.calls.clear()
+    with traced(storage) as round_trips, storage.write_group("test"):
+        for n in range(50):
+            storage.save_chunks(f"i{n:02d}", chunks_of(f"i{n:02d}", 2, "new"))
+    assert [len(pairs) for _, pairs in writer.calls] == [50]
+    # Its read of the item, then the rest of the write: two each.
+    assert round_trips[0] <= 2 * 50 + 10
 
 
 def test_a_full_batch_is_indexed_before_the_group_ends(
@@ -158,6 +172,34 @@ def test_a_failed_index_write_rolls_back_that_write_alone_when_the_group_ends(
     assert storage.get_item("x") is None
     assert {item.id for item in storage.list_items()} == {"a", "b", "c"}
     assert postings(postgres_url) == [("a", "a-c0"), ("b", "b-c0"), ("c", "c-c0"), ("c", "c-c1")]
+
+
+def test_a_failed_statement_of_an_item_write_rolls_back_that_write_alone(
+    storage: PostgresStorage, writer: Recording, postgres_url: str
+) -> None:
+    storage.save_item_with_chunks(KnowledgeItem(id="a", title="old"), chunks_of("a", 1))
+    storage.save_item_with_chunks(KnowledgeItem(id="other"), chunks_of("other", 1))
+    taken = KnowledgeChunk(id="other-c0", chunk_index=1, content="a chunk id already taken")
+    with (
+        pytest.raises(WriteGroupError, match=r"'a'.*knowledge_chunks_pkey") as info,
+        storage.write_group("test"),
+    ):
+        storage.save_item_with_chunks(KnowledgeItem(id="b"), chunks_of("b", 1))
+        storage.save_item_with_chunks(
+            KnowledgeItem(id="a", title="new"), [*chunks_of("a", 1), taken]
+        )
+        storage.save_item_with_chunks(KnowledgeItem(id="c"), chunks_of("c", 1))
+        # A read sees the group's writes, the failed one rolled back already.
+        assert {item.id for item in storage.list_items()} == {"a", "b", "c", "other"}
+        assert storage.get_item("a").title == "old"  # type: ignore[union-attr]
+        storage.save_item_with_chunks(KnowledgeItem(id="d"), chunks_of("d", 1))
+    assert [ids for ids, _ in info.value.failures] == [["a"]]
+    assert isinstance(info.value.failures[0][1], StorageError)
+    assert [chunk.id for chunk in storage.get_chunks_for_item("a")] == ["a-c0"]
+    assert {item.id for item in storage.list_items()} == {"a", "b", "c", "d", "other"}
+    assert postings(postgres_url) == [
+        ("a", "a-c0"), ("b", "b-c0"), ("c", "c-c0"), ("d", "d-c0"), ("other", "other-c0")
+    ]  # fmt: skip
 
 
 def test_removing_an_item_pending_in_the_batch_drops_its_index_write(

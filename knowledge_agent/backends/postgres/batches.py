@@ -1,13 +1,19 @@
 """The write groups of :class:`~knowledge_agent.backends.postgres.storage.PostgresStorage`:
-index writes deferred and run in batches.
+writes sent without waiting, index writes run in batches.
 
-Inside a write group each write still writes its own rows at once, in a savepoint of the
-group's transaction: a write whose statements fail is rolled back alone and raises at once,
-as outside a group. Its index writes wait: the storage's index writers run once per batch of
+Inside a write group each write writes its own rows at once, in a savepoint of the group's
+transaction, but its index writes wait: the storage's index writers run once per batch of
 writes (when the batch holds :data:`BATCH_ITEMS` items or :data:`BATCH_CHUNKS` chunks, and
 before the group commits), so each writer handles many items per statement and the term
 statistics change once per term per batch instead of once per item. It is all one
 transaction: the rows still commit with their index rows, and readers see neither before.
+
+**Round trips.** A write's statements go out in psycopg's pipeline mode. Most writes then
+wait for the answers once, at their end, so that a failure of their statements rolls them
+back alone and raises in them, as outside a group. The writes of an item with its chunks
+(the storage names them ``unchecked``) read nothing, so they do not wait at all: their
+answers are checked with their batch — before its index writes, before any read or other
+write, and before the group commits.
 
 **Order.** An item written twice in a batch is indexed once, as its last version, in the
 position of its last write; the writers number documents in the order of the pairs, so ties
@@ -15,11 +21,13 @@ rank as if every write had indexed itself. A removal runs the writers' ``remove`
 what was indexed before the batch) and drops the item's pending pair.
 
 **Failures.** A batch starts with a savepoint and records each of its writes as it was made
-(its statements, index writes and removals). When a writer fails on the batch, the batch is
-rolled back to that savepoint and replayed write by write, each in its own savepoint with its
-index writes run at once; a write whose replay fails is rolled back alone, as it would have
-been had it indexed itself, and the others stand. Those writes are reported together when
-the group ends, after the others commit: :class:`~knowledge_agent.errors.WriteGroupError`.
+(its statements, index writes and removals). When a writer fails on the batch, or one of the
+statements sent unchecked failed, the batch is rolled back to that savepoint and replayed
+write by write, each in its own savepoint with its index writes run at once; a write whose
+replay fails is rolled back alone, as it would have been had it been checked and indexed by
+itself, and the others stand. Those writes are reported together when the group ends, after
+the others commit: :class:`~knowledge_agent.errors.WriteGroupError`. An interruption
+(``KeyboardInterrupt``) while a batch is indexed rolls that batch back.
 """
 
 from __future__ import annotations
@@ -59,12 +67,15 @@ class Recorder(Protocol):
     recorded into ``record`` while that is a list."""
 
     record: list[Step] | None
+    unchecked: bool
     raw: Any
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
     def executemany(self, sql: str, rows: Any) -> None: ...
     def pipelined(self) -> AbstractContextManager[None]: ...
     def sync(self) -> None: ...
+    def open_pipeline(self) -> None: ...
+    def close_pipeline(self) -> bool: ...
 
 
 @dataclass(eq=False)
@@ -139,34 +150,58 @@ class WriteGroup:
     # -- writes --------------------------------------------------------------------------
 
     @contextmanager
-    def write(self, conn: Recorder, operation: str) -> Iterator[None]:
+    def write(self, conn: Recorder, operation: str, *, unchecked: bool = False) -> Iterator[None]:
         """One write: a savepoint, its statements recorded; its index writes wait for the
-        batch (a write inside a write is a savepoint of it)."""
+        batch (a write inside a write is a savepoint of it). An ``unchecked`` write reads
+        nothing: its statements go out without waiting for their answers, checked with the
+        batch; any other write waits for them, so that its own failure raises in it."""
         if self._write is not None:
             yield from self._nested(conn)
             return
         write = _Write(operation, [])
-        try:
-            # One round trip per write, not one per statement; its errors still raise
-            # before it ends.
-            with conn.pipelined():
-                if self._batch is None:
-                    conn.execute("SAVEPOINT batch")
-                    self._batch = _Batch()
-                conn.execute("SAVEPOINT write")
-                self._write, conn.record = write, write.steps
+        if unchecked:
+            conn.open_pipeline()
+            conn.unchecked = True
+            try:
+                self._begin(conn, write)
                 try:
                     yield
                 finally:
                     self._write = conn.record = None
                 conn.execute("RELEASE SAVEPOINT write")
-        except BaseException:
-            self._undo(conn, "ROLLBACK TO SAVEPOINT write", "RELEASE SAVEPOINT write")
-            raise
-        assert self._batch is not None
+            except BaseException:
+                conn.unchecked = False
+                if self.settle(conn):  # its statements ran: undo them
+                    self._undo(conn, "ROLLBACK TO SAVEPOINT write", "RELEASE SAVEPOINT write")
+                raise
+            finally:
+                conn.unchecked = False
+        else:
+            self.settle(conn)
+            try:
+                # One round trip, not one per statement; its failures still raise in it.
+                with conn.pipelined():
+                    self._begin(conn, write)
+                    try:
+                        yield
+                    finally:
+                        self._write = conn.record = None
+                    conn.execute("RELEASE SAVEPOINT write")
+            except BaseException:
+                self._undo(conn, "ROLLBACK TO SAVEPOINT write", "RELEASE SAVEPOINT write")
+                raise
+        if self._batch is None:  # a check of the writes before it replayed the batch
+            return
         self._batch.add(write)
         if self._batch.full:
             self.flush(conn)
+
+    def _begin(self, conn: Recorder, write: _Write) -> None:
+        if self._batch is None:
+            conn.execute("SAVEPOINT batch")
+            self._batch = _Batch()
+        conn.execute("SAVEPOINT write")
+        self._write, conn.record = write, write.steps
 
     def _nested(self, conn: Recorder) -> Iterator[None]:
         assert self._write is not None
@@ -206,23 +241,46 @@ class WriteGroup:
 
     # -- batches -------------------------------------------------------------------------
 
+    def settle(self, conn: Recorder) -> bool:
+        """Wait for the answers to the statements sent unchecked; when one failed, replay the
+        batch write by write (which ends it). True when none failed."""
+        if conn.close_pipeline():
+            return True
+        batch, self._batch = self._batch, None
+        logger.warning(
+            "%s on %s: a statement of the batch failed; writing it again one write at a time",
+            self.operation, self._server,
+        )  # fmt: skip
+        if batch is not None:
+            self._recover(conn, batch)
+        return False
+
     def flush(self, conn: Recorder) -> None:
         """Run the writers on the batch (replaying it write by write if they fail)."""
+        self.settle(conn)
         batch, self._batch = self._batch, None
         if batch is None:
             return
         try:
             if batch.pending:
-                try:
-                    self._replace(conn.raw, list(batch.pending.values()))
-                except Exception as exc:
-                    logger.warning(
-                        "%s on %s: indexing %d items at once failed (%s); writing them one "
-                        "by one",
-                        self.operation, self._server, len(batch.pending), _one_line(exc),
-                    )  # fmt: skip
-                    self._rollback(conn, "ROLLBACK TO SAVEPOINT batch")
-                    self._replay(conn, batch)
+                self._replace(conn.raw, list(batch.pending.values()))
+        except Exception as exc:
+            logger.warning(
+                "%s on %s: indexing %d items at once failed (%s); writing them one by one",
+                self.operation, self._server, len(batch.pending), _one_line(exc),
+            )  # fmt: skip
+            self._recover(conn, batch)
+            return
+        except BaseException:
+            self._undo(conn, "ROLLBACK TO SAVEPOINT batch", "RELEASE SAVEPOINT batch")
+            raise
+        conn.execute("RELEASE SAVEPOINT batch")
+
+    def _recover(self, conn: Recorder, batch: _Batch) -> None:
+        """Roll the batch back and replay its writes one by one, each indexed at once."""
+        try:
+            self._rollback(conn, "ROLLBACK TO SAVEPOINT batch")
+            self._replay(conn, batch)
             conn.execute("RELEASE SAVEPOINT batch")
         except BaseException:
             # Interrupted (or the connection failed): the batch's writes did not happen.

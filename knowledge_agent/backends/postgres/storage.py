@@ -112,6 +112,11 @@ class IndexWriter(Protocol):
 
 # -- the guarded connection ------------------------------------------------------------------
 
+_UNCHECKED = frozenset({"save_item_with_chunks", "save_source_item", "save_doc_page_item"})
+"""The writes of an item with its chunks (and its tracking row): they read nothing, so in a
+write group their statements go out without waiting for the answers, which are checked with
+their batch (:mod:`~knowledge_agent.backends.postgres.batches`)."""
+
 
 class _Cursor(Protocol):
     rowcount: int
@@ -151,16 +156,25 @@ class _Connection:
     def __init__(self, raw: psycopg.Connection) -> None:
         self.raw = raw
         self.record: list[Step] | None = None  # a write group's current write, if any
+        self.unchecked = False  # statements go out with their failures left to close_pipeline
+        self._failed = False  # a statement sent unchecked failed
         self._pipeline: psycopg.Pipeline | None = None
+        self._open: AbstractContextManager[psycopg.Pipeline] | None = None
+        self._error = import_psycopg().Error
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> _Cursor:
         if self.record is not None:
             self.record.append(("execute", sql, params))
         cursor = self.raw.cursor(row_factory=row_factory)
-        if params:
-            cursor.execute(pg_sql(sql), params)
-        else:
-            cursor.execute(sql)
+        try:
+            if params:
+                cursor.execute(pg_sql(sql), params)
+            else:
+                cursor.execute(sql)
+        except self._error:
+            if not self.unchecked:
+                raise
+            self._failed = True  # an earlier statement's failure, or this one's
         return cursor if self._pipeline is None else _Pipelined(cursor, self._pipeline)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
@@ -168,7 +182,32 @@ class _Connection:
             rows = list(rows)
             self.record.append(("executemany", sql, rows))
         with self.raw.cursor() as cursor:
-            cursor.executemany(pg_sql(sql), rows)
+            try:
+                cursor.executemany(pg_sql(sql), rows)
+            except self._error:
+                if not self.unchecked:
+                    raise
+                self._failed = True
+
+    def open_pipeline(self) -> None:
+        """Enter pipeline mode until :meth:`close_pipeline` (across several writes)."""
+        if self._open is None:
+            self._open = self.raw.pipeline()
+            self._pipeline = self._open.__enter__()
+
+    def close_pipeline(self) -> bool:
+        """Wait for every answer and leave the pipeline of :meth:`open_pipeline`; False when
+        a statement sent unchecked failed."""
+        opened, self._open = self._open, None
+        if opened is not None:
+            try:
+                opened.__exit__(None, None, None)
+            except self._error:
+                self._failed = True
+            finally:
+                self._pipeline = None
+        failed, self._failed = self._failed, False
+        return not failed
 
     @contextmanager
     def pipelined(self) -> Iterator[None]:
@@ -222,7 +261,7 @@ class _Guarded:
         self._psycopg = import_psycopg()
 
     @contextmanager
-    def reading(self, operation: str) -> Iterator[_Connection]:
+    def _locked(self, operation: str) -> Iterator[_Connection]:
         with self._lock:
             if self.conn is None:
                 raise StorageError(f"{operation}: the storage is closed")
@@ -232,12 +271,19 @@ class _Guarded:
                 raise storage_error(operation, self.server, exc) from exc
 
     @contextmanager
+    def reading(self, operation: str) -> Iterator[_Connection]:
+        with self._locked(operation) as conn:
+            if self._group is not None:
+                self._group.settle(conn)  # a read sees the group's writes, checked
+            yield conn
+
+    @contextmanager
     def writing(self, operation: str) -> Iterator[_Connection]:
         self._check_writable(operation)
-        with self.reading(operation) as conn:
+        with self._locked(operation) as conn:
             if self._group is not None:
                 # One all-or-nothing step of the group's transaction.
-                with self._group.write(conn, operation):
+                with self._group.write(conn, operation, unchecked=operation in _UNCHECKED):
                     yield conn
                 return
             conn.execute("BEGIN")
@@ -251,7 +297,7 @@ class _Guarded:
     @contextmanager
     def write_group(self, operation: str) -> Iterator[None]:
         self._check_writable(operation)
-        with self.reading(operation) as conn:
+        with self._locked(operation) as conn:
             if self._group is not None:
                 yield
                 return
@@ -501,10 +547,13 @@ class PostgresStorage:
         completed are committed even if the block raises. Other threads of this process wait
         for the group to end, so keep it short.
 
-        The index writers run once per batch of writes (:mod:`~knowledge_agent.backends.
-        postgres.batches`): a write whose index write fails is rolled back alone then, after
-        it returned, and the group raises :class:`~knowledge_agent.errors.WriteGroupError`
-        naming its items once the rest has committed (unless the block raised)."""
+        The index writers run once per batch of writes, and the writes of an item with its
+        chunks (``save_item_with_chunks``, ``save_source_item``, ``save_doc_page_item``) are
+        checked with their batch (:mod:`~knowledge_agent.backends.postgres.batches`): a write
+        whose index write fails, or one of those whose statements fail, is rolled back alone
+        then, after it returned, and the group raises
+        :class:`~knowledge_agent.errors.WriteGroupError` naming its items once the rest has
+        committed (unless the block raised)."""
         return self._db.write_group(operation)
 
     def close(self) -> None:
