@@ -105,7 +105,7 @@ class PostgresBackend:
             self._closing.append(self._dense.close)
             writers.insert(0, self._dense.writer)
         try:
-            self.storage = PostgresStorage(url, index_writers=writers)
+            self.storage = PostgresStorage(url, index_writers=writers, analyzer=analyzer)
             self._closing.append(self.storage.close)
             search_url = read_url or url
             reads = self.storage

@@ -124,22 +124,25 @@ class WriteGroup:
     """One open write group: the batch of writes waiting for their index writes, and the
     writes rolled back at a replay (see the module docstring).
 
-    ``replace`` and ``remove`` run every index writer on the psycopg connection; ``psycopg``
-    is the module (its ``Error`` is what a statement raises); ``server`` names the database
-    in errors.
+    ``replace`` and ``remove`` run every index writer on the psycopg connection, ``replace``
+    on what ``prepare`` makes of a batch's pairs (the writers' analysis, done while the
+    server answers the batch's writes) or on pairs; ``psycopg`` is the module (its ``Error``
+    is what a statement raises); ``server`` names the database in errors.
     """
 
     def __init__(
         self,
         operation: str,
         *,
-        replace: Callable[[Any, Sequence[Pair]], None],
+        replace: Callable[[Any, Any], None],
         remove: Callable[[Any, Sequence[str]], None],
+        prepare: Callable[[list[Pair]], Any] = list,
         psycopg: Any,
         server: str,
     ) -> None:
         self.operation = operation
         self._replace = replace
+        self._prepare = prepare
         self._remove = remove
         self._psycopg = psycopg
         self._server = server
@@ -257,23 +260,39 @@ class WriteGroup:
 
     def flush(self, conn: Recorder) -> None:
         """Run the writers on the batch (replaying it write by write if they fail)."""
+        batch = self._batch
+        work: Any = None
+        failure: Exception | None = None
+        if batch is not None and batch.pending:
+            try:
+                # Client work (the analysis) while the server still answers the writes.
+                work = self._prepare(list(batch.pending.values()))
+            except Exception as exc:
+                failure = exc
+            except BaseException:
+                conn.close_pipeline()
+                self._undo(conn, "ROLLBACK TO SAVEPOINT batch", "RELEASE SAVEPOINT batch")
+                self._batch = None
+                raise
         self.settle(conn)
         batch, self._batch = self._batch, None
-        if batch is None:
+        if batch is None:  # replayed by the check
             return
         try:
-            if batch.pending:
-                self._replace(conn.raw, list(batch.pending.values()))
+            if work is not None and failure is None:
+                self._replace(conn.raw, work)
         except Exception as exc:
-            logger.warning(
-                "%s on %s: indexing %d items at once failed (%s); writing them one by one",
-                self.operation, self._server, len(batch.pending), _one_line(exc),
-            )  # fmt: skip
-            self._recover(conn, batch)
-            return
+            failure = exc
         except BaseException:
             self._undo(conn, "ROLLBACK TO SAVEPOINT batch", "RELEASE SAVEPOINT batch")
             raise
+        if failure is not None:
+            logger.warning(
+                "%s on %s: indexing %d items at once failed (%s); writing them one by one",
+                self.operation, self._server, len(batch.pending), _one_line(failure),
+            )  # fmt: skip
+            self._recover(conn, batch)
+            return
         conn.execute("RELEASE SAVEPOINT batch")
 
     def _recover(self, conn: Recorder, batch: _Batch) -> None:

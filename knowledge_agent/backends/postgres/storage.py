@@ -60,6 +60,7 @@ from knowledge_agent.backends.postgres.tables import COMPONENT, MIGRATIONS, SCHE
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.faults import Faults
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
+from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.storage.doc_sources import DocSourceStore
 from knowledge_agent.storage.sources import SourceStore
 from knowledge_agent.storage.sqlite_storage import ItemFacts
@@ -67,6 +68,7 @@ from knowledge_agent.storage.sqlite_storage import ItemFacts
 if TYPE_CHECKING:
     import psycopg
 
+    from knowledge_agent.analysis import TextAnalyzer
     from knowledge_agent.storage.connection import StoreConnection
 
 __all__ = ["SCHEMA_VERSION", "IndexWriter", "PostgresStorage"]
@@ -99,10 +101,10 @@ class IndexWriter(Protocol):
     def replace(
         self,
         conn: psycopg.Connection,
-        pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]],
+        pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]] | AnalysedBatch,
     ) -> None:
         """Index these items and chunks in place of whatever they had (chunks carry their
-        item's id)."""
+        item's id); an :class:`AnalysedBatch` of them when the storage has an analyzer."""
         ...
 
     def remove(self, conn: psycopg.Connection, item_ids: Sequence[str]) -> None:
@@ -250,11 +252,13 @@ class _Guarded:
         read_only_reason: str | None,
         writers: Sequence[IndexWriter],
         faults: Faults,
+        analyzer: TextAnalyzer | None = None,
     ) -> None:
         self.conn: _Connection | None = _Connection(conn)  # None once closed
         self.server = server_of(conn)
         self.read_only_reason = read_only_reason
         self._writers = tuple(writers)
+        self._analyzer = analyzer
         self._faults = faults
         self._lock = threading.RLock()
         self._group: WriteGroup | None = None
@@ -306,6 +310,7 @@ class _Guarded:
                 operation,
                 replace=self._replace,
                 remove=self._remove,
+                prepare=self._prepare,
                 psycopg=self._psycopg,
                 server=self.server,
             )
@@ -362,10 +367,18 @@ class _Guarded:
             self._group.removed(ids)
         conn.execute("DELETE FROM knowledge_items WHERE id = ANY(?)", (list(item_ids),))
 
+    def _prepare(
+        self, pairs: list[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]]
+    ) -> list[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]] | AnalysedBatch:
+        """A batch's pairs analysed once for every writer, when the storage has an analyzer."""
+        if self._analyzer is None:
+            return pairs
+        return AnalysedBatch.build(self._analyzer, pairs)
+
     def _replace(
         self,
         raw: psycopg.Connection,
-        pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]],
+        pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]] | AnalysedBatch,
     ) -> None:
         for writer in self._writers:
             writer.replace(raw, pairs)
@@ -462,7 +475,9 @@ class PostgresStorage:
 
     ``url`` is a ``postgresql://`` URL. Opening it brings the schema up to date
     (:mod:`~knowledge_agent.backends.postgres.schema`). ``index_writers`` are called inside
-    the transaction of every write (:class:`IndexWriter`). With ``read_only``, or on a hot
+    the transaction of every write (:class:`IndexWriter`); with an ``analyzer``, a write
+    group's batches reach them analysed once, as an
+    :class:`~knowledge_agent.search.analysed_batch.AnalysedBatch`. With ``read_only``, or on a hot
     standby, every write raises ``StorageError`` and ``read_only_reason`` says why.
 
     Thread-safe: one connection, every public method (the stores' too) serialised by a
@@ -475,6 +490,7 @@ class PostgresStorage:
         url: str,
         *,
         index_writers: Sequence[IndexWriter] = (),
+        analyzer: TextAnalyzer | None = None,
         read_only: bool = False,
         faults: Faults | None = None,
     ) -> None:
@@ -484,7 +500,7 @@ class PostgresStorage:
         except BaseException:
             conn.close()
             raise
-        self._db = _Guarded(conn, reason, index_writers, faults or Faults())
+        self._db = _Guarded(conn, reason, index_writers, faults or Faults(), analyzer)
         self.sources = _SourceStore(self._db)
         """Knowledge bases, collected roots and tracked source files."""
         self.doc_sources = DocSourceStore(cast("StoreConnection", self._db))
