@@ -202,6 +202,21 @@ def test_a_failed_statement_of_an_item_write_rolls_back_that_write_alone(
     ]  # fmt: skip
 
 
+def test_an_item_write_that_raises_midway_leaves_none_of_its_rows(
+    storage: PostgresStorage, writer: Recording, postgres_url: str
+) -> None:
+    storage.save_item_with_chunks(KnowledgeItem(id="b", title="old"), chunks_of("b", 1))
+    unwritable = KnowledgeChunk(id="b-c0", chunk_index=0, content="x", metadata={"x": object()})
+    with storage.write_group("test"):
+        storage.save_item_with_chunks(KnowledgeItem(id="a"), chunks_of("a", 1))
+        with pytest.raises(TypeError):  # after the item's row went out
+            storage.save_item_with_chunks(KnowledgeItem(id="b", title="new"), [unwritable])
+        storage.save_item_with_chunks(KnowledgeItem(id="c"), chunks_of("c", 1))
+    assert storage.get_item("b").title == "old"  # type: ignore[union-attr]
+    assert [chunk.id for chunk in storage.get_chunks_for_item("b")] == ["b-c0"]
+    assert postings(postgres_url) == [("a", "a-c0"), ("b", "b-c0"), ("c", "c-c0")]
+
+
 def test_removing_an_item_pending_in_the_batch_drops_its_index_write(
     storage: PostgresStorage, writer: Recording, postgres_url: str
 ) -> None:

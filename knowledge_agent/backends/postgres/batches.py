@@ -163,19 +163,21 @@ class WriteGroup:
             return
         write = _Write(operation, [])
         if unchecked:
+            # No savepoint of its own: a failure is undone by replaying the batch without it.
             conn.open_pipeline()
             conn.unchecked = True
             try:
-                self._begin(conn, write)
+                self._begin(conn, write, savepoint=False)
                 try:
                     yield
                 finally:
                     self._write = conn.record = None
-                conn.execute("RELEASE SAVEPOINT write")
             except BaseException:
                 conn.unchecked = False
-                if self.settle(conn):  # its statements ran: undo them
-                    self._undo(conn, "ROLLBACK TO SAVEPOINT write", "RELEASE SAVEPOINT write")
+                if self.settle(conn):  # its statements ran: replay the batch without them
+                    batch, self._batch = self._batch, None
+                    if batch is not None:
+                        self._recover(conn, batch)
                 raise
             finally:
                 conn.unchecked = False
@@ -184,7 +186,7 @@ class WriteGroup:
             try:
                 # One round trip, not one per statement; its failures still raise in it.
                 with conn.pipelined():
-                    self._begin(conn, write)
+                    self._begin(conn, write, savepoint=True)
                     try:
                         yield
                     finally:
@@ -199,11 +201,12 @@ class WriteGroup:
         if self._batch.full:
             self.flush(conn)
 
-    def _begin(self, conn: Recorder, write: _Write) -> None:
+    def _begin(self, conn: Recorder, write: _Write, *, savepoint: bool) -> None:
         if self._batch is None:
             conn.execute("SAVEPOINT batch")
             self._batch = _Batch()
-        conn.execute("SAVEPOINT write")
+        if savepoint:
+            conn.execute("SAVEPOINT write")
         self._write, conn.record = write, write.steps
 
     def _nested(self, conn: Recorder) -> Iterator[None]:

@@ -345,6 +345,8 @@ class _Guarded:
     ) -> None:
         """Upsert the item (creating its knowledge base), replace its chunks, index them."""
         _upsert_item(conn, item)
+        # Not part of the upsert: with the item's row locked, this statement's snapshot sees
+        # the chunks of a writer of the same item that committed meanwhile.
         conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (text_to_db(item.id),))
         if chunks:
             conn.execute(CHUNK_INSERT, chunk_columns(item.id, chunks))
@@ -433,7 +435,7 @@ def _owned(chunks: Sequence[KnowledgeChunk], item_id: str) -> list[KnowledgeChun
 
 _ITEM_WRITE = (
     # An item's knowledge base exists as soon as the item does (one statement: the foreign
-    # key is checked at its end).
+    # key is checked at its end, after the WITH clause ran).
     "WITH kb AS (INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) "
     "ON CONFLICT (name) DO NOTHING) " + ITEM_UPSERT
 )
