@@ -216,6 +216,15 @@ class _Level:
     w_vec: np.ndarray  # float32
 
 
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (``np.unique`` without ``return_*`` takes a hashing path
+    that is tens of times slower on large int64 arrays in numpy 2.4)."""
+    ordered = np.sort(values)
+    return (
+        ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
+    )
+
+
 def _counted(ids: np.ndarray, rows: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     keys, counts = np.unique(rows.astype(np.int64) * size + ids, return_counts=True)
     return keys, counts
@@ -238,7 +247,7 @@ def _level(
     kc, cc = _counted(*content, size)
     kh, ch = _counted(*head, size)
     kv, cv = (kc, cc) if vec is None else _counted(*vec, size)
-    keys = np.union1d(np.union1d(kc, kh), kv)
+    keys = _distinct(np.concatenate([kc, kh, kv]))
     tf = np.zeros(keys.size, np.int64)
     tf_head = np.zeros(keys.size, np.int64)
     counts_vec = np.zeros(keys.size, np.float32)
