@@ -8,7 +8,7 @@ errors from SQLite, Whoosh or the file system are mapped at the boundary with
     ├── ConfigError          a bad option or configuration value
     ├── StorageError         SQLite could not read or write
     │   ├── LockTimeoutError     the data folder's write lock was not free in time
-    │   └── WriteGroupError      writes of a write group rolled back when they were indexed
+    │   └── WriteGroupError      writes of a write group rolled back after they returned
     ├── SearchIndexError     a Whoosh or TF-IDF index could not be read or written
     │   └── DamagedIndexError    an index file's bytes are not those written (a checksum)
     ├── IngestError          one source could not be turned into an item (names the path)
@@ -57,18 +57,18 @@ class LockTimeoutError(StorageError):
 
 
 class WriteGroupError(StorageError):
-    """Writes of a write group were rolled back alone when their items were indexed, after
-    they had returned; the group's other writes committed. ``operation`` names the group;
-    ``failures`` holds, per write rolled back, the ids of the items it wrote and its error.
-    """
+    """Writes of a write group failed after they had returned, when their batch was checked
+    or indexed: each was rolled back alone and the group's other writes committed.
+    ``operation`` names the group; ``failures`` holds, per write rolled back, the ids of the
+    items it wrote and its error."""
 
     def __init__(self, operation: str, failures: list[tuple[list[str], Exception]]) -> None:
         first_ids, first = failures[0]
         what = f"item {first_ids[0]!r}" if first_ids else "a write"
         more = f" (and {len(failures) - 1} more writes)" if len(failures) > 1 else ""
         super().__init__(
-            f"{operation}: {len(failures)} write{'s' if len(failures) > 1 else ''} rolled back "
-            f"when indexed: {what}: {first}{more}"
+            f"{operation}: {len(failures)} write{'s' if len(failures) > 1 else ''} failed and "
+            f"rolled back: {what}: {first}{more}"
         )
         self.operation = operation
         self.failures = failures

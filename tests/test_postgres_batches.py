@@ -158,7 +158,9 @@ def test_a_failed_index_write_rolls_back_that_write_alone_when_the_group_ends(
     storage.save_item_with_chunks(KnowledgeItem(id="x", title="doomed"), chunks_of("x", 2))
     writer.refuse = {"a"}
     with (
-        pytest.raises(WriteGroupError, match=r"1 write rolled back .*'a': index refused a") as info,
+        pytest.raises(
+            WriteGroupError, match=r"1 write failed and rolled back: item 'a': index refused a"
+        ) as info,
         storage.write_group("test"),
     ):
         storage.save_item_with_chunks(KnowledgeItem(id="b"), chunks_of("b", 1))
