@@ -154,10 +154,11 @@ class WriteGroup:
 
     @contextmanager
     def write(self, conn: Recorder, operation: str, *, unchecked: bool = False) -> Iterator[None]:
-        """One write: a savepoint, its statements recorded; its index writes wait for the
-        batch (a write inside a write is a savepoint of it). An ``unchecked`` write reads
-        nothing: its statements go out without waiting for their answers, checked with the
-        batch; any other write waits for them, so that its own failure raises in it."""
+        """One write, its statements recorded; its index writes wait for the batch (a write
+        inside a write is a savepoint of it). An ``unchecked`` write reads nothing: its
+        statements go out without waiting for their answers, checked with the batch; any
+        other write is a savepoint that waits for them once, so that its failure raises in
+        it."""
         if self._write is not None:
             yield from self._nested(conn)
             return
