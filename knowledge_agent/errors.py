@@ -7,7 +7,8 @@ errors from SQLite, Whoosh or the file system are mapped at the boundary with
     KnowledgeAgentError
     ├── ConfigError          a bad option or configuration value
     ├── StorageError         SQLite could not read or write
-    │   └── LockTimeoutError     the data folder's write lock was not free in time
+    │   ├── LockTimeoutError     the data folder's write lock was not free in time
+    │   └── WriteGroupError      writes of a write group rolled back after they returned
     ├── SearchIndexError     a Whoosh or TF-IDF index could not be read or written
     │   └── DamagedIndexError    an index file's bytes are not those written (a checksum)
     ├── IngestError          one source could not be turned into an item (names the path)
@@ -35,6 +36,7 @@ __all__ = [
     "SearchIndexError",
     "StorageError",
     "UnsupportedSourceError",
+    "WriteGroupError",
 ]
 
 
@@ -52,6 +54,29 @@ class StorageError(KnowledgeAgentError):
 
 class LockTimeoutError(StorageError):
     """Another process held the data folder's write lock for longer than ``lock_timeout``."""
+
+
+class WriteGroupError(StorageError):
+    """Writes of a write group failed after they had returned, when their batch was checked
+    or indexed: each was rolled back alone and the group's other writes committed.
+    ``operation`` names the group; ``failures`` holds, per write rolled back, the ids of the
+    items it wrote and its error."""
+
+    def __init__(self, operation: str, failures: list[tuple[list[str], Exception]]) -> None:
+        first_ids, first = failures[0]
+        what = f"item {first_ids[0]!r}" if first_ids else "a write"
+        more = f" (and {len(failures) - 1} more writes)" if len(failures) > 1 else ""
+        super().__init__(
+            f"{operation}: {len(failures)} write{'s' if len(failures) > 1 else ''} failed and "
+            f"rolled back: {what}: {first}{more}"
+        )
+        self.operation = operation
+        self.failures = failures
+
+    def __reduce__(
+        self,
+    ) -> tuple[type[WriteGroupError], tuple[str, list[tuple[list[str], Exception]]]]:
+        return (type(self), (self.operation, self.failures))
 
 
 class SearchIndexError(KnowledgeAgentError):

@@ -21,7 +21,7 @@ from postgres import PostgresServer
 from knowledge_agent.backends.postgres.connection import connect
 from knowledge_agent.backends.postgres.schema import migrate, schema_version
 from knowledge_agent.backends.postgres.storage import SCHEMA_VERSION, PostgresStorage
-from knowledge_agent.errors import ConfigError, StorageError
+from knowledge_agent.errors import ConfigError, StorageError, WriteGroupError
 from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.storage.doc_sources import DocPage, DocSource
 from knowledge_agent.storage.sources import SourceRecord, SourceRoot
@@ -245,14 +245,22 @@ def test_a_writer_that_raises_rolls_the_write_back(postgres_url: str) -> None:
         assert stored is not None and stored.title == "old"
         assert storage.count_chunks(item_id="b") == 1
         assert postings(postgres_url) == [("b", "b-c0")]
-        with pytest.raises(RuntimeError), storage.write_group("test"):
+        # In a group the index writes run at its end: the failing write is rolled back
+        # alone then, and reported when the rest has committed.
+        with (
+            pytest.raises(WriteGroupError, match="index refused b") as info,
+            storage.write_group("test"),
+        ):
             storage.save_item_with_chunks(KnowledgeItem(id="c"), chunks_of("c", 2))
-            with pytest.raises(RuntimeError):  # rolled back alone, the group goes on
-                storage.save_chunks("b", chunks_of("b", 5))
-            raise RuntimeError("the caller's own failure")
+            storage.save_chunks("b", chunks_of("b", 5))
+            storage.save_item_with_chunks(KnowledgeItem(id="d"), chunks_of("d", 1))
+        assert [(ids, str(error)) for ids, error in info.value.failures] == [
+            (["b"], "index refused b")
+        ]
         assert storage.count_chunks(item_id="b") == 1
         assert storage.count_chunks(item_id="c") == 2
-    assert postings(postgres_url) == [("b", "b-c0"), ("c", "c-c0"), ("c", "c-c1")]
+        assert storage.count_chunks(item_id="d") == 1
+    assert postings(postgres_url) == [("b", "b-c0"), ("c", "c-c0"), ("c", "c-c1"), ("d", "d-c0")]
 
 
 def delete_item(storage: PostgresStorage) -> None:

@@ -107,7 +107,9 @@ class PostgresBackend:
             self._closing.append(self._dense.close)
             writers.insert(0, self._dense.writer)
         try:
-            self.storage = PostgresStorage(url, index_writers=writers, faults=faults)
+            self.storage = PostgresStorage(
+                url, index_writers=writers, faults=faults, analyzer=analyzer
+            )
             self._closing.append(self.storage.close)
             search_url = read_url or url
             reads = self.storage

@@ -34,10 +34,14 @@ known, so there is no "before" for most writes without restructuring every write
 committed without their vectors would need a journal to be embedded later — the very thing
 this backend does without. The cost is bounded: only texts that changed are embedded (a row
 whose item held the same text keeps its vector), and the writer runs first, so a single
-write holds only its own item's rows while an HTTP embedder answers (in a write group, the
-keyword statistics of the knowledge bases written earlier in the group too). An embedder
-failure rolls the whole write back and reaches the caller as its
-:class:`~knowledge_agent.errors.EmbeddingError`: no item is ever stored without its vectors.
+write holds only its own item's rows while an HTTP embedder answers. In a write group the
+writer runs once per batch of writes (:mod:`.batches`): the batch's changed texts go to the
+embedder together, while the group holds its rows (and the keyword statistics of the
+knowledge bases written before the batch). An embedder failure rolls the whole write back
+and reaches the caller as its :class:`~knowledge_agent.errors.EmbeddingError` (in a write
+group: the writes whose texts fail, replayed one by one, in a
+:class:`~knowledge_agent.errors.WriteGroupError`): no item is ever stored without its
+vectors.
 
 The query is embedded outside the index's lock and outside any transaction.
 """

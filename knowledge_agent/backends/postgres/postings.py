@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.backends.postgres.binary_copy import TextTable, binary_copy
 from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
@@ -215,6 +216,15 @@ class _Level:
     w_vec: np.ndarray  # float32
 
 
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (``np.unique`` without ``return_*`` takes a hashing path
+    that is tens of times slower on large int64 arrays in numpy 2.4)."""
+    ordered = np.sort(values)
+    return (
+        ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
+    )
+
+
 def _counted(ids: np.ndarray, rows: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     keys, counts = np.unique(rows.astype(np.int64) * size + ids, return_counts=True)
     return keys, counts
@@ -237,7 +247,7 @@ def _level(
     kc, cc = _counted(*content, size)
     kh, ch = _counted(*head, size)
     kv, cv = (kc, cc) if vec is None else _counted(*vec, size)
-    keys = np.union1d(np.union1d(kc, kh), kv)
+    keys = _distinct(np.concatenate([kc, kh, kv]))
     tf = np.zeros(keys.size, np.int64)
     tf_head = np.zeros(keys.size, np.int64)
     counts_vec = np.zeros(keys.size, np.float32)
@@ -397,12 +407,9 @@ _INSERT_DOCUMENTS = """
             updated_at, len, len_head, terms)
 """
 
-_INSERT_POSTINGS = """
-    INSERT INTO kw_postings (kb, level, term, doc, tf, tf_head, w_vec, norm_len, norm_len_head)
-    SELECT kb, %s, term, doc, tf, tf_head, w_vec, norm_len, norm_len_head
-    FROM unnest(%s::text[], %s::text[], %s::int8[], %s::int4[], %s::int4[], %s::float4[],
-        %s::int4[], %s::int4[])
-        AS x(kb, term, doc, tf, tf_head, w_vec, norm_len, norm_len_head)
+_COPY_POSTINGS = """
+    COPY kw_postings (level, doc, tf, tf_head, w_vec, norm_len, norm_len_head, kb, term)
+    FROM STDIN (FORMAT BINARY)
 """
 
 _ADD_TERMS = """
@@ -500,8 +507,9 @@ class PostingsWriter:
         items: list[KnowledgeItem],
         levels: list[_Level],
     ) -> None:
-        """Insert the new rows and add them to the statistics. Arrays are sent as array
-        literals built here (psycopg dumps a list element by element in Python)."""
+        """Insert the new rows and add them to the statistics. The postings go by binary
+        COPY built from the arrays; the other rows' arrays are sent as array literals built
+        here (psycopg dumps a list element by element in Python)."""
         item_kb = [_text(item.kb) for item in items]
         kb_of_item = _quoted(item_kb)
         meta = [
@@ -512,6 +520,9 @@ class PostingsWriter:
         updated = np.array([repr(to_epoch(item.updated_at)) for item in items], dtype=object)
         plain = np.array([_text(term) for term in batch.vocab] or [""], dtype=object)
         vocab = _quoted(plain.tolist())
+        vocab_table = TextTable([term.encode("utf-8") for term in plain.tolist()])
+        kb_values, kb_code = np.unique(np.array(item_kb, dtype=object), return_inverse=True)
+        kb_table = TextTable([name.encode("utf-8") for name in kb_values.tolist()])
         total = sum(len(level.keys) for level in levels)
         if total >= _BATCH_SPAN:
             raise SearchIndexError(f"a write of {total} documents is over {_BATCH_SPAN}: split it")
@@ -545,20 +556,20 @@ class PostingsWriter:
                     _array(_quoted(_document_terms(plain, level, n))),
                 ),
             )
-            cur.execute(
-                _INSERT_POSTINGS,
-                (
-                    level.level,
-                    _array(kb[level.row]),
-                    _array(vocab[level.term]),
-                    _array(doc[level.row]),
-                    _array(level.tf),
-                    _array(level.tf_head),
-                    _array(level.w_vec),
-                    _array(whoosh_length(level.length)[level.row]),
-                    _array(whoosh_length(level.length_head)[level.row]),
-                ),
-            )
+            with cur.copy(_COPY_POSTINGS) as copy:
+                for block in binary_copy(
+                    [
+                        (np.full(level.row.size, level.level), ">i2"),
+                        (doc[level.row], ">i8"),
+                        (level.tf, ">i4"),
+                        (level.tf_head, ">i4"),
+                        (level.w_vec, ">f4"),
+                        (whoosh_length(level.length)[level.row], ">i4"),
+                        (whoosh_length(level.length_head)[level.row], ">i4"),
+                    ],
+                    [(kb_code[owner][level.row], kb_table), (level.term, vocab_table)],
+                ):
+                    copy.write(block)
             kb_codes, kb_names, term, df, df_head, df_vec = self._term_counts(level, kb)
             cur.execute(
                 _ADD_TERMS,

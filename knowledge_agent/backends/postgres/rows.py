@@ -188,19 +188,30 @@ def item_to_row(item: KnowledgeItem) -> tuple[Any, ...]:
     )
 
 
-def chunk_columns(item_id: str, chunks: Sequence[KnowledgeChunk]) -> list[list[Any]]:
-    """The chunks as one list per column, for :data:`CHUNK_INSERT`."""
+def chunk_columns(item_id: str, chunks: Sequence[KnowledgeChunk]) -> list[str]:
+    """The chunks as one array literal per column, for :data:`CHUNK_INSERT` (psycopg would
+    dump a list element by element in Python)."""
     stored_id = text_to_db(item_id)
     return [
-        [text_to_db(chunk.id) for chunk in chunks],
-        [stored_id] * len(chunks),
-        [chunk.chunk_index for chunk in chunks],
-        [text_to_db(chunk.content) for chunk in chunks],
-        [text_to_db(chunk.heading) for chunk in chunks],
-        [chunk.start_position for chunk in chunks],
-        [chunk.end_position for chunk in chunks],
-        [_dumps(chunk.metadata) for chunk in chunks],
+        _text_array([text_to_db(chunk.id) for chunk in chunks]),
+        _text_array([stored_id] * len(chunks)),
+        _number_array([chunk.chunk_index for chunk in chunks]),
+        _text_array([text_to_db(chunk.content) for chunk in chunks]),
+        _text_array([text_to_db(chunk.heading) for chunk in chunks]),
+        _number_array([chunk.start_position for chunk in chunks]),
+        _number_array([chunk.end_position for chunk in chunks]),
+        _text_array([_dumps(chunk.metadata) for chunk in chunks]),
     ]
+
+
+def _text_array(values: Sequence[str]) -> str:
+    """An array literal of these strings (each quoted, so none reads as NULL)."""
+    quoted = (value.replace("\\", "\\\\").replace('"', '\\"') for value in values)
+    return '{"' + '","'.join(quoted) + '"}' if values else "{}"
+
+
+def _number_array(values: Sequence[int]) -> str:
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def check_batch_size(batch_size: int) -> None:

@@ -8,7 +8,9 @@ pages are the same classes, run on this connection through :class:`_Guarded` (a
 
 * **No journal.** Indexes in the same database are written by :class:`IndexWriter`\\ s inside
   the transaction of each write, so chunks and their postings commit together and a killed
-  writer leaves nothing half-written: there is nothing to replay.
+  writer leaves nothing half-written: there is nothing to replay. A write group runs them
+  once per batch of its writes, and sends each write's statements in one round trip
+  (:mod:`~knowledge_agent.backends.postgres.batches`).
 * **Many writers.** Processes on several machines write at once with no folder lock: every
   write is a transaction, item rows are locked before their chunks change and every insert
   is an ``ON CONFLICT`` upsert, so two writers of one item wait for each other and never
@@ -29,6 +31,7 @@ from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from knowledge_agent.backends.postgres.batches import Step, WriteGroup
 from knowledge_agent.backends.postgres.connection import (
     Link,
     connect,
@@ -63,6 +66,7 @@ from knowledge_agent.backends.postgres.tables import COMPONENT, MIGRATIONS, SCHE
 from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.faults import Faults
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
+from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.storage.chunk_names import INSERT_NAMES, name_rows, names_query
 from knowledge_agent.storage.doc_sources import DocSourceStore
 from knowledge_agent.storage.sources import SourceStore
@@ -71,6 +75,7 @@ from knowledge_agent.storage.sqlite_storage import ItemFacts
 if TYPE_CHECKING:
     import psycopg
 
+    from knowledge_agent.analysis import TextAnalyzer
     from knowledge_agent.storage.connection import StoreConnection
 
 __all__ = ["SCHEMA_VERSION", "IndexWriter", "PostgresStorage"]
@@ -88,10 +93,14 @@ class IndexWriter(Protocol):
 
     :meth:`replace` runs after an item and its chunks are written (also when only the item
     row changed: it gets the item's stored chunks); :meth:`remove` runs before items are
-    deleted, while their rows are still there. Both run inside the write's transaction (a
-    savepoint of it in a write group): what they write commits or rolls back with the rows,
-    and an exception rolls the whole write back and reaches the caller as it is. A writer
-    never commits or rolls back ``conn`` itself (``conn.transaction()`` nests as a savepoint).
+    deleted, while their rows are still there. Both run inside the write's transaction: what
+    they write commits or rolls back with the rows, and an exception rolls the whole write
+    back and reaches the caller as it is. In a write group, :meth:`replace` runs once per
+    batch of writes, on every item they wrote (each once, as last written, in the order of
+    their last writes), and an exception there is handled by the group
+    (:mod:`~knowledge_agent.backends.postgres.batches`); :meth:`remove` runs at once, in
+    psycopg's pipeline mode (so without ``COPY``). A writer never commits or rolls back
+    ``conn`` itself (``conn.transaction()`` nests as a savepoint).
     Items, chunks and ids are the Python values; the storage's text columns hold them as
     :func:`~knowledge_agent.backends.postgres.rows.text_to_db` stores them.
     """
@@ -99,10 +108,10 @@ class IndexWriter(Protocol):
     def replace(
         self,
         conn: psycopg.Connection,
-        pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]],
+        pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]] | AnalysedBatch,
     ) -> None:
         """Index these items and chunks in place of whatever they had (chunks carry their
-        item's id)."""
+        item's id); an :class:`AnalysedBatch` of them when the storage has an analyzer."""
         ...
 
     def remove(self, conn: psycopg.Connection, item_ids: Sequence[str]) -> None:
@@ -111,6 +120,11 @@ class IndexWriter(Protocol):
 
 
 # -- the guarded connection ------------------------------------------------------------------
+
+_UNCHECKED = frozenset({"save_item_with_chunks", "save_source_item", "save_doc_page_item"})
+"""The writes of an item with its chunks (and its tracking row): they read nothing, so in a
+write group their statements go out without waiting for the answers, which are checked with
+their batch (:mod:`~knowledge_agent.backends.postgres.batches`)."""
 
 
 class _Cursor(Protocol):
@@ -121,6 +135,29 @@ class _Cursor(Protocol):
     def __iter__(self) -> Iterator[Any]: ...
 
 
+class _Pipelined:
+    """A cursor whose statement went out in a pipeline: reading its rows or its row count
+    waits for the answer."""
+
+    def __init__(self, cursor: Any, pipeline: psycopg.Pipeline) -> None:
+        self._cursor = cursor
+        self._pipeline = pipeline
+
+    @property
+    def rowcount(self) -> int:
+        self._pipeline.sync()
+        return int(self._cursor.rowcount)
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return cast("list[Any]", self._cursor.fetchall())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cursor)
+
+
 class _Connection:
     """A psycopg connection spoken to as the SQLite stores speak (``?`` placeholders, rows
     by name and position); :attr:`raw` is the psycopg connection itself. Statements go
@@ -129,23 +166,86 @@ class _Connection:
 
     def __init__(self, link: Link) -> None:
         self._link = link
+        self.record: list[Step] | None = None  # a write group's current write, if any
+        self.unchecked = False  # statements go out with their failures left to close_pipeline
+        self._failed = False  # a statement sent unchecked failed
+        self._pipeline: psycopg.Pipeline | None = None
+        self._open: AbstractContextManager[psycopg.Pipeline] | None = None
+        self._error = import_psycopg().Error
 
     @property
     def raw(self) -> psycopg.Connection:
         return self._link.conn
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> _Cursor:
-        def step(raw: psycopg.Connection) -> _Cursor:
+        if self.record is not None:
+            self.record.append(("execute", sql, params))
+        made: list[Any] = []
+
+        def step(raw: psycopg.Connection) -> Any:
             cursor = raw.cursor(row_factory=row_factory)
+            made.append(cursor)
             if params:
                 return cursor.execute(pg_sql(sql), params)
             return cursor.execute(sql)
 
-        return self._link.run(step, commit=sql == "COMMIT")
+        try:
+            cursor = self._link.run(step, commit=sql == "COMMIT")
+        except self._error:
+            if not self.unchecked or not made:
+                raise
+            self._failed = True  # an earlier statement's failure, or this one's
+            cursor = made[-1]
+        return cursor if self._pipeline is None else _Pipelined(cursor, self._pipeline)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        if self.record is not None:
+            rows = list(rows)
+            self.record.append(("executemany", sql, rows))
         with self.raw.cursor() as cursor:
-            cursor.executemany(pg_sql(sql), rows)
+            try:
+                cursor.executemany(pg_sql(sql), rows)
+            except self._error:
+                if not self.unchecked:
+                    raise
+                self._failed = True
+
+    def open_pipeline(self) -> None:
+        """Enter pipeline mode until :meth:`close_pipeline` (across several writes)."""
+        if self._open is None:
+            self._open = self.raw.pipeline()
+            self._pipeline = self._open.__enter__()
+
+    def close_pipeline(self) -> bool:
+        """Wait for every answer and leave the pipeline of :meth:`open_pipeline`; False when
+        a statement sent unchecked failed."""
+        opened, self._open = self._open, None
+        if opened is not None:
+            try:
+                opened.__exit__(None, None, None)
+            except self._error:
+                self._failed = True
+            finally:
+                self._pipeline = None
+        failed, self._failed = self._failed, False
+        return not failed
+
+    @contextmanager
+    def pipelined(self) -> Iterator[None]:
+        """Statements sent without waiting for each answer (psycopg's pipeline mode): the
+        block's errors are raised when a result is read, or at its end at the latest."""
+        outer = self._pipeline
+        with self.raw.pipeline() as pipeline:  # nested: the same pipeline, synced at its end
+            self._pipeline = pipeline
+            try:
+                yield
+            finally:
+                self._pipeline = outer
+
+    def sync(self) -> None:
+        """Wait for the answers of every statement sent (nothing outside a pipeline)."""
+        if self._pipeline is not None:
+            self._pipeline.sync()
 
     @property
     def in_transaction(self) -> bool:
@@ -162,7 +262,8 @@ class _Guarded:
     """The storage's one connection with its rules, shared with its stores (a
     ``StoreConnection``): every use holds one re-entrant lock and turns psycopg errors into
     ``StorageError``; writes are refused while read-only, run in a transaction with the index
-    writers, and become savepoints of one transaction inside :meth:`write_group`."""
+    writers, and become savepoints of one transaction inside :meth:`write_group`, whose
+    index writes run in batches (:mod:`~knowledge_agent.backends.postgres.batches`)."""
 
     def __init__(
         self,
@@ -170,19 +271,21 @@ class _Guarded:
         read_only_reason: str | None,
         writers: Sequence[IndexWriter],
         faults: Faults,
+        analyzer: TextAnalyzer | None = None,
     ) -> None:
         self.conn: _Connection | None = _Connection(link)  # None once closed
         self._link = link
         self.server = link.server
         self.read_only_reason = read_only_reason
         self._writers = tuple(writers)
+        self._analyzer = analyzer
         self._faults = faults
         self._lock = threading.RLock()
-        self._grouped = False
+        self._group: WriteGroup | None = None
         self._psycopg = import_psycopg()
 
     @contextmanager
-    def reading(self, operation: str) -> Iterator[_Connection]:
+    def _locked(self, operation: str) -> Iterator[_Connection]:
         with self._lock:
             if self.conn is None:
                 raise StorageError(f"{operation}: the storage is closed")
@@ -194,18 +297,20 @@ class _Guarded:
                 raise (lost or storage_error(operation, self.server, exc)) from exc
 
     @contextmanager
+    def reading(self, operation: str) -> Iterator[_Connection]:
+        with self._locked(operation) as conn:
+            if self._group is not None:
+                self._group.settle(conn)  # a read sees the group's writes, checked
+            yield conn
+
+    @contextmanager
     def writing(self, operation: str) -> Iterator[_Connection]:
         self._check_writable(operation)
-        with self.reading(operation) as conn:
-            if self._grouped:
+        with self._locked(operation) as conn:
+            if self._group is not None:
                 # One all-or-nothing step of the group's transaction.
-                conn.execute("SAVEPOINT write")
-                try:
+                with self._group.write(conn, operation, unchecked=operation in _UNCHECKED):
                     yield conn
-                except BaseException:
-                    self._undo(conn, "ROLLBACK TO SAVEPOINT write; RELEASE SAVEPOINT write")
-                    raise
-                conn.execute("RELEASE SAVEPOINT write")
                 return
             conn.execute("BEGIN")
             try:
@@ -218,23 +323,42 @@ class _Guarded:
     @contextmanager
     def write_group(self, operation: str) -> Iterator[None]:
         self._check_writable(operation)
-        with self.reading(operation) as conn:
-            if self._grouped:
+        with self._locked(operation) as conn:
+            if self._group is not None:
                 yield
                 return
             conn.execute("BEGIN")
-            self._grouped = True
+            group = self._group = WriteGroup(
+                operation,
+                replace=self._replace,
+                remove=self._remove,
+                prepare=self._prepare,
+                psycopg=self._psycopg,
+                server=self.server,
+            )
             try:
                 yield
-                self._faults.reached("before-commit")
-            finally:
-                self._grouped = False
-                try:
-                    self._commit(conn, operation)
-                except BaseException:
-                    self._undo(conn, "ROLLBACK")
-                    raise
+            except BaseException:
+                self._end_group(conn, group)  # what completed commits all the same
+                raise
+            self._end_group(conn, group)
             self._faults.reached("group-commit")
+            error = group.error()
+            if error is not None:
+                raise error from error.failures[0][1]
+
+    def _end_group(self, conn: _Connection, group: WriteGroup) -> None:
+        """Index the last batch, then commit."""
+        try:
+            group.flush(conn)
+            self._faults.reached("before-commit")
+        finally:
+            self._group = None
+            try:
+                self._commit(conn, group.operation)
+            except BaseException:
+                self._undo(conn, "ROLLBACK")
+                raise
 
     def journal(self, conn: _Connection, item_ids: Iterable[str], op: str) -> None:
         """Nothing: the index writers ran in the transaction (see :class:`PostgresStorage`)."""
@@ -244,6 +368,8 @@ class _Guarded:
     ) -> None:
         """Upsert the item (creating its knowledge base), replace its chunks, index them."""
         _upsert_item(conn, item)
+        # Not part of the upsert: with the item's row locked, this statement's snapshot sees
+        # the chunks of a writer of the same item that committed meanwhile.
         conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (text_to_db(item.id),))
         if chunks:
             conn.execute(CHUNK_INSERT, chunk_columns(item.id, chunks))
@@ -253,16 +379,39 @@ class _Guarded:
     def index(
         self, conn: _Connection, pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]]
     ) -> None:
-        for writer in self._writers:
-            writer.replace(conn.raw, pairs)
+        """Run the index writers on these pairs (in a write group: with its batch)."""
+        if self._group is None or not self._group.index(pairs):
+            self._replace(conn.raw, pairs)
 
     def delete_items(self, conn: _Connection, item_ids: Sequence[str]) -> None:
         """Unindex items (ids as stored), then delete them; chunks and tracking rows cascade."""
         if not item_ids:
             return
-        for writer in self._writers:
-            writer.remove(conn.raw, [text_from_db(item_id) for item_id in item_ids])
+        ids = [text_from_db(item_id) for item_id in item_ids]
+        self._remove(conn.raw, ids)
+        if self._group is not None:
+            self._group.removed(ids)
         conn.execute("DELETE FROM knowledge_items WHERE id = ANY(?)", (list(item_ids),))
+
+    def _prepare(
+        self, pairs: list[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]]
+    ) -> list[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]] | AnalysedBatch:
+        """A batch's pairs analysed once for every writer, when the storage has an analyzer."""
+        if self._analyzer is None:
+            return pairs
+        return AnalysedBatch.build(self._analyzer, pairs)
+
+    def _replace(
+        self,
+        raw: psycopg.Connection,
+        pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]] | AnalysedBatch,
+    ) -> None:
+        for writer in self._writers:
+            writer.replace(raw, pairs)
+
+    def _remove(self, raw: psycopg.Connection, item_ids: Sequence[str]) -> None:
+        for writer in self._writers:
+            writer.remove(raw, item_ids)
 
     def close(self) -> None:
         with self._lock:
@@ -320,14 +469,18 @@ def _owned(chunks: Sequence[KnowledgeChunk], item_id: str) -> list[KnowledgeChun
     ]
 
 
+_ITEM_WRITE = (
+    # An item's knowledge base exists as soon as the item does (one statement: the foreign
+    # key is checked at its end, after the WITH clause ran).
+    "WITH kb AS (INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) "
+    "ON CONFLICT (name) DO NOTHING) " + ITEM_UPSERT
+)
+
+
 def _upsert_item(conn: _Connection, item: KnowledgeItem) -> None:
-    # An item's knowledge base exists as soon as the item does.
     conn.execute(
-        "INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) "
-        "ON CONFLICT (name) DO NOTHING",
-        (text_to_db(item.kb), item.created_at.isoformat()),
+        _ITEM_WRITE, (text_to_db(item.kb), item.created_at.isoformat(), *item_to_row(item))
     )
-    conn.execute(ITEM_UPSERT, item_to_row(item))
 
 
 class _SourceStore(SourceStore):
@@ -360,7 +513,9 @@ class PostgresStorage:
 
     ``url`` is a ``postgresql://`` URL. Opening it brings the schema up to date
     (:mod:`~knowledge_agent.backends.postgres.schema`). ``index_writers`` are called inside
-    the transaction of every write (:class:`IndexWriter`). With ``read_only``, or on a hot
+    the transaction of every write (:class:`IndexWriter`); with an ``analyzer``, a write
+    group's batches reach them analysed once, as an
+    :class:`~knowledge_agent.search.analysed_batch.AnalysedBatch`. With ``read_only``, or on a hot
     standby, every write raises ``StorageError`` and ``read_only_reason`` says why.
 
     Thread-safe: one connection, every public method (the stores' too) serialised by a
@@ -373,6 +528,7 @@ class PostgresStorage:
         url: str,
         *,
         index_writers: Sequence[IndexWriter] = (),
+        analyzer: TextAnalyzer | None = None,
         read_only: bool = False,
         faults: Faults | None = None,
     ) -> None:
@@ -392,7 +548,7 @@ class PostgresStorage:
             reopen=lambda operation: connect(url, operation=operation, server=server),
             setup=None if reason is None else refuse,
         )
-        self._db = _Guarded(link, reason, index_writers, faults or Faults())
+        self._db = _Guarded(link, reason, index_writers, faults or Faults(), analyzer)
         self.sources = _SourceStore(self._db)
         """Knowledge bases, collected roots and tracked source files."""
         self.doc_sources = DocSourceStore(cast("StoreConnection", self._db))
@@ -458,7 +614,15 @@ class PostgresStorage:
         """Commit the writes made inside in one transaction. Each write stays all-or-nothing
         on its own (a savepoint): one that fails is rolled back alone, and those that
         completed are committed even if the block raises. Other threads of this process wait
-        for the group to end, so keep it short."""
+        for the group to end, so keep it short.
+
+        The index writers run once per batch of writes, and the writes of an item with its
+        chunks (``save_item_with_chunks``, ``save_source_item``, ``save_doc_page_item``) are
+        checked with their batch (:mod:`~knowledge_agent.backends.postgres.batches`): a write
+        whose index write fails, or one of those whose statements fail, is rolled back alone
+        then, after it returned, and the group raises
+        :class:`~knowledge_agent.errors.WriteGroupError` naming its items once the rest has
+        committed (unless the block raised)."""
         return self._db.write_group(operation)
 
     def close(self) -> None:
