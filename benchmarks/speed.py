@@ -230,6 +230,29 @@ def measure_package_queries(
     return figures
 
 
+def measure_facets(core: KnowledgeAgentCore, queries: list[str], warmup: int) -> dict[str, Any]:
+    """Warm latency of a hybrid search that also counts its facets (``search --facets``: the
+    documents matching per kb, doc type and source type, before the limit), of the facets
+    alone, and the median number of matching documents they count."""
+
+    def with_facets(query: str) -> object:
+        results = core.search(query, limit=10, context_window=1)
+        return core.facets(query).total or results
+
+    def facets_alone(query: str) -> object:
+        return core.facets(query).total
+
+    figures: dict[str, Any] = {
+        "hybrid_facets": time_queries(with_facets, queries, warmup),
+        "facets": time_queries(facets_alone, queries, warmup),
+        "median_matches": statistics.median(core.facets(query).total for query in queries),
+    }
+    for name in ("hybrid_facets", "facets"):
+        latency = figures[name][0]
+        log(f"  {name:<13} p50 {latency.p50:7.1f} ms  p95 {latency.p95:7.1f} ms")
+    return figures
+
+
 def profile_hybrid(core: KnowledgeAgentCore, queries: list[str], top: int = 25) -> None:
     """cProfile ``queries`` hybrid searches; print the top functions of the package, then of
     Whoosh, by cumulative time to stderr."""
@@ -452,6 +475,7 @@ def measure_package(
     result["items"], result["chunks"] = status.items, status.chunks
     log(f"{status.chunks:,} chunks in {status.items:,} items; {len(queries)} queries")
     result["package_latency"] = measure_package_queries(core, queries, args.warmup)
+    result["facets_latency"] = measure_facets(core, queries, args.warmup)
     checkpoints["queries"] = peak_rss_mb()
     if args.profile:
         profile_hybrid(core, queries[: args.profile])
@@ -519,6 +543,17 @@ def _latency_rows(result: dict[str, Any]) -> list[Row]:
             value = getattr(latency, stat)
             rows.append(Row(f"{mode}_{stat}_ms", f"{mode} {stat}, ms", value, 1,
                             fts5[stat], bm25[stat]))  # fmt: skip
+    facets = result["facets_latency"]
+    matches = f"median {facets['median_matches']:,.0f} matching documents counted"
+    for name, label, note in (
+        ("hybrid_facets", "hybrid + facets", matches),
+        ("facets", "  facets alone", ""),
+    ):
+        latency = facets[name][0]
+        rows += [
+            Row(f"{name}_p50_ms", f"{label} p50, ms", latency.p50, 1, note=note),
+            Row(f"{name}_p95_ms", f"{label} p95, ms", latency.p95, 1),
+        ]
     return rows
 
 
@@ -601,6 +636,10 @@ def report_sized(result: dict[str, Any], args: argparse.Namespace) -> tuple[list
         "latency_ms": {
             mode: {**latency.to_dict(), "empty_results": empty}
             for mode, (latency, empty) in result["package_latency"].items()
+        },
+        "facets_latency_ms": {
+            name: value[0].to_dict() if isinstance(value, tuple) else value
+            for name, value in result["facets_latency"].items()
         },
         "one_file": result["one_file"],
         "tfidf_refit_s": round(result["tfidf_refit_s"], 3),
