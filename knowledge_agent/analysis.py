@@ -31,7 +31,7 @@ Rules, for documents and queries alike:
   (``Python教程`` → ``python 教程``) and give overlapping character bigrams
   (如何重置密码 → 如何 何重 重置 置密 密码); a one-character run gives that character. No
   stopwords, stemming or length limits apply. With ``cjk="jieba"`` the runs are segmented by
-  jieba's search mode instead (optional extra: ``pip install 'knowledge-agent[cjk]'``).
+  jieba's search mode instead (the optional ``[cjk]`` extra).
 
 Every emitted term gets the next position (0, 1, 2, … with no gaps for stopwords), so the
 parts of an identifier and consecutive CJK bigrams are adjacent for phrase queries, and the
@@ -58,6 +58,7 @@ from whoosh.analysis import Analyzer as _WhooshAnalyzerBase
 from whoosh.analysis import Token as _WhooshToken
 
 from knowledge_agent.errors import ConfigError
+from knowledge_agent.extras import missing_extra
 
 __all__ = [
     "CJK_CHARACTERS",
@@ -77,7 +78,6 @@ DEFAULT_STOP_WORDS: frozenset[str] = frozenset(_WHOOSH_STOP_WORDS)
 """Whoosh's English stop words, the default :attr:`AnalyzerConfig.stopwords`."""
 
 _CJK_MODES = ("bigram", "jieba")
-_JIEBA_HINT = "pip install 'knowledge-agent[cjk]'"
 
 # --------------------------------------------------------------------------- character classes
 
@@ -346,9 +346,7 @@ def _load_jieba() -> Callable[..., Iterable[tuple[str, int, int]]]:
     try:
         import jieba  # optional extra, imported only when configured
     except ImportError as exc:
-        raise ConfigError(
-            "AnalyzerConfig.cjk='jieba' needs the optional jieba package: " + _JIEBA_HINT
-        ) from exc
+        raise ConfigError(missing_extra("AnalyzerConfig.cjk='jieba' (jieba)", "cjk")) from exc
     return jieba.tokenize
 
 

@@ -76,6 +76,7 @@ from knowledge_agent.errors import (
     NotFoundError,
     QueryError,
 )
+from knowledge_agent.extras import missing_extra
 from knowledge_agent.ingest.git_state import git_state_of
 from knowledge_agent.ingest.report import CollectInterrupted, CollectProgress, CollectReport
 from knowledge_agent.ingest.walker import WalkOptions
@@ -112,7 +113,7 @@ DEMO_QUERIES = (
     "how does retry_with_backoff compute the delay",
     "如何重置密码",
 )
-MCP_EXTRA_MESSAGE = 'the MCP server needs the [mcp] extra: pip install "knowledge-agent[mcp]"'
+MCP_EXTRA_MESSAGE = missing_extra("the MCP server", "mcp")
 SEARCH_MODES = ("hybrid", "keyword", "semantic", "dense")
 DEFAULT_LIMIT = 10  # documents `search` shows without -n or a default_top_k setting
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command

@@ -307,7 +307,7 @@ def test_text_analyzer_rejects_non_config() -> None:
 
 def test_jieba_missing_raises_config_error_with_install_hint(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "jieba", None)  # makes `import jieba` fail
-    with pytest.raises(ConfigError, match=r"pip install 'knowledge-agent\[cjk\]'"):
+    with pytest.raises(ConfigError, match=r'pip install "knowledge-agent\[cjk\]"'):
         TextAnalyzer(AnalyzerConfig(cjk="jieba"))
 
 

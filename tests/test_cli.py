@@ -903,7 +903,9 @@ def test_serve_without_the_mcp_extra(data_dir: Path, monkeypatch: pytest.MonkeyP
     result = invoke(data_dir, "serve")
     assert result.exit_code == 1
     assert result.stderr.strip() == (
-        'Error: the MCP server needs the [mcp] extra: pip install "knowledge-agent[mcp]"'
+        "Error: the MCP server needs the [mcp] extra, which is not installed: "
+        'pip install "knowledge-agent[mcp]" (or, in a checkout of knowledge_agent: '
+        'pip install ".[mcp]")'
     )
     assert result.stdout == ""
 

@@ -668,15 +668,15 @@ def test_reranker_config_errors() -> None:
 
 def test_wordllama_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wordllama_provider.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ConfigError, match=r"pip install 'knowledge-agent\[embed\]'"):
+    with pytest.raises(ConfigError, match=r'pip install "knowledge-agent\[embed\]"'):
         WordLlamaEmbedder()
-    with pytest.raises(ConfigError, match=r"pip install 'knowledge-agent\[embed\]'"):
+    with pytest.raises(ConfigError, match=r'pip install "knowledge-agent\[embed\]"'):
         embedder_from_config({"provider": "wordllama"})
 
 
 def test_wordllama_import_failure_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wordllama", None)  # makes `import wordllama` fail
-    with pytest.raises(ConfigError, match=r"pip install 'knowledge-agent\[embed\]'"):
+    with pytest.raises(ConfigError, match=r'pip install "knowledge-agent\[embed\]"'):
         wordllama_provider._import_wordllama()
 
 

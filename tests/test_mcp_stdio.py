@@ -38,7 +38,9 @@ def test_the_server_package_without_mcp_says_which_extra_to_install() -> None:
         "    print(exc)\n"
     )
     assert done.stdout.strip() == (
-        'the MCP server needs the [mcp] extra: pip install "knowledge-agent[mcp]"'
+        "the MCP server needs the [mcp] extra, which is not installed: "
+        'pip install "knowledge-agent[mcp]" (or, in a checkout of knowledge_agent: '
+        'pip install ".[mcp]")'
     )
 
 

@@ -25,6 +25,7 @@ from knowledge_agent.crawl.decode import Decoder
 from knowledge_agent.crawl.results import CrawlFailure, KnownPage
 from knowledge_agent.crawl.urls import normalize_url, url_key
 from knowledge_agent.errors import ConfigError
+from knowledge_agent.extras import missing_extra
 from knowledge_agent.processors.encoding import binary_problem
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ _DNS_WORDS = (
 )
 POLICY_REFUSAL = "refused by URL policy: "
 """How the reason of every refusal by a :class:`~knowledge_agent.crawl.UrlPolicy` starts."""
-_HTTPX_MISSING = "crawling web pages needs the 'web' extra: pip install 'knowledge-agent[web]'"
+_HTTPX_MISSING = missing_extra("crawling web pages", "web")
 
 
 class Stopped(Exception):

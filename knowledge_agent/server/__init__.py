@@ -5,12 +5,12 @@
 the tools themselves are plain functions in :mod:`knowledge_agent.server.mcp_tools`.
 """
 
+from knowledge_agent.extras import missing_extra
+
 try:
     import mcp.server.mcpserver  # noqa: F401  (the SDK 2.x server API this package needs)
 except ImportError as exc:
-    raise ImportError(
-        'the MCP server needs the [mcp] extra: pip install "knowledge-agent[mcp]"'
-    ) from exc
+    raise ImportError(missing_extra("the MCP server", "mcp")) from exc
 
 from knowledge_agent.server.app import (
     HttpServer,

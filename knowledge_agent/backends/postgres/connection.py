@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from knowledge_agent.errors import ConfigError, KnowledgeAgentError, StorageError
+from knowledge_agent.extras import missing_extra
 
 if TYPE_CHECKING:
     import psycopg
@@ -46,7 +47,6 @@ _T = TypeVar("_T")
 CONNECT_TIMEOUT_S = 10
 """Seconds to wait for a server that does not answer, unless the URL says otherwise."""
 
-_EXTRA = 'pip install "knowledge-agent[postgres]"'
 _POOLERS = ("transaction", "session")  # what the URL's pooler= may say
 
 
@@ -55,9 +55,7 @@ def import_psycopg() -> ModuleType:
     try:
         return importlib.import_module("psycopg")
     except ImportError as exc:
-        raise ConfigError(
-            f"the PostgreSQL backend needs psycopg 3, which is not installed: {_EXTRA}"
-        ) from exc
+        raise ConfigError(missing_extra("the PostgreSQL backend (psycopg 3)", "postgres")) from exc
 
 
 def describe(url: str) -> str:

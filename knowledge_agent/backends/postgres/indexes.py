@@ -30,6 +30,7 @@ from knowledge_agent.backends.postgres.postings import (
 )
 from knowledge_agent.backends.postgres.schema import server_of
 from knowledge_agent.errors import ConfigError, SearchIndexError, StorageError
+from knowledge_agent.extras import missing_extra
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 
 if TYPE_CHECKING:
@@ -45,9 +46,7 @@ def load_psycopg() -> Any:
     try:
         import psycopg
     except ImportError as exc:  # pragma: no cover - the [postgres] extra is installed in tests
-        raise ConfigError(
-            "the PostgreSQL backend needs psycopg: pip install 'knowledge-agent[postgres]'"
-        ) from exc
+        raise ConfigError(missing_extra("the PostgreSQL backend (psycopg 3)", "postgres")) from exc
     return psycopg
 
 
