@@ -4,6 +4,7 @@ before the limit): the API on both backends, ``search --facets`` and the MCP too
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,8 @@ from hypothesis import strategies as st
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.cli import cli
-from knowledge_agent.models import SearchFacets
+from knowledge_agent.models import KnowledgeItem, SearchFacets
+from knowledge_agent.protocols import Storage
 from knowledge_agent.server import mcp_tools as tools
 from knowledge_agent.tokens import estimate_tokens
 
@@ -107,6 +109,57 @@ def test_facets_are_the_documents_holding_a_query_term(
             assert list(counts.values()) == sorted(counts.values(), reverse=True)
         # A search finds nothing the facets do not count.
         assert len(core.search(query, limit=limit)) <= min(limit, facets.total)
+
+
+def test_the_grouped_count_counts_each_stored_document_once(backend_storage: Storage) -> None:
+    # More ids than one SQLite statement takes, ids asked twice, and ids never stored.
+    rng = random.Random(7)
+    with backend_storage.write_group("facet items"):
+        for n in range(1_203):
+            backend_storage.save_item(
+                KnowledgeItem(
+                    id=f"item-{n}",
+                    title=f"note {n}",
+                    content=f"text {n}",
+                    kb=rng.choice(["ops", "dev", "知识"]),
+                    doc_type=rng.choice(["", "adr", "runbook"]),
+                    source_type=rng.choice(["markdown", "code", "text"]),
+                )
+            )
+    stored = [f"item-{n}" for n in range(1_203)]
+    asked = [*stored[::2], *stored[::3], "missing-1", "missing-2"]
+    groups = backend_storage.facet_groups(asked)
+    assert len({group[:3] for group in groups}) == len(groups)  # one row per triple
+    facts = backend_storage.item_facts(asked).values()
+    assert len(facts) == len(set(stored[::2]) | set(stored[::3]))
+    assert SearchFacets.from_groups(groups) == SearchFacets.count(facts)
+    assert backend_storage.facet_groups([]) == []
+    assert backend_storage.facet_groups(["missing-1"]) == []
+
+
+@given(
+    groups=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from(["", "adr"]),
+            st.sampled_from(["code", "text"]),
+            st.integers(1, 5),
+        ),
+        max_size=8,
+    )
+)
+def test_facets_from_groups_add_up_each_groups_documents(
+    groups: list[tuple[str, str, str, int]],
+) -> None:
+    facets = SearchFacets.from_groups(groups)
+    assert facets.total == sum(group[3] for group in groups)
+    for position, counts in enumerate((facets.kb, facets.doc_type, facets.source_type)):
+        expected: Counter[str] = Counter()
+        for group in groups:
+            expected[group[position]] += group[3]
+        assert counts == dict(expected)
+        # Most first, ties by value.
+        assert list(counts) == sorted(counts, key=lambda value: (-counts[value], value))
 
 
 def test_search_facets_on_the_command_line(tmp_path: Path) -> None:

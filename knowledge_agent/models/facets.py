@@ -29,12 +29,20 @@ class SearchFacets:
     def count(cls, documents: Iterable[Any]) -> SearchFacets:
         """The facets of ``documents``: objects with ``kb``, ``doc_type`` and
         ``source_type`` attributes (an item, or its facts), each counted once."""
+        return cls.from_groups(
+            (*(getattr(document, name) for name in FACET_FIELDS), 1) for document in documents
+        )
+
+    @classmethod
+    def from_groups(cls, groups: Iterable[tuple[str, str, str, int]]) -> SearchFacets:
+        """The facets of documents counted by group, as a grouped count gives them:
+        ``(kb, doc_type, source_type, documents)`` rows (a triple may come more than once)."""
         counters: dict[str, Counter[str]] = {name: Counter() for name in FACET_FIELDS}
         total = 0
-        for document in documents:
-            total += 1
-            for name, counter in counters.items():
-                counter[getattr(document, name) or ""] += 1
+        for *values, documents in groups:
+            total += documents
+            for counter, value in zip(counters.values(), values, strict=True):
+                counter[value or ""] += documents
         ordered = {
             name: dict(sorted(counter.items(), key=lambda entry: (-entry[1], entry[0])))
             for name, counter in counters.items()

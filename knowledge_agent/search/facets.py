@@ -38,6 +38,6 @@ def count_facets(
     storage: Storage, keyword_index: KeywordIndex, terms: Sequence[str], filters: SearchFilters
 ) -> SearchFacets:
     """:class:`SearchFacets` of the documents matching ``terms`` under ``filters`` (those
-    deleted since the index was written are not counted)."""
+    deleted since the index was written are not counted): one grouped count in the storage."""
     found = matching_items(storage, keyword_index, terms, filters)
-    return SearchFacets.count(storage.item_facts(found).values())
+    return SearchFacets.from_groups(storage.facet_groups(found))

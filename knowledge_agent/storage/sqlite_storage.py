@@ -25,6 +25,7 @@ import shutil
 import sqlite3
 import threading
 import urllib.parse
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -781,6 +782,21 @@ class SQLiteStorageManager:
     def item_facts(self, item_ids: Iterable[str]) -> dict[str, ItemFacts]:
         """What ranking needs of these items, without their text: doc type, path, age."""
         return self._by_ids("item_facts", _FACTS_SELECT, item_ids, _row_to_facts)
+
+    def facet_groups(self, item_ids: Iterable[str]) -> list[tuple[str, str, str, int]]:
+        """(kb, doc_type, source_type, documents) of the stored items among ``item_ids``,
+        one row per distinct triple: a grouped count, in batches of ids summed here."""
+        groups: Counter[tuple[str, str, str]] = Counter()
+        with self._db.reading("facet_groups") as conn:
+            for batch in _batches(item_ids):
+                rows = conn.execute(
+                    "SELECT kb, doc_type, source_type, COUNT(*) FROM knowledge_items "
+                    f"WHERE id IN ({_placeholders(len(batch))}) GROUP BY 1, 2, 3",
+                    batch,
+                )
+                for kb, doc_type, source_type, documents in rows:
+                    groups[kb, doc_type, source_type] += documents
+        return [(*group, documents) for group, documents in groups.items()]
 
     def iter_item_facts(
         self, *, kb: str | None = None, batch_size: int = 500

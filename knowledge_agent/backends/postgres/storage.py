@@ -699,6 +699,23 @@ class PostgresStorage:
         """What ranking needs of these items, without their text: doc type, path, age."""
         return self._by_ids("item_facts", FACTS_SELECT, item_ids, row_to_facts)
 
+    def facet_groups(self, item_ids: Iterable[str]) -> list[tuple[str, str, str, int]]:
+        """(kb, doc_type, source_type, documents) of the stored items among ``item_ids``,
+        one row per distinct triple: one grouped count."""
+        wanted = list(dict.fromkeys(text_to_db(item_id) for item_id in item_ids))
+        if not wanted:
+            return []
+        with self._db.reading("facet_groups") as conn:
+            rows = conn.execute(
+                "SELECT kb, doc_type, source_type, count(*) FROM knowledge_items "
+                "WHERE id = ANY(?) GROUP BY 1, 2, 3",
+                (wanted,),
+            ).fetchall()
+        return [
+            (text_from_db(kb), text_from_db(doc_type), text_from_db(source_type), int(documents))
+            for kb, doc_type, source_type, documents in rows
+        ]
+
     def iter_item_facts(
         self, *, kb: str | None = None, batch_size: int = 500
     ) -> Iterator[ItemFacts]:
