@@ -1,0 +1,98 @@
+"""The distinct values of an integer array by sorting, as ``np.unique`` returns them.
+
+numpy 2.3+ answers a plain ``np.unique`` through a hash table, tens of times slower than a
+sort on large int64 arrays (1M keys: seconds against 0.1 s), and ``return_index`` /
+``return_inverse`` through an ``argsort`` several times slower than ``np.sort``. Here every
+variant is one ``np.sort``: of the values, or, for first positions and the inverse, of each
+value packed with its position into one int64 when the two fit (an argsort otherwise).
+Arrays are read flattened; other dtypes than integers and booleans go to ``np.unique``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["distinct", "distinct_counts", "distinct_first", "distinct_inverse"]
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, ascending: ``np.unique(values)``."""
+    values = np.ravel(values)
+    if not _sortable(values):
+        return np.unique(values)
+    ordered = np.sort(values)
+    return ordered[_starts(ordered)]
+
+
+def distinct_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values, ascending, and how often each occurs:
+    ``np.unique(values, return_counts=True)``."""
+    values = np.ravel(values)
+    if not _sortable(values):
+        return np.unique(values, return_counts=True)
+    ordered = np.sort(values)
+    starts = np.flatnonzero(_starts(ordered))
+    return ordered[starts], np.diff(np.append(starts, ordered.size))
+
+
+def distinct_first(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values, ascending, and the position of each one's first occurrence:
+    ``np.unique(values, return_index=True)``."""
+    values = np.ravel(values)
+    if not _sortable(values):
+        return np.unique(values, return_index=True)
+    ordered, order = _sorted_with_positions(values)
+    starts = _starts(ordered)
+    return ordered[starts], order[starts]
+
+
+def distinct_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values, ascending, and for each value the position of its distinct value:
+    ``np.unique(values, return_inverse=True)`` (the inverse flat)."""
+    values = np.ravel(values)
+    if not _sortable(values):
+        found, inverse = np.unique(values, return_inverse=True)
+        return found, inverse.reshape(-1)
+    ordered, order = _sorted_with_positions(values)
+    starts = _starts(ordered)
+    inverse = np.empty(values.size, np.intp)
+    inverse[order] = np.cumsum(starts) - 1
+    return ordered[starts], inverse
+
+
+def _sortable(values: np.ndarray) -> bool:
+    return values.dtype.kind in "iub"
+
+
+def _starts(ordered: np.ndarray) -> np.ndarray:
+    """True where a sorted array's run of equal values begins."""
+    starts = np.empty(ordered.size, bool)
+    if ordered.size:
+        starts[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    return starts
+
+
+def _sorted_with_positions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` sorted, and the position each came from; equal values keep their order."""
+    n = values.size
+    if n == 0 or values.dtype.kind == "b":
+        order = np.argsort(values, kind="stable")
+        return values[order], order
+    low, high = int(values.min()), int(values.max())
+    if (high - low + 1) * n - 1 > _INT64_MAX:
+        order = np.argsort(values, kind="stable")
+        return values[order], order
+    # (value - low) * n + position: one int64 whose order is (value, position).
+    if values.dtype == np.uint64:
+        packed = (values - np.uint64(low)).astype(np.int64)
+    else:
+        packed = values.astype(np.int64) - np.int64(low)  # no overflow: high - low fits
+    packed *= n
+    packed += np.arange(n, dtype=np.int64)
+    packed.sort()
+    shifted, order = np.divmod(packed, n)
+    ordered = shifted.astype(values.dtype) + values.dtype.type(low)
+    return ordered, order.astype(np.intp, copy=False)
