@@ -68,10 +68,18 @@ def test_a_many_dimensional_array_is_read_flattened(values: np.ndarray) -> None:
     _same(distinct_inverse(values)[1], np.unique(values, return_inverse=True)[1].reshape(-1))
 
 
-@given(st.lists(st.text(max_size=3), max_size=30))
-def test_strings_take_np_unique(texts: list[str]) -> None:
-    values = np.array(texts, dtype=str)
+@given(st.lists(st.text(max_size=3), max_size=30), st.sampled_from([str, bytes]))
+def test_strings_are_np_unique_too(texts: list[str], kind: type) -> None:
+    values = np.array(texts if kind is str else [t.encode() for t in texts], dtype=kind)
     _same(distinct(values), np.unique(values))
+    for got, expected in zip(
+        distinct_counts(values), np.unique(values, return_counts=True), strict=True
+    ):
+        _same(got, expected)
+    for got, expected in zip(
+        distinct_first(values), np.unique(values, return_index=True), strict=True
+    ):
+        _same(got, expected)
     found, inverse = distinct_inverse(values)
     _same(found[inverse], values)
 

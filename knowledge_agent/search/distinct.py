@@ -5,7 +5,9 @@ sort on large int64 arrays (1M keys: seconds against 0.1 s), and ``return_index`
 ``return_inverse`` through an ``argsort`` several times slower than ``np.sort``. Here every
 variant is one ``np.sort``: of the values, or, for first positions and the inverse, of each
 value packed with its position into one int64 when the two fit (an argsort otherwise).
-Arrays are read flattened; other dtypes than integers and booleans go to ``np.unique``.
+Strings hash slowly too (100K ids: 0.4 s against a 0.08 s sort): their values and counts
+sort here, their first positions and inverse take ``np.unique``'s own argsort, as do all
+other dtypes. Arrays are read flattened.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import numpy as np
 __all__ = ["distinct", "distinct_counts", "distinct_first", "distinct_inverse"]
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
+_SORTED = "iubUS"  # dtype kinds whose values and counts come from np.sort here
+_PACKED = "iub"  # and whose first positions and inverse do
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
     """The distinct values, ascending: ``np.unique(values)``."""
     values = np.ravel(values)
-    if not _sortable(values):
+    if values.dtype.kind not in _SORTED:
         return np.unique(values)
     ordered = np.sort(values)
     return ordered[_starts(ordered)]
@@ -30,7 +34,7 @@ def distinct_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values, ascending, and how often each occurs:
     ``np.unique(values, return_counts=True)``."""
     values = np.ravel(values)
-    if not _sortable(values):
+    if values.dtype.kind not in _SORTED:
         return np.unique(values, return_counts=True)
     ordered = np.sort(values)
     starts = np.flatnonzero(_starts(ordered))
@@ -41,7 +45,7 @@ def distinct_first(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values, ascending, and the position of each one's first occurrence:
     ``np.unique(values, return_index=True)``."""
     values = np.ravel(values)
-    if not _sortable(values):
+    if values.dtype.kind not in _PACKED:
         return np.unique(values, return_index=True)
     ordered, order = _sorted_with_positions(values)
     starts = _starts(ordered)
@@ -52,7 +56,7 @@ def distinct_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values, ascending, and for each value the position of its distinct value:
     ``np.unique(values, return_inverse=True)`` (the inverse flat)."""
     values = np.ravel(values)
-    if not _sortable(values):
+    if values.dtype.kind not in _PACKED:
         found, inverse = np.unique(values, return_inverse=True)
         return found, inverse.reshape(-1)
     ordered, order = _sorted_with_positions(values)
@@ -60,10 +64,6 @@ def distinct_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inverse = np.empty(values.size, np.intp)
     inverse[order] = np.cumsum(starts) - 1
     return ordered[starts], inverse
-
-
-def _sortable(values: np.ndarray) -> bool:
-    return values.dtype.kind in "iub"
 
 
 def _starts(ordered: np.ndarray) -> np.ndarray:
