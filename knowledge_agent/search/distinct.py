@@ -1,4 +1,4 @@
-"""The distinct values of an integer array by sorting, as ``np.unique`` returns them.
+"""The distinct values of an array by sorting, as ``np.unique`` returns them.
 
 numpy 2.3+ answers a plain ``np.unique`` through a hash table, tens of times slower than a
 sort on large int64 arrays (1M keys: seconds against 0.1 s), and ``return_index`` /
