@@ -36,7 +36,7 @@ database (an embedded server started here, or a new database on the server of
 seconds of client, workers and server during each ingest (benchmarks/speed_postgres.py);
 ``--profile-ingest N`` adds a cProfile of the database's ingest. For the local backend,
 ``--profile-ingest N`` cProfiles its ingest (this process; the extraction workers' CPU seconds
-beside): own seconds by area and the top ``N`` functions, to stderr and the JSON (under
+beside): own CPU seconds by area and the top ``N`` functions, to stderr and the JSON (under
 ``ingest``). Profiling slows the ingest it measures.
 """
 
@@ -212,9 +212,10 @@ _INGEST_AREAS = (
 
 def profile_ingest(core: KnowledgeAgentCore, files: Path, top: int) -> dict[str, Any]:
     """:func:`measure_ingest` under cProfile: its figures, the CPU seconds of this process and
-    of the extraction workers, own seconds by area and the top ``top`` functions."""
+    of the extraction workers, own CPU seconds by area and the top ``top`` functions."""
     own0, workers0 = _cpu_seconds()
-    profiler = cProfile.Profile()
+    # CPU time, not wall time: on a shared machine the wall clock mostly counts other load.
+    profiler = cProfile.Profile(time.process_time)
     profiler.enable()
     try:
         figures = measure_ingest(core, files)
@@ -502,7 +503,7 @@ def measure_package(
             ingest = profile_ingest(core, ws.files, args.profile_ingest)
             profile = ingest["profile"]
             areas = ", ".join(f"{k} {v:.1f}" for k, v in profile["own_seconds_by_area"].items())
-            log(f"  cProfile of the ingest, CPU s {profile['cpu_s']}; own seconds: {areas}")
+            log(f"  cProfile of the ingest, CPU s {profile['cpu_s']}; own CPU s: {areas}")
             print(profile["top_by_own_time"], file=sys.stderr)
         else:
             ingest = measure_ingest(core, ws.files)
