@@ -26,7 +26,7 @@ def distinct(values: np.ndarray) -> np.ndarray:
     values = np.ravel(values)
     if values.dtype.kind not in _SORTED:
         return np.unique(values)
-    ordered = np.sort(values)
+    ordered = _ascending(values)
     return ordered[_starts(ordered)]
 
 
@@ -36,7 +36,7 @@ def distinct_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     values = np.ravel(values)
     if values.dtype.kind not in _SORTED:
         return np.unique(values, return_counts=True)
-    ordered = np.sort(values)
+    ordered = _ascending(values)
     starts = np.flatnonzero(_starts(ordered))
     return ordered[starts], np.diff(np.append(starts, ordered.size))
 
@@ -66,6 +66,16 @@ def distinct_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ordered[starts], inverse
 
 
+def _is_ascending(values: np.ndarray) -> bool:
+    # One pass; callers often hand over sorted arrays (postings in column order), which a sort
+    # of packed int64 keys would take longer to sort again than numpy's argsort.
+    return values.size < 2 or bool((values[1:] >= values[:-1]).all())
+
+
+def _ascending(values: np.ndarray) -> np.ndarray:
+    return values if _is_ascending(values) else np.sort(values)
+
+
 def _starts(ordered: np.ndarray) -> np.ndarray:
     """True where a sorted array's run of equal values begins."""
     starts = np.empty(ordered.size, bool)
@@ -78,7 +88,9 @@ def _starts(ordered: np.ndarray) -> np.ndarray:
 def _sorted_with_positions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``values`` sorted, and the position each came from; equal values keep their order."""
     n = values.size
-    if n == 0 or values.dtype.kind == "b":
+    if _is_ascending(values):
+        return values, np.arange(n, dtype=np.intp)
+    if values.dtype.kind == "b":
         order = np.argsort(values, kind="stable")
         return values[order], order
     low, high = int(values.min()), int(values.max())
