@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from knowledge_agent.search.distinct import distinct_counts
+
 __all__ = ["best_rows", "capped_best_rows"]
 
 
@@ -32,7 +34,7 @@ def capped_best_rows(
     if cap >= k or best.size == 0:
         return best, best_scores
     chosen = groups[np.searchsorted(rows, best)]  # rows are ascending
-    if np.unique(chosen, return_counts=True)[1].max() <= cap:
+    if distinct_counts(chosen)[1].max() <= cap:
         return best, best_scores  # the common case: no group over its cap
     order = np.lexsort((rows, -scores))
     ranked_groups = groups[order]

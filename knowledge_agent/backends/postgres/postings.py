@@ -62,6 +62,7 @@ from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.config import TfidfConfig
+from knowledge_agent.search.distinct import distinct, distinct_counts, distinct_inverse
 from knowledge_agent.search.documents import HEADING_WEIGHT
 from knowledge_agent.search.filters import to_epoch
 
@@ -216,18 +217,8 @@ class _Level:
     w_vec: np.ndarray  # float32
 
 
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """The distinct values, sorted (``np.unique`` without ``return_*`` takes a hashing path
-    that is tens of times slower on large int64 arrays in numpy 2.4)."""
-    ordered = np.sort(values)
-    return (
-        ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
-    )
-
-
 def _counted(ids: np.ndarray, rows: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    keys, counts = np.unique(rows.astype(np.int64) * size + ids, return_counts=True)
-    return keys, counts
+    return distinct_counts(rows.astype(np.int64) * size + ids)
 
 
 def _level(
@@ -247,7 +238,7 @@ def _level(
     kc, cc = _counted(*content, size)
     kh, ch = _counted(*head, size)
     kv, cv = (kc, cc) if vec is None else _counted(*vec, size)
-    keys = _distinct(np.concatenate([kc, kh, kv]))
+    keys = distinct(np.concatenate([kc, kh, kv]))
     tf = np.zeros(keys.size, np.int64)
     tf_head = np.zeros(keys.size, np.int64)
     counts_vec = np.zeros(keys.size, np.float32)
@@ -606,11 +597,11 @@ class PostingsWriter:
         code = kb_code[level.row].astype(np.int64)
         size = int(level.term.max(initial=0)) + 1
         keys = code * size + level.term
-        distinct, where = np.unique(keys, return_inverse=True)
-        df = np.bincount(where, weights=level.tf > 0, minlength=distinct.size).astype(np.int64)
-        df_head = np.bincount(where, weights=level.tf_head > 0, minlength=distinct.size)
-        df_vec = np.bincount(where, weights=level.w_vec > 0, minlength=distinct.size)
-        kb_codes, term = np.divmod(distinct, size)
+        found, where = distinct_inverse(keys)
+        df = np.bincount(where, weights=level.tf > 0, minlength=found.size).astype(np.int64)
+        df_head = np.bincount(where, weights=level.tf_head > 0, minlength=found.size)
+        df_vec = np.bincount(where, weights=level.w_vec > 0, minlength=found.size)
+        kb_codes, term = np.divmod(found, size)
         return (
             kb_codes,
             names.astype(object),

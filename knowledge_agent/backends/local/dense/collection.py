@@ -18,6 +18,7 @@ import numpy as np
 from knowledge_agent.backends.local.dense.segments import DenseSegment
 from knowledge_agent.backends.local.segments.filters import FIELDS, MetadataCodes, key_mask
 from knowledge_agent.backends.local.segments.merge import maintained
+from knowledge_agent.search.distinct import distinct, distinct_first
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.topk import best_rows, capped_best_rows
 
@@ -63,7 +64,7 @@ class DenseCollection:
         live = ~seg.dead
         self.n_live += int(live.sum())
         self.n_live_chunks += int((live & seg.is_chunk).sum())
-        for local in np.unique(seg.row_item[live]).tolist():
+        for local in distinct(seg.row_item[live]).tolist():
             self._where[str(seg.item_ids[local])] = seg
         seg.codes = self._meta.codes(seg.meta)
         self.segments.append(seg)
@@ -83,7 +84,7 @@ class DenseCollection:
         found: set[str] = set()
         for seg in self.segments:
             rows = ~seg.dead & seg.is_chunk
-            found.update(seg.item_ids[np.unique(seg.row_item[rows])].tolist())
+            found.update(seg.item_ids[distinct(seg.row_item[rows])].tolist())
         return found
 
     def live_rows(self, item_id: str) -> tuple[DenseSegment, np.ndarray] | None:
@@ -231,7 +232,7 @@ def _best_per_entry(
     size = min(rows.size, max(4 * k, 64))
     while True:
         best, best_scores = best_rows(rows, scores, size)
-        _, first = np.unique(entry[best], return_index=True)
+        _, first = distinct_first(entry[best])
         if first.size >= k or size >= rows.size:
             break
         size = min(rows.size, size * 4)

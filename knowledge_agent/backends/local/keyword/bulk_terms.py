@@ -29,6 +29,7 @@ import numpy as np
 from whoosh.util.numeric import _length_byte_cache
 
 from knowledge_agent.search.analysed_batch import gather
+from knowledge_agent.search.distinct import distinct_first
 
 __all__ = [
     "BLOCK_LIMIT",
@@ -271,7 +272,7 @@ def _place(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         t = table[waiting]
         want = base[t] + (home[waiting] + probe[waiting]) % slots[t]
         free = ~taken[want]
-        _, first = np.unique(want[free], return_index=True)  # earliest key per wanted slot
+        _, first = distinct_first(want[free])  # earliest key per wanted slot
         won = np.flatnonzero(free)[first]
         slot[waiting[won]] = want[won]
         taken[want[won]] = True

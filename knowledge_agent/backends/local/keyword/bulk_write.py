@@ -43,6 +43,7 @@ from knowledge_agent.backends.local.keyword.bulk_terms import (
     encode_terms,
     length_bytes,
 )
+from knowledge_agent.search.distinct import distinct, distinct_counts
 
 __all__ = ["PART_POSTINGS", "write_segment"]
 
@@ -206,7 +207,7 @@ def _field_postings(
     keys = rank[ids] * total + docs
     boost = fobj.format.field_boost
     if all(part.freqs is None and part.weights is None for _, part in parts):
-        keys, freqs = np.unique(keys, return_counts=True)
+        keys, freqs = distinct_counts(keys)
         weights = (freqs * boost).astype(np.float32)
     else:
         rows_freq = np.concatenate(
@@ -299,7 +300,7 @@ def _sliced(
         sizes[global_of] += source.sizes()
     ends = np.cumsum(sizes)
     cuts = np.searchsorted(ends, np.arange(PART_POSTINGS, int(ends[-1]), PART_POSTINGS))
-    bounds = np.unique(np.concatenate([[0], cuts + 1, [len(terms)]])).tolist()
+    bounds = distinct(np.concatenate([[0], cuts + 1, [len(terms)]])).tolist()
     every = np.arange(len(terms))
     found = []
     for lo, hi in itertools.pairwise(bounds):

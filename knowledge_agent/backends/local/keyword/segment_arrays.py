@@ -25,6 +25,7 @@ import numpy as np
 
 from knowledge_agent.backends.local.keyword.bulk_terms import TERM_INFO
 from knowledge_agent.search.analysed_batch import gather
+from knowledge_agent.search.distinct import distinct
 
 __all__ = ["SegmentTerms", "read_terms"]
 
@@ -151,7 +152,7 @@ def _terms(tindex: Any) -> tuple[dict[str, tuple[int, int]], list[bytes], np.nda
         raise _Unreadable
     names = {number: name for name, number in tindex.extras["fieldmap"].items()}
     fields: dict[str, tuple[int, int]] = {}
-    for number in np.unique(numbers).tolist():
+    for number in distinct(numbers).tolist():
         found = np.flatnonzero(numbers == number)
         fields[names[number]] = (int(found[0]), int(found[-1]) + 1)
     return fields, terms, info

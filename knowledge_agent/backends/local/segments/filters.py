@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledge_agent.search.distinct import distinct_inverse
 from knowledge_agent.search.filters import SearchFilters, to_epoch
 
 __all__ = ["FIELDS", "MetadataCodes", "key_mask"]
@@ -29,15 +30,15 @@ class _Strings:
         self._index: dict[str, int] = {}
 
     def codes(self, values: np.ndarray) -> np.ndarray:
-        distinct, inverse = np.unique(values, return_inverse=True)
-        table = np.empty(distinct.size, np.int32)
-        for i, value in enumerate(distinct.tolist()):
+        found, inverse = distinct_inverse(values)
+        table = np.empty(found.size, np.int32)
+        for i, value in enumerate(found.tolist()):
             code = self._index.get(value)
             if code is None:
                 code = self._index[value] = len(self.values)
                 self.values.append(value)
             table[i] = code
-        return table[inverse.reshape(-1)]
+        return table[inverse]
 
     def lookup(self, value: str) -> int | None:
         return self._index.get(value)

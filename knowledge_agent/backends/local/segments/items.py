@@ -15,6 +15,7 @@ import numpy as np
 
 from knowledge_agent.backends.local.segments.filters import FIELDS
 from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.search.distinct import distinct
 from knowledge_agent.search.filters import to_epoch
 
 __all__ = [
@@ -99,7 +100,7 @@ def read_items(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, ItemColumns]:
         items.updated.size != n_items
         or any(value.size != n_items for value in items.meta.values())
         or (row_item.size and (row_item.min() < 0 or row_item.max() >= n_items))
-        or np.unique(items.item_ids).size != n_items
+        or distinct(items.item_ids).size != n_items
     ):
         raise ValueError("inconsistent row or item metadata arrays")
     return row_item, items
@@ -116,7 +117,7 @@ def merge_items(segments: Sequence[_Segment]) -> tuple[list[LiveRows], ItemColum
         live = np.flatnonzero(~seg.dead)
         if live.size == 0:
             continue
-        used = np.unique(seg.row_item[live])  # items with live rows keep their metadata
+        used = distinct(seg.row_item[live])  # items with live rows keep their metadata
         remap = np.full(seg.item_ids.size, -1, np.int32)
         remap[used] = np.arange(used.size, dtype=np.int32) + n_items
         n_items += used.size

@@ -23,6 +23,7 @@ from knowledge_agent.backends.local.tfidf.segments import (
     merge_segments,
     tf_weights,
 )
+from knowledge_agent.search.distinct import distinct, distinct_counts
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.topk import best_rows, capped_best_rows
 
@@ -36,7 +37,7 @@ def bump(df: np.ndarray, cols: np.ndarray, sign: int) -> None:
     if cols.size == 0:
         return
     if cols.size * 16 < df.size:  # a small batch: don't pay for a dense n_features pass
-        present, counts = np.unique(cols, return_counts=True)  # np.add.at is 10x slower
+        present, counts = distinct_counts(cols)  # np.add.at is 10x slower
         df[present] += (sign * counts).astype(df.dtype)
     else:
         df += sign * np.bincount(cols, minlength=df.size).astype(df.dtype)
@@ -102,7 +103,7 @@ class Collection:
             cols = cols[np.repeat(~seg.dead, np.diff(seg.counts.indptr))]
         bump(self.df, cols, 1)
         self.n_live += live.size
-        for local in np.unique(seg.row_item[live]).tolist():
+        for local in distinct(seg.row_item[live]).tolist():
             self._where[seg.item_ids[local]] = seg
         seg.codes = self._meta.codes(seg.meta)
         self.segments.append(seg)
@@ -171,7 +172,7 @@ class Collection:
         nnz = sum(seg.counts.nnz for seg in self.segments)
         if nnz * _SMALL < self.n_features:  # few postings: the columns held, not all of them
             indices = [seg.counts.indices for seg in self.segments]
-            held = np.unique(np.concatenate(indices)) if indices else np.empty(0, np.int32)
+            held = distinct(np.concatenate(indices)) if indices else np.empty(0, np.int32)
             values = np.full(held.size, unseen, np.float32)
             present = np.flatnonzero(self.df[held] > 0)
             values[present] = np.log((1.0 + self.n_live) / (1.0 + self.df[held[present]])) + 1.0

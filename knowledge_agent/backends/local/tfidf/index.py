@@ -59,6 +59,7 @@ from knowledge_agent.faults import Faults
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch, gather
+from knowledge_agent.search.distinct import distinct_counts
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hashing import feature_column
 from knowledge_agent.search.hits import ChunkHit, ItemHit
@@ -291,7 +292,7 @@ class SemanticSearcher(SegmentIndex):
         """Raw term counts per row over hashed columns (``HashingVectorizer``'s matrix) of
         the term ids ``ids`` of ``batch``, term ``i`` in row ``rows[i]``."""
         columns = batch.feature_columns(self.n_features)[ids].astype(np.int64)
-        keys, counts = np.unique(rows * self.n_features + columns, return_counts=True)
+        keys, counts = distinct_counts(rows * self.n_features + columns)
         row, column = np.divmod(keys, self.n_features)
         indptr = np.zeros(n_rows + 1, np.int64)
         np.cumsum(np.bincount(row, minlength=n_rows), out=indptr[1:])

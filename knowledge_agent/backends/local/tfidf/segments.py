@@ -24,6 +24,7 @@ from knowledge_agent.backends.local.segments.items import (
     read_items,
 )
 from knowledge_agent.models.knowledge_item import KnowledgeItem
+from knowledge_agent.search.distinct import distinct_first
 
 __all__ = ["FIELDS", "Postings", "Segment", "build_segment", "merge_segments", "tf_weights"]
 
@@ -45,7 +46,7 @@ class Postings:
             order = np.argsort(counts.indices, kind="stable")  # rows stay ascending
             row_of = np.repeat(np.arange(counts.shape[0], dtype=np.int32), np.diff(counts.indptr))
             rows = row_of[order]
-            cols, starts = np.unique(counts.indices[order], return_index=True)
+            cols, starts = distinct_first(counts.indices[order])
             ptr = np.append(starts, counts.nnz).astype(np.int64)
             return cls(cols, ptr, rows, tf_weights(counts.data[order], sublinear))
         csc = counts.tocsc()
