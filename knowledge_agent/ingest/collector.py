@@ -260,6 +260,9 @@ class Collector:
             known = self.storage.sources.get_sources(kb, root)
             present = {str(file.path) for file in found}
             vanished = [path for path in known if path not in present]
+            # A file tracked under another root of this kb keeps its item (no duplicate):
+            # the rows of the files not tracked under this root, looked up at once.
+            known |= self.storage.sources.get_sources_by_path(kb, present - known.keys())
             self._run(kb, root, found, known, vanished, options, full, report, progress, stamp)
         return report
 
@@ -309,13 +312,9 @@ class Collector:
                 )
             )
         # Only the rows of these paths: a watched folder may track a hundred thousand files.
-        known = {
-            path: record
-            for path in [*gone, *(str(file.path) for file in found)]
-            if (record := self.storage.sources.get_source(kb, path)) is not None
-            and record.root == root
-        }
-        vanished = [path for path in gone if path in known]
+        paths = [*gone, *(str(file.path) for file in found)]
+        known = self.storage.sources.get_sources_by_path(kb, paths)
+        vanished = [path for path in gone if path in known and known[path].root == root]
         self._run(kb, root, found, known, vanished, options, False, report, progress, stamp)
 
     def remove_missing_root(self, kb: str, root: str, report: CollectReport) -> None:
@@ -362,9 +361,7 @@ class Collector:
                 if intro is None:
                     status = self._clear_intro(kb, intro_path, report)
                 else:
-                    record = known.get(intro_path) or self.storage.sources.get_source(
-                        kb, intro_path
-                    )
+                    record = known.get(intro_path)
                     status = self._read_intro(kb, root, intro, record, options, full, report)
                 step(intro_path, status, intro.size if intro else 0)
 
@@ -378,10 +375,7 @@ class Collector:
         todo: list[tuple[FoundFile, SourceRecord | None]] = []
         for file in found:
             check_interrupt()
-            # A file tracked under another root of this kb keeps its item (no duplicate).
-            record = known.get(str(file.path)) or self.storage.sources.get_source(
-                kb, str(file.path)
-            )
+            record = known.get(str(file.path))
             if file.too_large:
                 reason = _too_large(file, options)
                 with committing():
