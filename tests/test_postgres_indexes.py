@@ -464,7 +464,7 @@ def test_a_failing_write_leaves_nothing(
     with psycopg.connect(postgres_url) as conn:
         totals = conn.execute(
             "SELECT (SELECT count(*) FROM kw_documents), (SELECT sum(docs) FROM kw_stats),"
-            " (SELECT count(*) FROM kw_postings WHERE tf > 0),"
+            " (SELECT count(*) FROM kw_posting_rows WHERE tf > 0),"
             " (SELECT sum(df) FROM kw_terms)"
         ).fetchone()
     assert totals is not None
@@ -512,7 +512,8 @@ def test_concurrent_writers_keep_the_statistics_exact(postgres_url: str) -> None
             " FROM kw_documents d WHERE d.kb = s.kb AND d.level = s.level) FROM kw_stats s"
         ).fetchall()
         df = conn.execute(
-            "SELECT (SELECT sum(df) FROM kw_terms), (SELECT count(*) FROM kw_postings WHERE tf > 0)"
+            "SELECT (SELECT sum(df) FROM kw_terms),"
+            " (SELECT count(*) FROM kw_posting_rows WHERE tf > 0)"
         ).fetchone()
     assert per_kb and all(row[2] == row[4] and row[3] == row[5] for row in per_kb)
     assert df is not None and df[0] == df[1]

@@ -93,7 +93,7 @@ def _score_sql(head: bool, content: bool, condition: str, per_item: bool) -> str
         ),
         scored AS (
             SELECT p.kb, p.doc, sum({" + ".join(parts)} ORDER BY q.ord) AS score
-            FROM q JOIN kw_postings p ON p.level = %(level)s AND p.term = q.term
+            FROM q JOIN kw_posting_rows p ON p.level = %(level)s AND p.term = q.term
             {join}
             WHERE {where}
             GROUP BY p.doc, p.kb

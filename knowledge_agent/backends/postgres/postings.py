@@ -8,7 +8,7 @@ the terms the local Whoosh and TF-IDF indexes hold for it:
 
 ``kw_documents``
     one row per chunk or item: ``doc`` (its number, in indexing order: ties are ranked by
-    it, as Whoosh ranks them by docnum; see ``_BATCH_SPAN``), ``key`` (chunk or item id),
+    it, as Whoosh ranks them by docnum; see ``BATCH_SPAN``), ``key`` (chunk or item id),
     ``item_id``, ``chunk_index``, the filter columns (``source_type``, ``doc_type``,
     ``language``, ``path``, ``updated_at`` in POSIX seconds), the field lengths in terms:
     ``len`` (the ``content`` field) and ``len_head`` (``heading`` for a chunk, ``title`` for
@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.backends.postgres.binary_copy import TextTable, binary_copy
+from knowledge_agent.backends.postgres.binary_copy import TextTable, binary_array_copy
 from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     import psycopg
 
 __all__ = [
+    "BATCH_SPAN",
     "CHUNK_LEVEL",
     "COMPONENT",
     "ITEM_LEVEL",
@@ -83,6 +84,13 @@ logger = logging.getLogger(__name__)
 CHUNK_LEVEL = 0
 ITEM_LEVEL = 1
 COMPONENT = "keyword"
+
+BATCH_SPAN = 1 << 24
+"""Document numbers are (write number) × this + position in the write: one sequence call per
+write, in indexing order, disjoint between concurrent writers. A write's postings of one term
+are one row, keyed by its write number (``seg``)."""
+
+_POSTING_ARRAYS = ("doc", "tf", "tf_head", "w_vec", "norm_len", "norm_len_head")
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -147,13 +155,45 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    # Version 2: a write's postings of one term in one row of arrays (a fifth of the rows,
+    # each the index entry of a term's documents of one write); kw_posting_rows reads them
+    # one row per (document, term) as version 1 stored them.
+    (
+        "ALTER TABLE kw_postings RENAME TO kw_postings_v1",
+        "ALTER INDEX kw_postings_pkey RENAME TO kw_postings_v1_pkey",
+        """
+        CREATE TABLE kw_postings (
+            kb text COLLATE "C" NOT NULL,
+            level smallint NOT NULL,
+            term text COLLATE "C" NOT NULL,
+            seg bigint NOT NULL,
+            doc bigint[] NOT NULL,
+            tf integer[] NOT NULL,
+            tf_head integer[] NOT NULL,
+            w_vec real[] NOT NULL,
+            norm_len integer[] NOT NULL,
+            norm_len_head integer[] NOT NULL,
+            PRIMARY KEY (level, term, kb, seg)
+        )
+        """,
+        f"""
+        INSERT INTO kw_postings (kb, level, term, seg, {", ".join(_POSTING_ARRAYS)})
+        SELECT kb, level, term, doc / {BATCH_SPAN},
+            {", ".join(f"array_agg({c} ORDER BY doc)" for c in _POSTING_ARRAYS)}
+        FROM kw_postings_v1 GROUP BY level, term, kb, doc / {BATCH_SPAN}
+        """,
+        "DROP TABLE kw_postings_v1",
+        f"""
+        CREATE VIEW kw_posting_rows AS
+        SELECT p.kb, p.level, p.term, p.seg, u.*
+        FROM kw_postings p
+        CROSS JOIN LATERAL unnest({", ".join("p." + c for c in _POSTING_ARRAYS)})
+            AS u({", ".join(_POSTING_ARRAYS)})
+        """,
+    ),
 )
 """The keyword component's schema: migration ``n`` is the statements that take it from
 version ``n - 1`` to ``n`` (``schema.migrate``)."""
-
-_BATCH_SPAN = 1 << 24
-"""Document numbers are (write number) × this + position in the write: one sequence call per
-write, in indexing order, disjoint between concurrent writers."""
 
 TABLES = ("kw_postings", "kw_terms", "kw_documents", "kw_stats")
 
@@ -359,18 +399,42 @@ _LOCK_STATS_ROWS = """
     SELECT 1 FROM kw_stats WHERE kb = ANY(%(kbs)s::text[]) ORDER BY kb, level FOR UPDATE
 """
 
-_REMOVE = """
+_REMOVE = (
+    """
     WITH gone AS (
         DELETE FROM kw_documents WHERE item_id = ANY(%(ids)s::text[])
         RETURNING kb, doc, level, len, len_head, terms
     ),
-    gone_postings AS (
-        DELETE FROM kw_postings p USING (
-            SELECT kb, level, doc, unnest(string_to_array(terms, ' ')) AS term FROM gone
-        ) g
-        WHERE p.level = g.level AND p.term = g.term AND p.kb = g.kb AND p.doc = g.doc
-        RETURNING p.kb, p.level, p.term, p.tf, p.tf_head, p.w_vec
+    hit AS (
+        SELECT kb, level, term, doc / SPAN AS seg, array_agg(doc) AS docs
+        FROM gone CROSS JOIN LATERAL unnest(string_to_array(terms, ' ')) AS t(term)
+        GROUP BY kb, level, term, doc / SPAN
     ),
+    held AS MATERIALIZED (
+        SELECT h.kb, h.level, h.term, h.seg, u.doc = ANY(h.docs) AS removed, u.*
+        FROM hit h
+        JOIN kw_postings p
+            ON p.level = h.level AND p.term = h.term AND p.kb = h.kb AND p.seg = h.seg
+        CROSS JOIN LATERAL unnest(COLUMNS) WITH ORDINALITY AS u(NAMES, n)
+    ),
+    kept AS (
+        SELECT kb, level, term, seg, AGGREGATES
+        FROM held WHERE NOT removed GROUP BY kb, level, term, seg
+    ),
+    shrunk AS (
+        UPDATE kw_postings p SET SETS
+        FROM kept k
+        WHERE p.level = k.level AND p.term = k.term AND p.kb = k.kb AND p.seg = k.seg
+    ),
+    emptied AS (
+        DELETE FROM kw_postings p USING hit h
+        WHERE p.level = h.level AND p.term = h.term AND p.kb = h.kb AND p.seg = h.seg
+            AND NOT EXISTS (
+                SELECT 1 FROM kept k
+                WHERE k.level = h.level AND k.term = h.term AND k.kb = h.kb AND k.seg = h.seg
+            )
+    ),
+    gone_postings AS (SELECT * FROM held WHERE removed),
     terms AS (
         UPDATE kw_terms t
         SET df = t.df - x.df, df_head = t.df_head - x.df_head, df_vec = t.df_vec - x.df_vec
@@ -394,7 +458,12 @@ _REMOVE = """
         WHERE s.kb = x.kb AND s.level = x.level
     )
     SELECT count(*) FROM gone
-"""
+""".replace("SPAN", str(BATCH_SPAN))
+    .replace("COLUMNS", ", ".join(f"p.{c}" for c in _POSTING_ARRAYS))
+    .replace("NAMES", ", ".join(_POSTING_ARRAYS))
+    .replace("AGGREGATES", ", ".join(f"array_agg({c} ORDER BY n) AS {c}" for c in _POSTING_ARRAYS))
+    .replace("SETS", ", ".join(f"{c} = k.{c}" for c in _POSTING_ARRAYS))
+)
 
 _INSERT_DOCUMENTS = """
     INSERT INTO kw_documents (kb, doc, level, key, item_id, chunk_index, source_type,
@@ -407,8 +476,8 @@ _INSERT_DOCUMENTS = """
             updated_at, len, len_head, terms)
 """
 
-_COPY_POSTINGS = """
-    COPY kw_postings (level, doc, tf, tf_head, w_vec, norm_len, norm_len_head, kb, term)
+_COPY_POSTINGS = f"""
+    COPY kw_postings (level, seg, {", ".join(_POSTING_ARRAYS)}, kb, term)
     FROM STDIN (FORMAT BINARY)
 """
 
@@ -524,12 +593,14 @@ class PostingsWriter:
         kb_values, kb_code = np.unique(np.array(item_kb, dtype=object), return_inverse=True)
         kb_table = TextTable([name.encode("utf-8") for name in kb_values.tolist()])
         total = sum(len(level.keys) for level in levels)
-        if total >= _BATCH_SPAN:
-            raise SearchIndexError(f"a write of {total} documents is over {_BATCH_SPAN}: split it")
+        if total >= BATCH_SPAN:
+            raise SearchIndexError(f"a write of {total} documents is over {BATCH_SPAN}: split it")
         cur.execute("SELECT nextval('kw_documents_doc_seq')")
         row = cur.fetchone()
         assert row is not None
-        numbers = int(row[0]) * _BATCH_SPAN + np.arange(total, dtype=np.int64)
+        seg = int(row[0])
+        numbers = seg * BATCH_SPAN + np.arange(total, dtype=np.int64)
+        _, rank = batch.vocab_bytes()
         stats: dict[tuple[str, int], list[int]] = {}
         start = 0
         for level in levels:
@@ -556,18 +627,28 @@ class PostingsWriter:
                     _array(_quoted(_document_terms(plain, level, n))),
                 ),
             )
+            # One row per (term, kb): the postings are in term order, documents ascending.
+            posting_kb = kb_code[owner][level.row]
+            order = np.lexsort((level.row, posting_kb, rank[level.term]))
+            term, posting_kb, row = level.term[order], posting_kb[order], level.row[order]
+            key = term.astype(np.int64) * len(kb_values) + posting_kb
+            starts = np.flatnonzero(np.diff(key, prepend=-1)) if key.size else key
             with cur.copy(_COPY_POSTINGS) as copy:
-                for block in binary_copy(
+                for block in binary_array_copy(
                     [
-                        (np.full(level.row.size, level.level), ">i2"),
-                        (doc[level.row], ">i8"),
-                        (level.tf, ">i4"),
-                        (level.tf_head, ">i4"),
-                        (level.w_vec, ">f4"),
-                        (whoosh_length(level.length)[level.row], ">i4"),
-                        (whoosh_length(level.length_head)[level.row], ">i4"),
+                        (np.full(starts.size, level.level), ">i2"),
+                        (np.full(starts.size, seg), ">i8"),
                     ],
-                    [(kb_code[owner][level.row], kb_table), (level.term, vocab_table)],
+                    [
+                        (doc[row], ">i8"),
+                        (level.tf[order], ">i4"),
+                        (level.tf_head[order], ">i4"),
+                        (level.w_vec[order], ">f4"),
+                        (whoosh_length(level.length)[row], ">i4"),
+                        (whoosh_length(level.length_head)[row], ">i4"),
+                    ],
+                    [(posting_kb[starts], kb_table), (term[starts], vocab_table)],
+                    starts,
                 ):
                     copy.write(block)
             kb_codes, kb_names, term, df, df_head, df_vec = self._term_counts(level, kb)
