@@ -241,7 +241,7 @@ class PostgresKeywordIndex(PostingsIndex):
     def _df(cur: psycopg.Cursor[Any], level: int, terms: list[str]) -> dict[str, tuple[int, int]]:
         """(df in content, df in the head field) of each term some document holds."""
         cur.execute(
-            "SELECT term, sum(df), sum(df_head) FROM kw_terms"
+            "SELECT term, sum(df), sum(df_head) FROM kw_postings"
             " WHERE level = %s AND term = ANY(%s::text[]) GROUP BY term",
             (level, terms),
         )

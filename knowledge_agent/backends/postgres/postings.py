@@ -91,6 +91,11 @@ write, in indexing order, disjoint between concurrent writers. A write's posting
 are one row, keyed by its write number (``seg``)."""
 
 _POSTING_ARRAYS = ("doc", "tf", "tf_head", "w_vec", "norm_len", "norm_len_head")
+# A row's documents holding its term in each field and in its vector, from its postings.
+_COUNTS = (
+    "count(*) FILTER (WHERE tf > 0), count(*) FILTER (WHERE tf_head > 0),"
+    " count(*) FILTER (WHERE w_vec > 0)"
+)
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -167,6 +172,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             level smallint NOT NULL,
             term text COLLATE "C" NOT NULL,
             seg bigint NOT NULL,
+            df integer NOT NULL,
+            df_head integer NOT NULL,
+            df_vec integer NOT NULL,
             doc bigint[] NOT NULL,
             tf integer[] NOT NULL,
             tf_head integer[] NOT NULL,
@@ -177,12 +185,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
         f"""
-        INSERT INTO kw_postings (kb, level, term, seg, {", ".join(_POSTING_ARRAYS)})
-        SELECT kb, level, term, doc / {BATCH_SPAN},
+        INSERT INTO kw_postings (kb, level, term, seg, df, df_head, df_vec,
+            {", ".join(_POSTING_ARRAYS)})
+        SELECT kb, level, term, doc / {BATCH_SPAN}, {_COUNTS},
             {", ".join(f"array_agg({c} ORDER BY doc)" for c in _POSTING_ARRAYS)}
         FROM kw_postings_v1 GROUP BY level, term, kb, doc / {BATCH_SPAN}
         """,
         "DROP TABLE kw_postings_v1",
+        "DROP TABLE kw_terms",
+        """
+        CREATE VIEW kw_terms AS
+        SELECT kb, level, term,
+            sum(df)::bigint AS df, sum(df_head)::bigint AS df_head, sum(df_vec)::bigint AS df_vec
+        FROM kw_postings GROUP BY level, term, kb
+        """,
         f"""
         CREATE VIEW kw_posting_rows AS
         SELECT p.kb, p.level, p.term, p.seg, u.*
@@ -195,7 +211,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 """The keyword component's schema: migration ``n`` is the statements that take it from
 version ``n - 1`` to ``n`` (``schema.migrate``)."""
 
-TABLES = ("kw_postings", "kw_terms", "kw_documents", "kw_stats")
+TABLES = ("kw_postings", "kw_documents", "kw_stats")
 
 Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
 
@@ -418,11 +434,13 @@ _REMOVE = (
         CROSS JOIN LATERAL unnest(COLUMNS) WITH ORDINALITY AS u(NAMES, n)
     ),
     kept AS (
-        SELECT kb, level, term, seg, AGGREGATES
+        SELECT kb, level, term, seg, count(*) FILTER (WHERE tf > 0) AS df,
+            count(*) FILTER (WHERE tf_head > 0) AS df_head,
+            count(*) FILTER (WHERE w_vec > 0) AS df_vec, AGGREGATES
         FROM held WHERE NOT removed GROUP BY kb, level, term, seg
     ),
     shrunk AS (
-        UPDATE kw_postings p SET SETS
+        UPDATE kw_postings p SET df = k.df, df_head = k.df_head, df_vec = k.df_vec, SETS
         FROM kept k
         WHERE p.level = k.level AND p.term = k.term AND p.kb = k.kb AND p.seg = k.seg
     ),
@@ -433,19 +451,6 @@ _REMOVE = (
                 SELECT 1 FROM kept k
                 WHERE k.level = h.level AND k.term = h.term AND k.kb = h.kb AND k.seg = h.seg
             )
-    ),
-    gone_postings AS (SELECT * FROM held WHERE removed),
-    terms AS (
-        UPDATE kw_terms t
-        SET df = t.df - x.df, df_head = t.df_head - x.df_head, df_vec = t.df_vec - x.df_vec
-        FROM (
-            SELECT kb, level, term,
-                count(*) FILTER (WHERE tf > 0) AS df,
-                count(*) FILTER (WHERE tf_head > 0) AS df_head,
-                count(*) FILTER (WHERE w_vec > 0) AS df_vec
-            FROM gone_postings GROUP BY kb, level, term
-        ) x
-        WHERE t.level = x.level AND t.term = x.term AND t.kb = x.kb
     ),
     stats AS (
         UPDATE kw_stats s
@@ -477,19 +482,8 @@ _INSERT_DOCUMENTS = """
 """
 
 _COPY_POSTINGS = f"""
-    COPY kw_postings (level, seg, {", ".join(_POSTING_ARRAYS)}, kb, term)
+    COPY kw_postings (level, seg, df, df_head, df_vec, {", ".join(_POSTING_ARRAYS)}, kb, term)
     FROM STDIN (FORMAT BINARY)
-"""
-
-_ADD_TERMS = """
-    INSERT INTO kw_terms AS t (kb, level, term, df, df_head, df_vec)
-    SELECT kb, %s, term, df, df_head, df_vec
-    FROM unnest(%s::text[], %s::text[], %s::int8[], %s::int8[], %s::int8[])
-        AS x(kb, term, df, df_head, df_vec)
-    ORDER BY term, kb
-    ON CONFLICT (level, term, kb) DO UPDATE
-    SET df = t.df + EXCLUDED.df, df_head = t.df_head + EXCLUDED.df_head,
-        df_vec = t.df_vec + EXCLUDED.df_vec
 """
 
 _ADD_STATS = """
@@ -588,7 +582,6 @@ class PostingsWriter:
         item_ids = _quoted([item.id for item in items])
         updated = np.array([repr(to_epoch(item.updated_at)) for item in items], dtype=object)
         plain = np.array([_text(term) for term in batch.vocab] or [""], dtype=object)
-        vocab = _quoted(plain.tolist())
         vocab_table = TextTable([term.encode("utf-8") for term in plain.tolist()])
         kb_values, kb_code = np.unique(np.array(item_kb, dtype=object), return_inverse=True)
         kb_table = TextTable([name.encode("utf-8") for name in kb_values.tolist()])
@@ -627,42 +620,6 @@ class PostingsWriter:
                     _array(_quoted(_document_terms(plain, level, n))),
                 ),
             )
-            # One row per (term, kb): the postings are in term order, documents ascending.
-            posting_kb = kb_code[owner][level.row]
-            order = np.lexsort((level.row, posting_kb, rank[level.term]))
-            term, posting_kb, row = level.term[order], posting_kb[order], level.row[order]
-            key = term.astype(np.int64) * len(kb_values) + posting_kb
-            starts = np.flatnonzero(np.diff(key, prepend=-1)) if key.size else key
-            with cur.copy(_COPY_POSTINGS) as copy:
-                for block in binary_array_copy(
-                    [
-                        (np.full(starts.size, level.level), ">i2"),
-                        (np.full(starts.size, seg), ">i8"),
-                    ],
-                    [
-                        (doc[row], ">i8"),
-                        (level.tf[order], ">i4"),
-                        (level.tf_head[order], ">i4"),
-                        (level.w_vec[order], ">f4"),
-                        (whoosh_length(level.length)[row], ">i4"),
-                        (whoosh_length(level.length_head)[row], ">i4"),
-                    ],
-                    [(posting_kb[starts], kb_table), (term[starts], vocab_table)],
-                    starts,
-                ):
-                    copy.write(block)
-            kb_codes, kb_names, term, df, df_head, df_vec = self._term_counts(level, kb)
-            cur.execute(
-                _ADD_TERMS,
-                (
-                    level.level,
-                    _array(kb_names[kb_codes]),
-                    _array(vocab[term]),
-                    _array(df),
-                    _array(df_head),
-                    _array(df_vec),
-                ),
-            )
             names = np.array([item_kb[i] for i in owner.tolist()], dtype=object)
             for name in sorted(set(names.tolist())):
                 mask = names == name
@@ -670,6 +627,38 @@ class PostingsWriter:
                 found[0] += int(mask.sum())
                 found[1] += int(level.length[mask].sum())
                 found[2] += int(level.length_head[mask].sum())
+            # One row per (term, kb): the postings are in term order, documents ascending.
+            posting_kb = kb_code[owner][level.row]
+            order = np.lexsort((level.row, posting_kb, rank[level.term]))
+            term, posting_kb, row = level.term[order], posting_kb[order], level.row[order]
+            key = term.astype(np.int64) * len(kb_values) + posting_kb
+            starts = np.flatnonzero(np.diff(key, prepend=-1)) if key.size else key
+            if starts.size == 0:
+                continue  # no terms: documents with empty fields
+            tf, tf_head, w_vec = level.tf[order], level.tf_head[order], level.w_vec[order]
+            # Per row, its documents holding its term in each field and in their vectors.
+            counts = [
+                np.add.reduceat((v > 0).astype(np.int64), starts) for v in (tf, tf_head, w_vec)
+            ]
+            with cur.copy(_COPY_POSTINGS) as copy:
+                for block in binary_array_copy(
+                    [
+                        (np.full(starts.size, level.level), ">i2"),
+                        (np.full(starts.size, seg), ">i8"),
+                        *((values, ">i4") for values in counts),
+                    ],
+                    [
+                        (doc[row], ">i8"),
+                        (tf, ">i4"),
+                        (tf_head, ">i4"),
+                        (w_vec, ">f4"),
+                        (whoosh_length(level.length)[row], ">i4"),
+                        (whoosh_length(level.length_head)[row], ">i4"),
+                    ],
+                    [(posting_kb[starts], kb_table), (term[starts], vocab_table)],
+                    starts,
+                ):
+                    copy.write(block)
         keys = sorted(stats)
         cur.execute(
             _ADD_STATS,
@@ -678,25 +667,4 @@ class PostingsWriter:
                 [level for _, level in keys],
                 *([stats[key][i] for key in keys] for i in range(3)),
             ),
-        )
-
-    @staticmethod
-    def _term_counts(level: _Level, kb: np.ndarray) -> tuple[Any, ...]:
-        """Per (kb, term) of one level: how many new documents hold it in each field."""
-        names, kb_code = np.unique(kb, return_inverse=True)
-        code = kb_code[level.row].astype(np.int64)
-        size = int(level.term.max(initial=0)) + 1
-        keys = code * size + level.term
-        distinct, where = np.unique(keys, return_inverse=True)
-        df = np.bincount(where, weights=level.tf > 0, minlength=distinct.size).astype(np.int64)
-        df_head = np.bincount(where, weights=level.tf_head > 0, minlength=distinct.size)
-        df_vec = np.bincount(where, weights=level.w_vec > 0, minlength=distinct.size)
-        kb_codes, term = np.divmod(distinct, size)
-        return (
-            kb_codes,
-            names.astype(object),
-            term,
-            df,
-            df_head.astype(np.int64),
-            df_vec.astype(np.int64),
         )

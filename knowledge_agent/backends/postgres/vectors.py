@@ -96,7 +96,7 @@ _QUERY_TIME_NORMS = """
         SELECT jsonb_object_agg(term, idf * idf) AS idf2 FROM (
             SELECT t.term, ((ln((1.0::float8 + %(n)s::float8)
                 / (1.0::float8 + sum(t.df_vec)::float8)) + 1.0::float8)::real)::float8 AS idf
-            FROM kw_terms t
+            FROM kw_postings t
             WHERE t.level = %(level)s AND t.term IN (SELECT DISTINCT term FROM held)
             GROUP BY t.term
         ) x
@@ -120,7 +120,7 @@ _REFRESH_NORMS = """
     idf AS (
         SELECT t.level, t.term, ((ln((1.0::float8 + n.n::float8)
             / (1.0::float8 + sum(t.df_vec)::float8)) + 1.0::float8)::real)::float8 AS idf
-        FROM kw_terms t JOIN n ON n.level = t.level
+        FROM kw_postings t JOIN n ON n.level = t.level
         GROUP BY t.level, t.term, n.n
     ),
     norms AS (
@@ -313,7 +313,7 @@ class PostgresTfidfIndex(PostingsIndex):
             if n == 0:
                 return []
             cur.execute(
-                "SELECT term, sum(df_vec) FROM kw_terms WHERE level = %s"
+                "SELECT term, sum(df_vec) FROM kw_postings WHERE level = %s"
                 " AND term = ANY(%s::text[]) GROUP BY term HAVING sum(df_vec) > 0",
                 (level, list(counts)),
             )
