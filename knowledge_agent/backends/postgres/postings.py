@@ -16,29 +16,35 @@ the terms the local Whoosh and TF-IDF indexes hold for it:
     the postings need no second index by document) and ``norm`` (its TF-IDF vector's norm as
     of the last refresh, :mod:`.vectors`).
 ``kw_postings``
-    one row per (document, term), keyed by term: ``tf`` in ``content``, ``tf_head`` in the
-    heading / title field, ``w_vec`` the term's TF-IDF weight in the document's vector
-    (float4, as the local index keeps it; 0 when the vector lacks the term), and the
-    document's two field lengths as Whoosh scores them (``norm_len``, ``norm_len_head``:
-    quantised to Whoosh's length byte), so scoring reads no other table.
+    one row per term, knowledge base and write (``seg``: the write's number, its documents'
+    ``doc // BATCH_SPAN``), keyed by term: a write of many documents stores a term's postings
+    once, as arrays in document order — ``doc``; ``tf`` in ``content``; ``tf_head`` in the
+    heading / title field; ``w_vec`` the term's TF-IDF weight in the document's vector
+    (float4, as the local index keeps it; 0 when the vector lacks the term); the document's
+    two field lengths as Whoosh scores them (``norm_len``, ``norm_len_head``: quantised to
+    Whoosh's length byte), so scoring reads no other table — and how many of them hold the
+    term in each field (``df``, ``df_head``) and in their vectors (``df_vec``). A removal
+    rewrites the rows of its documents' terms without them. The view ``kw_posting_rows``
+    reads them a posting (document, term) a row.
 ``kw_terms``
-    per term the number of documents holding it in each field (``df``, ``df_head``) and in
-    its vector (``df_vec``). TF-IDF row norms need the document frequency of every term of
-    every candidate, which counting postings at query time cannot give cheaply.
+    a view: per term the number of documents holding it in each field and in its vector,
+    the sums of its posting rows' counts. A term's document frequency is read from its
+    posting rows (an index range), not kept in a table of its own: a write of many documents
+    would otherwise update a row per distinct term.
 ``kw_stats``
     per level: the number of documents and the total length of each field (the average
     field length of BM25F); ``changes`` counts the documents written and removed, and
     ``norms_at`` is what it counted when the TF-IDF norms were last computed.
 
-``kw_terms`` and ``kw_stats`` change in the same transaction as the postings (the writer runs
-inside the storage's write transaction), so a search never scans the corpus for statistics
-and a killed writer leaves none half-counted. Statistics are kept per knowledge base and
-summed at query time, because the local index ranks over every knowledge base at once.
+The postings and ``kw_stats`` change in the same transaction (the writer runs inside the
+storage's write transaction), so a search never scans the corpus for statistics and a
+killed writer leaves none half-counted. Statistics are kept per knowledge base and summed at
+query time, because the local index ranks over every knowledge base at once.
 
 **Distribution.** Every table has a ``kb`` column that is part of its primary key, and every
 join between them includes it, so each table can be distributed by knowledge base (Citus:
 ``create_distributed_table(..., 'kb')``, co-located) without changing a statement's meaning;
-the per-kb rows of ``kw_terms`` and ``kw_stats`` are what would let such a cluster answer
+the per-kb posting rows and ``kw_stats`` rows are what would let such a cluster answer
 from each shard's own statistics.
 
 **Writers.** Every write first locks the ``kw_stats`` rows of the knowledge bases it touches,
