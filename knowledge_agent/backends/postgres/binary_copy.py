@@ -91,8 +91,8 @@ def binary_array_copy(
     """The COPY stream of rows made of ``numbers`` (one value per row, as in
     :func:`binary_copy`), then one-dimensional arrays, then ``texts``. Each array column is
     given flat (the elements of every row, row after row, each array its big-endian numpy
-    type) with ``starts``, where each row's elements begin (nondecreasing, one per row): row
-    ``r`` holds elements ``starts[r]`` up to the next row's start (or the end)."""
+    type) with ``starts``, where each row's elements begin (increasing from 0: no row is
+    empty): row ``r`` holds elements ``starts[r]`` up to the next row's start (or the end)."""
     n = starts.size
     total = int(arrays[0][0].size) if arrays else 0
     counts = np.diff(np.append(starts, total)).astype(np.int64)
