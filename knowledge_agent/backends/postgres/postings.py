@@ -166,9 +166,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
-    # Version 2: a write's postings of one term in one row of arrays (a fifth of the rows,
-    # each the index entry of a term's documents of one write); kw_posting_rows reads them
-    # one row per (document, term) as version 1 stored them.
+    # Version 2: a write's postings of one term in one row of arrays (about a quarter of the
+    # rows, each the index entry of a term's documents in one write); the views read them a
+    # posting a row, as version 1 stored them, and as document frequencies.
     (
         "ALTER TABLE kw_postings RENAME TO kw_postings_v1",
         "ALTER INDEX kw_postings_pkey RENAME TO kw_postings_v1_pkey",
