@@ -27,10 +27,10 @@ _WHOLE_CHECKS = {
         WHERE NOT EXISTS (SELECT 1 FROM knowledge_items i WHERE i.id = d.item_id)""",
     "keyword documents without postings": """
         SELECT count(*) FROM kw_documents d
-        LEFT JOIN (SELECT DISTINCT kb, level, doc FROM kw_postings) p USING (kb, level, doc)
+        LEFT JOIN (SELECT DISTINCT kb, level, doc FROM kw_posting_rows) p USING (kb, level, doc)
         WHERE p.doc IS NULL AND d.len > 0""",
     "postings of no document": """
-        SELECT count(*) FROM (SELECT DISTINCT kb, level, doc FROM kw_postings) p
+        SELECT count(*) FROM (SELECT DISTINCT kb, level, doc FROM kw_posting_rows) p
         LEFT JOIN kw_documents d USING (kb, level, doc) WHERE d.doc IS NULL""",
     "levels whose document count is not their documents'": """
         SELECT count(*) FROM kw_stats s

@@ -628,3 +628,44 @@ def test_the_watcher_does_not_follow_a_link_leaving_the_folder(core, tree, tmp_p
         assert not [path for path in collected if path.startswith(str(tree / "keys"))]
     finally:
         watcher.stop()
+
+
+def test_a_folder_inside_a_collected_root_keeps_its_items_with_one_look_up(
+    open_core, tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Collecting a subfolder of a root already collected into the same knowledge base finds
+    its files' rows under the other root (no second item each), in one look-up for all of
+    them, not one per file; a change the watcher reports there keeps the item too."""
+    core = open_core(workers=1)
+    first = core.collect_knowledge(tree, kb="ops")
+    items = {item.source_uri: item.id for item in core.storage.list_items(kb="ops")}
+    sources = core.storage.sources
+    asked: list[list[str]] = []
+    real = sources.get_sources_by_path
+
+    def by_path(kb: str, paths) -> dict:
+        asked.append(list(paths))
+        return real(kb, asked[-1])
+
+    monkeypatch.setattr(sources, "get_sources_by_path", by_path)
+    monkeypatch.setattr(sources, "get_source", lambda *_: pytest.fail("one look-up per file"))
+    guides = tree / "guides"
+    write(guides / "new.md", "# New\n\nA page about canary releases.\n")
+    report = core.collect_knowledge(guides, kb="ops")
+    assert (first.processed, report.processed, report.unchanged) == (4, 1, 1)
+    assert [sorted(paths) for paths in asked] == [
+        [str(guides / "deploy.md"), str(guides / "new.md")]
+    ]
+    after = {item.source_uri: item.id for item in core.storage.list_items(kb="ops")}
+    assert after == {**items, str(guides / "new.md"): after[str(guides / "new.md")]}
+
+    write(guides / "deploy.md", DEPLOY + "\n## Canary\n\nShip to one node first.\n")
+    asked.clear()
+    changed = core.collector.apply_changes(
+        "ops", str(guides), WalkOptions(), [guides / "deploy.md"], []
+    )
+    assert (changed.processed, asked) == (1, [[str(guides / "deploy.md")]])
+    assert (
+        core.storage.items_with_source(str(guides / "deploy.md"), kb="ops")[0].id
+        == (items[str(guides / "deploy.md")])
+    )

@@ -326,7 +326,7 @@ def index_state(url: str) -> dict[str, list[tuple[Any, ...]]]:
         "postings": query(
             url,
             ranked + "SELECT p.level, p.term, p.kb, d.r, p.tf, p.tf_head, p.w_vec, p.norm_len, "
-            "p.norm_len_head FROM kw_postings p JOIN d USING (kb, doc) ORDER BY 1, 2, 3, 4",
+            "p.norm_len_head FROM kw_posting_rows p JOIN d USING (kb, doc) ORDER BY 1, 2, 3, 4",
         ),
         "terms": query(url, "SELECT * FROM kw_terms ORDER BY level, term, kb"),
         "stats": query(url, "SELECT kb, level, docs, len, len_head FROM kw_stats ORDER BY 1, 2"),

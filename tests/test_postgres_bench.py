@@ -17,6 +17,7 @@ from benchmarks.speed_postgres import table
 from benchmarks.stress_postgres import is_url, rows_whole
 from benchmarks.systems import Hit
 from knowledge_agent import KnowledgeAgentCore
+from knowledge_agent.backends.postgres.postings import BATCH_SPAN
 
 runs_strategy = st.dictionaries(
     st.text("abc", min_size=1, max_size=3),
@@ -133,7 +134,13 @@ def test_a_database_with_a_lost_posting_or_document_is_not_whole(postgres_url: s
         core.add_text("", title="Empty")  # no chunks, and rightly so
     assert rows_whole(postgres_url) == []
     with psycopg.connect(postgres_url) as conn:
-        conn.execute("DELETE FROM kw_postings WHERE doc = (SELECT min(doc) FROM kw_documents)")
+        # The postings of the one chunk of one write (a write's postings of a term are a row).
+        conn.execute(
+            "DELETE FROM kw_postings WHERE level = 0 AND seg = (SELECT d.doc / %s FROM"
+            " kw_documents d JOIN knowledge_items i ON i.id = d.item_id"
+            " WHERE i.title = 'Ferry' AND d.level = 0)",
+            (BATCH_SPAN,),
+        )
     assert rows_whole(postgres_url) == ["1 keyword documents without postings"]
     with psycopg.connect(postgres_url) as conn:
         conn.execute(

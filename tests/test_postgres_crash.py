@@ -31,7 +31,6 @@ GROUP_TABLES = (
     "sources",
     "kw_documents",
     "kw_postings",
-    "kw_terms",
     "kw_stats",
 )
 

@@ -24,7 +24,8 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.backends.local.keyword.index import SearchIndexManager
 from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
 from knowledge_agent.backends.postgres.keyword import PostgresKeywordIndex
-from knowledge_agent.backends.postgres.postings import PostingsWriter
+from knowledge_agent.backends.postgres.postings import COMPONENT, MIGRATIONS, PostingsWriter
+from knowledge_agent.backends.postgres.schema import migrate, schema_version
 from knowledge_agent.backends.postgres.vectors import PostgresTfidfIndex
 from knowledge_agent.chunking.content_chunker import ChunkConfig, ContentChunker
 from knowledge_agent.errors import QueryError, SearchIndexError
@@ -464,12 +465,69 @@ def test_a_failing_write_leaves_nothing(
     with psycopg.connect(postgres_url) as conn:
         totals = conn.execute(
             "SELECT (SELECT count(*) FROM kw_documents), (SELECT sum(docs) FROM kw_stats),"
-            " (SELECT count(*) FROM kw_postings WHERE tf > 0),"
+            " (SELECT count(*) FROM kw_posting_rows WHERE tf > 0),"
             " (SELECT sum(df) FROM kw_terms)"
         ).fetchone()
     assert totals is not None
     assert totals[0] == totals[1]  # statistics count exactly the documents present
     assert totals[2] == totals[3]
+
+
+def test_a_version_1_keyword_schema_is_migrated_with_the_same_answers(
+    postgres_url: str, postgres_server: Any
+) -> None:
+    """Postings stored a row per (document, term), as schema version 1 kept them, become a
+    row of arrays per write and term: the same postings, statistics and search answers, and
+    writes and removals go on from there."""
+    pairs = random_corpus(12, 24)
+    keyword, tfidf = (
+        PostgresKeywordIndex(postgres_url, ANALYZER),
+        PostgresTfidfIndex(postgres_url, ANALYZER),
+    )
+    for start in range(0, 24, 5):  # several writes: several rows of one term
+        keyword.update(pairs[start : start + 5])
+    old_url = postgres_server.new_database()
+    try:
+        with psycopg.connect(postgres_url) as new, psycopg.connect(old_url) as old:
+            migrate(old, COMPONENT, MIGRATIONS[:1])
+            copied = {
+                "kw_documents": "SELECT kb, doc, level, key, item_id, chunk_index, source_type,"
+                " doc_type, language, path, updated_at, len, len_head, terms FROM kw_documents",
+                "kw_postings": "SELECT kb, level, term, doc, tf, tf_head, w_vec, norm_len,"
+                " norm_len_head FROM kw_posting_rows",
+                "kw_terms": "SELECT kb, level, term, df, df_head, df_vec FROM kw_terms",
+                "kw_stats": "SELECT kb, level, docs, len, len_head, changes, 0 FROM kw_stats",
+            }
+            for table, select in copied.items():
+                rows = new.execute(select).fetchall()
+                marks = ", ".join(["%s"] * len(rows[0]))
+                with old.cursor() as cur:
+                    cur.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+            last = new.execute("SELECT last_value FROM kw_documents_doc_seq").fetchone()
+            old.execute("SELECT setval('kw_documents_doc_seq', %s)", last)
+            old.commit()
+            assert schema_version(old, COMPONENT) == 1
+        migrated = PostgresKeywordIndex(old_url, ANALYZER), PostgresTfidfIndex(old_url, ANALYZER)
+        with psycopg.connect(postgres_url) as new, psycopg.connect(old_url) as old:
+            assert schema_version(old, COMPONENT) == len(MIGRATIONS) == 2
+            for select in (
+                "SELECT * FROM kw_posting_rows ORDER BY level, term, kb, doc",
+                "SELECT * FROM kw_terms ORDER BY level, term, kb",
+                "SELECT count(*), sum(cardinality(doc)) FROM kw_postings",
+            ):
+                assert old.execute(select).fetchall() == new.execute(select).fetchall()
+        local = local_indexes(pairs)
+        assert compare_all(local, migrated, QUERIES, [None], limits=(5,)) > 50
+        gone = [item.id for item, _ in pairs[3:8]]  # parts of two writes' rows
+        for index in (keyword, migrated[0]):
+            index.update(pairs[20:22], deletes=gone)
+        survivors = [pair for pair in pairs if pair[0].id not in set(gone)]
+        assert compare_all(local_indexes(survivors), migrated, QUERIES, [None], (50,)) > 50
+        for index in (*migrated, tfidf):
+            index.close()
+    finally:
+        keyword.close()
+        postgres_server.drop_database(old_url)
 
 
 def test_a_closed_index_says_so(postgres_url: str) -> None:
@@ -512,7 +570,8 @@ def test_concurrent_writers_keep_the_statistics_exact(postgres_url: str) -> None
             " FROM kw_documents d WHERE d.kb = s.kb AND d.level = s.level) FROM kw_stats s"
         ).fetchall()
         df = conn.execute(
-            "SELECT (SELECT sum(df) FROM kw_terms), (SELECT count(*) FROM kw_postings WHERE tf > 0)"
+            "SELECT (SELECT sum(df) FROM kw_terms),"
+            " (SELECT count(*) FROM kw_posting_rows WHERE tf > 0)"
         ).fetchone()
     assert per_kb and all(row[2] == row[4] and row[3] == row[5] for row in per_kb)
     assert df is not None and df[0] == df[1]

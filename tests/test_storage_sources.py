@@ -148,3 +148,28 @@ def test_count_chunks_of_one_item(tracked: Storage) -> None:
     item = add_file(tracked, "/r/a.md")
     assert tracked.count_chunks(item_id=item.id) == 1
     assert tracked.count_chunks(item_id="absent") == 0
+
+
+def test_sources_by_path_finds_the_tracked_ones_of_one_kb_under_any_root(
+    tracked: Storage,
+) -> None:
+    tracked.sources.save_root(SourceRoot("docs", "/other"))
+    tracked.sources.ensure_kb("else")
+    tracked.sources.save_root(SourceRoot("else", "/r"))
+    # More paths than one query binds, a path under another root, one of another kb, a
+    # repeated path and a file name that is not UTF-8.
+    odd = "/r/bad\udcff.md"
+    for index in range(1200):
+        tracked.sources.save_source(record(f"/r/{index}.md", None))
+    tracked.sources.save_source(record(odd, None))
+    tracked.sources.save_source(record("/other/x.md", None, root="/other"))
+    tracked.sources.save_source(record("/r/elsewhere.md", None, kb="else"))
+    asked = [*(f"/r/{index}.md" for index in range(0, 1300, 2)), "/r/0.md", odd]
+    found = tracked.sources.get_sources_by_path(
+        "docs", iter([*asked, "/other/x.md", "/r/elsewhere.md"])
+    )
+    expected = {*(f"/r/{index}.md" for index in range(0, 1200, 2)), odd, "/other/x.md"}
+    assert set(found) == expected
+    assert all(found[path].path == path and found[path].kb == "docs" for path in found)
+    assert found["/other/x.md"].root == "/other"
+    assert tracked.sources.get_sources_by_path("docs", []) == {}

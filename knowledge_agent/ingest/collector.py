@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from knowledge_agent.analysis import detect_language
 from knowledge_agent.chunking import ChunkConfig
-from knowledge_agent.errors import IngestError, UnsupportedSourceError
+from knowledge_agent.errors import IngestError, UnsupportedSourceError, WriteGroupError
 from knowledge_agent.ingest.doc_types import doc_type_for
 from knowledge_agent.ingest.interrupts import (
     check_interrupt,
@@ -260,6 +260,9 @@ class Collector:
             known = self.storage.sources.get_sources(kb, root)
             present = {str(file.path) for file in found}
             vanished = [path for path in known if path not in present]
+            # A file tracked under another root of this kb keeps its item (no duplicate):
+            # the rows of the files not tracked under this root, looked up at once.
+            known |= self.storage.sources.get_sources_by_path(kb, present - known.keys())
             self._run(kb, root, found, known, vanished, options, full, report, progress, stamp)
         return report
 
@@ -309,13 +312,9 @@ class Collector:
                 )
             )
         # Only the rows of these paths: a watched folder may track a hundred thousand files.
-        known = {
-            path: record
-            for path in [*gone, *(str(file.path) for file in found)]
-            if (record := self.storage.sources.get_source(kb, path)) is not None
-            and record.root == root
-        }
-        vanished = [path for path in gone if path in known]
+        paths = [*gone, *(str(file.path) for file in found)]
+        known = self.storage.sources.get_sources_by_path(kb, paths)
+        vanished = [path for path in gone if path in known and known[path].root == root]
         self._run(kb, root, found, known, vanished, options, False, report, progress, stamp)
 
     def remove_missing_root(self, kb: str, root: str, report: CollectReport) -> None:
@@ -362,9 +361,7 @@ class Collector:
                 if intro is None:
                     status = self._clear_intro(kb, intro_path, report)
                 else:
-                    record = known.get(intro_path) or self.storage.sources.get_source(
-                        kb, intro_path
-                    )
+                    record = known.get(intro_path)
                     status = self._read_intro(kb, root, intro, record, options, full, report)
                 step(intro_path, status, intro.size if intro else 0)
 
@@ -378,10 +375,7 @@ class Collector:
         todo: list[tuple[FoundFile, SourceRecord | None]] = []
         for file in found:
             check_interrupt()
-            # A file tracked under another root of this kb keeps its item (no duplicate).
-            record = known.get(str(file.path)) or self.storage.sources.get_source(
-                kb, str(file.path)
-            )
+            record = known.get(str(file.path))
             if file.too_large:
                 reason = _too_large(file, options)
                 with committing():
@@ -432,10 +426,17 @@ class Collector:
         step: Callable[[str, str, int], None],
         stamp: Stamp | None,
     ) -> None:
-        """Store extracted files in one transaction; progress once they are committed."""
+        """Store extracted files in one transaction; progress once they are committed.
+
+        A storage may find a write of the group failed only once the group ends (a database
+        checks and indexes a group's writes in batches): that write was rolled back alone
+        (``WriteGroupError``), and its file is reported failed, as one that could not be
+        read, rather than the run stopping.
+        """
         if not group:
             return
         stored: list[tuple[str, str, int]] = []
+        written: dict[str, tuple[int, tuple[int, ...]]] = {}  # item id: place, counts added
         with committing():
             try:
                 with self.storage.write_group("collect"):
@@ -443,12 +444,63 @@ class Collector:
                         if interrupt_requested():
                             break  # the rest of the group is simply not done yet
                         file, record = records[outcome.path]
+                        before = _counts(report)
                         status = self._store(kb, root, file, record, outcome, report, stamp)
+                        if status == "processed":
+                            added = tuple(
+                                b - a for a, b in zip(before, _counts(report), strict=True)
+                            )
+                            written[report.item_ids[-1]] = (len(stored), added)
                         stored.append((outcome.path, status, file.size))
+            except WriteGroupError as exc:
+                self._failed_writes(root, exc, records, written, stored, report)
             finally:
                 for path, status, size in stored:
                     step(path, status, size)
         check_interrupt()
+
+    def _failed_writes(
+        self,
+        root: str,
+        error: WriteGroupError,
+        records: dict[str, tuple[FoundFile, SourceRecord | None]],
+        written: dict[str, tuple[int, tuple[int, ...]]],
+        stored: list[tuple[str, str, int]],
+        report: CollectReport,
+    ) -> None:
+        """Count the files of the writes ``error`` says were rolled back as failed, and
+        record them so: what was indexed before stays, and the next run retries them."""
+        lost: set[str] = set()
+        for item_ids, cause in error.failures:
+            reason = " ".join(str(cause).split())
+            places = [(item_id, written[item_id]) for item_id in item_ids if item_id in written]
+            if not places:  # not a file's write (none of this group's files wrote these)
+                report.failed.append(FileIssue(root, reason))
+                continue
+            for item_id, (place, added) in places:
+                lost.add(item_id)
+                path, _, size = stored[place]
+                stored[place] = (path, "failed", size)
+                report.processed -= added[0]
+                report.chunks_added -= added[1]
+                report.chunks_removed -= added[2]
+                report.bytes_processed -= added[3]
+                report.failed.append(FileIssue(path, reason))
+                logger.warning("could not store %s: %s", path, reason)
+                record = records[path][1]
+                self.storage.sources.save_source(
+                    SourceRecord(
+                        kb=report.kb,
+                        path=path,
+                        root=root,
+                        size=-1,
+                        mtime_ns=0,
+                        status="failed",
+                        item_id=record.item_id if record else None,
+                        error=reason,
+                    )
+                )
+        report.item_ids[:] = [item_id for item_id in report.item_ids if item_id not in lost]
 
     def _extract_all(self, jobs: list[_Job]) -> Iterator[_Outcome]:
         """Outcomes in job order; worker processes when there are many jobs."""
@@ -685,6 +737,11 @@ def _size_text(size: int) -> str:
 
 def _too_large(file: FoundFile, options: WalkOptions) -> str:
     return f"{_size_text(file.size)} is over the {_size_text(options.max_file_size)} limit"
+
+
+def _counts(report: CollectReport) -> tuple[int, int, int, int]:
+    """What storing a file adds to a report: files, chunks added and removed, bytes."""
+    return (report.processed, report.chunks_added, report.chunks_removed, report.bytes_processed)
 
 
 def _same_stat(record: SourceRecord, file: FoundFile) -> bool:

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -193,6 +194,10 @@ def _time(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text)
     except ValueError as exc:
         raise StorageError(f"corrupt timestamp {text!r}: {exc}") from exc
+
+
+# Paths bound in one look-up: well under SQLite's limit on a statement's parameters.
+_PATHS_PER_QUERY = 500
 
 
 def _record(row: sqlite3.Row) -> SourceRecord:
@@ -400,6 +405,22 @@ class SourceStore:
                 "SELECT * FROM sources WHERE kb = ? AND path = ?", (kb, path_to_db(path))
             ).fetchone()
         return None if row is None else _record(row)
+
+    def get_sources_by_path(self, kb: str, paths: Iterable[str]) -> dict[str, SourceRecord]:
+        """The tracked files of a knowledge base among ``paths`` (under any root), by path;
+        untracked paths are absent. A few queries however many paths: a collection looks up
+        every new file at once, not one round trip each."""
+        wanted = list(dict.fromkeys(path_to_db(path) for path in paths))
+        records: dict[str, SourceRecord] = {}
+        with self._db.reading("get_sources_by_path") as conn:
+            for start in range(0, len(wanted), _PATHS_PER_QUERY):
+                part = wanted[start : start + _PATHS_PER_QUERY]
+                marks = ", ".join("?" * len(part))
+                rows = conn.execute(
+                    f"SELECT * FROM sources WHERE kb = ? AND path IN ({marks})", (kb, *part)
+                ).fetchall()
+                records.update((record.path, record) for record in map(_record, rows))
+        return records
 
     def sources_at(self, path: str, separator: str = os.sep) -> list[SourceRecord]:
         """Tracked files (of any knowledge base) at ``path`` or anywhere under it."""

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["TextTable", "binary_copy"]
+__all__ = ["TextTable", "binary_array_copy", "binary_copy"]
 
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # the signature, no flags, no extension
 _TRAILER = b"\xff\xff"
@@ -75,4 +75,76 @@ def binary_copy(
             block[:, at + 4 : at + 4 + size] = table.bytes_of(codes[rows], size)
             at += 4 + size
         yield block.tobytes()
+    yield _TRAILER
+
+
+# The element type of each numpy type in a binary array (pg_type oids).
+_ELEMENT_OID = {">i2": 21, ">i4": 23, ">i8": 20, ">f4": 700, ">f8": 701}
+
+
+def binary_array_copy(
+    numbers: Sequence[tuple[np.ndarray, str]],
+    arrays: Sequence[tuple[np.ndarray, str]],
+    texts: Sequence[tuple[np.ndarray, TextTable]],
+    starts: np.ndarray,
+) -> Iterator[bytes]:
+    """The COPY stream of rows made of ``numbers`` (one value per row, as in
+    :func:`binary_copy`), then one-dimensional arrays, then ``texts``. Each array column is
+    given flat (the elements of every row, row after row, each array its big-endian numpy
+    type) with ``starts``, where each row's elements begin (increasing from 0: no row is
+    empty): row ``r`` holds elements ``starts[r]`` up to the next row's start (or the end)."""
+    n = starts.size
+    total = int(arrays[0][0].size) if arrays else 0
+    counts = np.diff(np.append(starts, total)).astype(np.int64)
+    text_lengths = [table.lengths[codes] for codes, table in texts]
+    widths = [np.dtype(kind).itemsize for _, kind in arrays]
+    head = 2 + sum(4 + np.dtype(kind).itemsize for _, kind in numbers)
+    sizes = np.full(n, head, np.int64)
+    for width in widths:
+        sizes += 24 + counts * (4 + width)
+    for lengths in text_lengths:
+        sizes += 4 + lengths
+    offset = np.zeros(n, np.int64)
+    np.cumsum(sizes[:-1], out=offset[1:])
+    out = np.empty(int(sizes.sum()), np.uint8)
+
+    def put(at: np.ndarray, record: np.ndarray) -> None:
+        """Each row's bytes of ``record`` (a structured array) at its offset ``at``."""
+        raw = record.view(np.uint8).reshape(record.size, record.dtype.itemsize)
+        for byte in range(raw.shape[1]):
+            out[at + byte] = raw[:, byte]
+
+    fields = [("count", ">i2")]
+    for position, (_, kind) in enumerate(numbers):
+        fields += [(f"size{position}", ">i4"), (f"value{position}", kind)]
+    fixed = np.empty(n, np.dtype(fields))
+    fixed["count"] = len(numbers) + len(arrays) + len(texts)
+    for position, (values, kind) in enumerate(numbers):
+        fixed[f"size{position}"] = np.dtype(kind).itemsize
+        fixed[f"value{position}"] = values
+    put(offset, fixed)
+    at = offset + head
+    header = np.dtype([(name, ">i4") for name in ("size", "ndim", "nulls", "oid", "n", "low")])
+    element_row = np.repeat(np.arange(n), counts)
+    element_at = np.arange(total, dtype=np.int64) - starts[element_row]
+    for (values, kind), width in zip(arrays, widths, strict=True):
+        record = np.zeros(n, header)
+        record["size"] = 20 + counts * (4 + width)
+        record["ndim"], record["oid"], record["n"], record["low"] = 1, _ELEMENT_OID[kind], counts, 1
+        put(at, record)
+        elements = np.empty(total, np.dtype([("size", ">i4"), ("value", kind)]))
+        elements["size"] = width
+        elements["value"] = values
+        put(at[element_row] + 24 + element_at * (4 + width), elements)
+        at = at + 24 + counts * (4 + width)
+    for (codes, table), lengths in zip(texts, text_lengths, strict=True):
+        put(at, lengths.astype(">i4"))
+        for length in np.unique(lengths).tolist():
+            rows = np.flatnonzero(lengths == length)
+            data = table.bytes_of(codes[rows], length)
+            for byte in range(length):
+                out[at[rows] + 4 + byte] = data[:, byte]
+        at = at + 4 + lengths
+    yield _SIGNATURE
+    yield out.tobytes()
     yield _TRAILER

@@ -93,7 +93,7 @@ def _score_sql(head: bool, content: bool, condition: str, per_item: bool) -> str
         ),
         scored AS (
             SELECT p.kb, p.doc, sum({" + ".join(parts)} ORDER BY q.ord) AS score
-            FROM q JOIN kw_postings p ON p.level = %(level)s AND p.term = q.term
+            FROM q JOIN kw_posting_rows p ON p.level = %(level)s AND p.term = q.term
             {join}
             WHERE {where}
             GROUP BY p.doc, p.kb
@@ -241,7 +241,7 @@ class PostgresKeywordIndex(PostingsIndex):
     def _df(cur: psycopg.Cursor[Any], level: int, terms: list[str]) -> dict[str, tuple[int, int]]:
         """(df in content, df in the head field) of each term some document holds."""
         cur.execute(
-            "SELECT term, sum(df), sum(df_head) FROM kw_terms"
+            "SELECT term, sum(df), sum(df_head) FROM kw_postings"
             " WHERE level = %s AND term = ANY(%s::text[]) GROUP BY term",
             (level, terms),
         )

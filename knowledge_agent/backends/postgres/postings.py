@@ -8,7 +8,7 @@ the terms the local Whoosh and TF-IDF indexes hold for it:
 
 ``kw_documents``
     one row per chunk or item: ``doc`` (its number, in indexing order: ties are ranked by
-    it, as Whoosh ranks them by docnum; see ``_BATCH_SPAN``), ``key`` (chunk or item id),
+    it, as Whoosh ranks them by docnum; see ``BATCH_SPAN``), ``key`` (chunk or item id),
     ``item_id``, ``chunk_index``, the filter columns (``source_type``, ``doc_type``,
     ``language``, ``path``, ``updated_at`` in POSIX seconds), the field lengths in terms:
     ``len`` (the ``content`` field) and ``len_head`` (``heading`` for a chunk, ``title`` for
@@ -16,29 +16,35 @@ the terms the local Whoosh and TF-IDF indexes hold for it:
     the postings need no second index by document) and ``norm`` (its TF-IDF vector's norm as
     of the last refresh, :mod:`.vectors`).
 ``kw_postings``
-    one row per (document, term), keyed by term: ``tf`` in ``content``, ``tf_head`` in the
-    heading / title field, ``w_vec`` the term's TF-IDF weight in the document's vector
-    (float4, as the local index keeps it; 0 when the vector lacks the term), and the
-    document's two field lengths as Whoosh scores them (``norm_len``, ``norm_len_head``:
-    quantised to Whoosh's length byte), so scoring reads no other table.
+    one row per term, knowledge base and write (``seg``: the write's number, its documents'
+    ``doc // BATCH_SPAN``), keyed by term: a write of many documents stores a term's postings
+    once, as arrays in document order — ``doc``; ``tf`` in ``content``; ``tf_head`` in the
+    heading / title field; ``w_vec`` the term's TF-IDF weight in the document's vector
+    (float4, as the local index keeps it; 0 when the vector lacks the term); the document's
+    two field lengths as Whoosh scores them (``norm_len``, ``norm_len_head``: quantised to
+    Whoosh's length byte), so scoring reads no other table — and how many of them hold the
+    term in each field (``df``, ``df_head``) and in their vectors (``df_vec``). A removal
+    rewrites the rows of its documents' terms without them. The view ``kw_posting_rows``
+    reads them a posting (document, term) a row.
 ``kw_terms``
-    per term the number of documents holding it in each field (``df``, ``df_head``) and in
-    its vector (``df_vec``). TF-IDF row norms need the document frequency of every term of
-    every candidate, which counting postings at query time cannot give cheaply.
+    a view: per term the number of documents holding it in each field and in its vector,
+    the sums of its posting rows' counts. A term's document frequency is read from its
+    posting rows (an index range), not kept in a table of its own: a write of many documents
+    would otherwise update a row per distinct term.
 ``kw_stats``
     per level: the number of documents and the total length of each field (the average
     field length of BM25F); ``changes`` counts the documents written and removed, and
     ``norms_at`` is what it counted when the TF-IDF norms were last computed.
 
-``kw_terms`` and ``kw_stats`` change in the same transaction as the postings (the writer runs
-inside the storage's write transaction), so a search never scans the corpus for statistics
-and a killed writer leaves none half-counted. Statistics are kept per knowledge base and
-summed at query time, because the local index ranks over every knowledge base at once.
+The postings and ``kw_stats`` change in the same transaction (the writer runs inside the
+storage's write transaction), so a search never scans the corpus for statistics and a
+killed writer leaves none half-counted. Statistics are kept per knowledge base and summed at
+query time, because the local index ranks over every knowledge base at once.
 
 **Distribution.** Every table has a ``kb`` column that is part of its primary key, and every
 join between them includes it, so each table can be distributed by knowledge base (Citus:
 ``create_distributed_table(..., 'kb')``, co-located) without changing a statement's meaning;
-the per-kb rows of ``kw_terms`` and ``kw_stats`` are what would let such a cluster answer
+the per-kb posting rows and ``kw_stats`` rows are what would let such a cluster answer
 from each shard's own statistics.
 
 **Writers.** Every write first locks the ``kw_stats`` rows of the knowledge bases it touches,
@@ -56,13 +62,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.backends.postgres.binary_copy import TextTable, binary_copy
+from knowledge_agent.backends.postgres.binary_copy import TextTable, binary_array_copy
 from knowledge_agent.errors import ConfigError, SearchIndexError
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
 from knowledge_agent.models.knowledge_item import KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.config import TfidfConfig
-from knowledge_agent.search.distinct import distinct, distinct_counts, distinct_inverse
+from knowledge_agent.search.distinct import distinct, distinct_counts
 from knowledge_agent.search.documents import HEADING_WEIGHT
 from knowledge_agent.search.filters import to_epoch
 
@@ -70,6 +76,7 @@ if TYPE_CHECKING:
     import psycopg
 
 __all__ = [
+    "BATCH_SPAN",
     "CHUNK_LEVEL",
     "COMPONENT",
     "ITEM_LEVEL",
@@ -84,6 +91,18 @@ logger = logging.getLogger(__name__)
 CHUNK_LEVEL = 0
 ITEM_LEVEL = 1
 COMPONENT = "keyword"
+
+BATCH_SPAN = 1 << 24
+"""Document numbers are (write number) × this + position in the write: one sequence call per
+write, in indexing order, disjoint between concurrent writers. A write's postings of one term
+are one row, keyed by its write number (``seg``)."""
+
+_POSTING_ARRAYS = ("doc", "tf", "tf_head", "w_vec", "norm_len", "norm_len_head")
+# A row's documents holding its term in each field and in its vector, from its postings.
+_COUNTS = (
+    "count(*) FILTER (WHERE tf > 0), count(*) FILTER (WHERE tf_head > 0),"
+    " count(*) FILTER (WHERE w_vec > 0)"
+)
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -148,15 +167,58 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    # Version 2: a write's postings of one term in one row of arrays (about a quarter of the
+    # rows, each the index entry of a term's documents in one write); the views read them a
+    # posting a row, as version 1 stored them, and as document frequencies.
+    (
+        "ALTER TABLE kw_postings RENAME TO kw_postings_v1",
+        "ALTER INDEX kw_postings_pkey RENAME TO kw_postings_v1_pkey",
+        """
+        CREATE TABLE kw_postings (
+            kb text COLLATE "C" NOT NULL,
+            level smallint NOT NULL,
+            term text COLLATE "C" NOT NULL,
+            seg bigint NOT NULL,
+            df integer NOT NULL,
+            df_head integer NOT NULL,
+            df_vec integer NOT NULL,
+            doc bigint[] NOT NULL,
+            tf integer[] NOT NULL,
+            tf_head integer[] NOT NULL,
+            w_vec real[] NOT NULL,
+            norm_len integer[] NOT NULL,
+            norm_len_head integer[] NOT NULL,
+            PRIMARY KEY (level, term, kb, seg)
+        )
+        """,
+        f"""
+        INSERT INTO kw_postings (kb, level, term, seg, df, df_head, df_vec,
+            {", ".join(_POSTING_ARRAYS)})
+        SELECT kb, level, term, doc / {BATCH_SPAN}, {_COUNTS},
+            {", ".join(f"array_agg({c} ORDER BY doc)" for c in _POSTING_ARRAYS)}
+        FROM kw_postings_v1 GROUP BY level, term, kb, doc / {BATCH_SPAN}
+        """,
+        "DROP TABLE kw_postings_v1",
+        "DROP TABLE kw_terms",
+        """
+        CREATE VIEW kw_terms AS
+        SELECT kb, level, term,
+            sum(df)::bigint AS df, sum(df_head)::bigint AS df_head, sum(df_vec)::bigint AS df_vec
+        FROM kw_postings GROUP BY level, term, kb
+        """,
+        f"""
+        CREATE VIEW kw_posting_rows AS
+        SELECT p.kb, p.level, p.term, p.seg, u.*
+        FROM kw_postings p
+        CROSS JOIN LATERAL unnest({", ".join("p." + c for c in _POSTING_ARRAYS)})
+            AS u({", ".join(_POSTING_ARRAYS)})
+        """,
+    ),
 )
 """The keyword component's schema: migration ``n`` is the statements that take it from
 version ``n - 1`` to ``n`` (``schema.migrate``)."""
 
-_BATCH_SPAN = 1 << 24
-"""Document numbers are (write number) × this + position in the write: one sequence call per
-write, in indexing order, disjoint between concurrent writers."""
-
-TABLES = ("kw_postings", "kw_terms", "kw_documents", "kw_stats")
+TABLES = ("kw_postings", "kw_documents", "kw_stats")
 
 Pair = tuple[KnowledgeItem, Sequence[KnowledgeChunk]]
 
@@ -350,29 +412,42 @@ _LOCK_STATS_ROWS = """
     SELECT 1 FROM kw_stats WHERE kb = ANY(%(kbs)s::text[]) ORDER BY kb, level FOR UPDATE
 """
 
-_REMOVE = """
+_REMOVE = (
+    """
     WITH gone AS (
         DELETE FROM kw_documents WHERE item_id = ANY(%(ids)s::text[])
         RETURNING kb, doc, level, len, len_head, terms
     ),
-    gone_postings AS (
-        DELETE FROM kw_postings p USING (
-            SELECT kb, level, doc, unnest(string_to_array(terms, ' ')) AS term FROM gone
-        ) g
-        WHERE p.level = g.level AND p.term = g.term AND p.kb = g.kb AND p.doc = g.doc
-        RETURNING p.kb, p.level, p.term, p.tf, p.tf_head, p.w_vec
+    hit AS (
+        SELECT kb, level, term, doc / SPAN AS seg, array_agg(doc) AS docs
+        FROM gone CROSS JOIN LATERAL unnest(string_to_array(terms, ' ')) AS t(term)
+        GROUP BY kb, level, term, doc / SPAN
     ),
-    terms AS (
-        UPDATE kw_terms t
-        SET df = t.df - x.df, df_head = t.df_head - x.df_head, df_vec = t.df_vec - x.df_vec
-        FROM (
-            SELECT kb, level, term,
-                count(*) FILTER (WHERE tf > 0) AS df,
-                count(*) FILTER (WHERE tf_head > 0) AS df_head,
-                count(*) FILTER (WHERE w_vec > 0) AS df_vec
-            FROM gone_postings GROUP BY kb, level, term
-        ) x
-        WHERE t.level = x.level AND t.term = x.term AND t.kb = x.kb
+    held AS MATERIALIZED (
+        SELECT h.kb, h.level, h.term, h.seg, u.doc = ANY(h.docs) AS removed, u.*
+        FROM hit h
+        JOIN kw_postings p
+            ON p.level = h.level AND p.term = h.term AND p.kb = h.kb AND p.seg = h.seg
+        CROSS JOIN LATERAL unnest(COLUMNS) WITH ORDINALITY AS u(NAMES, n)
+    ),
+    kept AS (
+        SELECT kb, level, term, seg, count(*) FILTER (WHERE tf > 0) AS df,
+            count(*) FILTER (WHERE tf_head > 0) AS df_head,
+            count(*) FILTER (WHERE w_vec > 0) AS df_vec, AGGREGATES
+        FROM held WHERE NOT removed GROUP BY kb, level, term, seg
+    ),
+    shrunk AS (
+        UPDATE kw_postings p SET df = k.df, df_head = k.df_head, df_vec = k.df_vec, SETS
+        FROM kept k
+        WHERE p.level = k.level AND p.term = k.term AND p.kb = k.kb AND p.seg = k.seg
+    ),
+    emptied AS (
+        DELETE FROM kw_postings p USING hit h
+        WHERE p.level = h.level AND p.term = h.term AND p.kb = h.kb AND p.seg = h.seg
+            AND NOT EXISTS (
+                SELECT 1 FROM kept k
+                WHERE k.level = h.level AND k.term = h.term AND k.kb = h.kb AND k.seg = h.seg
+            )
     ),
     stats AS (
         UPDATE kw_stats s
@@ -385,7 +460,12 @@ _REMOVE = """
         WHERE s.kb = x.kb AND s.level = x.level
     )
     SELECT count(*) FROM gone
-"""
+""".replace("SPAN", str(BATCH_SPAN))
+    .replace("COLUMNS", ", ".join(f"p.{c}" for c in _POSTING_ARRAYS))
+    .replace("NAMES", ", ".join(_POSTING_ARRAYS))
+    .replace("AGGREGATES", ", ".join(f"array_agg({c} ORDER BY n) AS {c}" for c in _POSTING_ARRAYS))
+    .replace("SETS", ", ".join(f"{c} = k.{c}" for c in _POSTING_ARRAYS))
+)
 
 _INSERT_DOCUMENTS = """
     INSERT INTO kw_documents (kb, doc, level, key, item_id, chunk_index, source_type,
@@ -398,20 +478,9 @@ _INSERT_DOCUMENTS = """
             updated_at, len, len_head, terms)
 """
 
-_COPY_POSTINGS = """
-    COPY kw_postings (level, doc, tf, tf_head, w_vec, norm_len, norm_len_head, kb, term)
+_COPY_POSTINGS = f"""
+    COPY kw_postings (level, seg, df, df_head, df_vec, {", ".join(_POSTING_ARRAYS)}, kb, term)
     FROM STDIN (FORMAT BINARY)
-"""
-
-_ADD_TERMS = """
-    INSERT INTO kw_terms AS t (kb, level, term, df, df_head, df_vec)
-    SELECT kb, %s, term, df, df_head, df_vec
-    FROM unnest(%s::text[], %s::text[], %s::int8[], %s::int8[], %s::int8[])
-        AS x(kb, term, df, df_head, df_vec)
-    ORDER BY term, kb
-    ON CONFLICT (level, term, kb) DO UPDATE
-    SET df = t.df + EXCLUDED.df, df_head = t.df_head + EXCLUDED.df_head,
-        df_vec = t.df_vec + EXCLUDED.df_vec
 """
 
 _ADD_STATS = """
@@ -510,17 +579,18 @@ class PostingsWriter:
         item_ids = _quoted([item.id for item in items])
         updated = np.array([repr(to_epoch(item.updated_at)) for item in items], dtype=object)
         plain = np.array([_text(term) for term in batch.vocab] or [""], dtype=object)
-        vocab = _quoted(plain.tolist())
         vocab_table = TextTable([term.encode("utf-8") for term in plain.tolist()])
         kb_values, kb_code = np.unique(np.array(item_kb, dtype=object), return_inverse=True)
         kb_table = TextTable([name.encode("utf-8") for name in kb_values.tolist()])
         total = sum(len(level.keys) for level in levels)
-        if total >= _BATCH_SPAN:
-            raise SearchIndexError(f"a write of {total} documents is over {_BATCH_SPAN}: split it")
+        if total >= BATCH_SPAN:
+            raise SearchIndexError(f"a write of {total} documents is over {BATCH_SPAN}: split it")
         cur.execute("SELECT nextval('kw_documents_doc_seq')")
         row = cur.fetchone()
         assert row is not None
-        numbers = int(row[0]) * _BATCH_SPAN + np.arange(total, dtype=np.int64)
+        seg = int(row[0])
+        numbers = seg * BATCH_SPAN + np.arange(total, dtype=np.int64)
+        _, rank = batch.vocab_bytes()
         stats: dict[tuple[str, int], list[int]] = {}
         start = 0
         for level in levels:
@@ -547,32 +617,6 @@ class PostingsWriter:
                     _array(_quoted(_document_terms(plain, level, n))),
                 ),
             )
-            with cur.copy(_COPY_POSTINGS) as copy:
-                for block in binary_copy(
-                    [
-                        (np.full(level.row.size, level.level), ">i2"),
-                        (doc[level.row], ">i8"),
-                        (level.tf, ">i4"),
-                        (level.tf_head, ">i4"),
-                        (level.w_vec, ">f4"),
-                        (whoosh_length(level.length)[level.row], ">i4"),
-                        (whoosh_length(level.length_head)[level.row], ">i4"),
-                    ],
-                    [(kb_code[owner][level.row], kb_table), (level.term, vocab_table)],
-                ):
-                    copy.write(block)
-            kb_codes, kb_names, term, df, df_head, df_vec = self._term_counts(level, kb)
-            cur.execute(
-                _ADD_TERMS,
-                (
-                    level.level,
-                    _array(kb_names[kb_codes]),
-                    _array(vocab[term]),
-                    _array(df),
-                    _array(df_head),
-                    _array(df_vec),
-                ),
-            )
             names = np.array([item_kb[i] for i in owner.tolist()], dtype=object)
             for name in sorted(set(names.tolist())):
                 mask = names == name
@@ -580,6 +624,38 @@ class PostingsWriter:
                 found[0] += int(mask.sum())
                 found[1] += int(level.length[mask].sum())
                 found[2] += int(level.length_head[mask].sum())
+            # One row per (term, kb): the postings are in term order, documents ascending.
+            posting_kb = kb_code[owner][level.row]
+            order = np.lexsort((level.row, posting_kb, rank[level.term]))
+            term, posting_kb, row = level.term[order], posting_kb[order], level.row[order]
+            key = term.astype(np.int64) * len(kb_values) + posting_kb
+            starts = np.flatnonzero(np.diff(key, prepend=-1)) if key.size else key
+            if starts.size == 0:
+                continue  # no terms: documents with empty fields
+            tf, tf_head, w_vec = level.tf[order], level.tf_head[order], level.w_vec[order]
+            # Per row, its documents holding its term in each field and in their vectors.
+            counts = [
+                np.add.reduceat((v > 0).astype(np.int64), starts) for v in (tf, tf_head, w_vec)
+            ]
+            with cur.copy(_COPY_POSTINGS) as copy:
+                for block in binary_array_copy(
+                    [
+                        (np.full(starts.size, level.level), ">i2"),
+                        (np.full(starts.size, seg), ">i8"),
+                        *((values, ">i4") for values in counts),
+                    ],
+                    [
+                        (doc[row], ">i8"),
+                        (tf, ">i4"),
+                        (tf_head, ">i4"),
+                        (w_vec, ">f4"),
+                        (whoosh_length(level.length)[row], ">i4"),
+                        (whoosh_length(level.length_head)[row], ">i4"),
+                    ],
+                    [(posting_kb[starts], kb_table), (term[starts], vocab_table)],
+                    starts,
+                ):
+                    copy.write(block)
         keys = sorted(stats)
         cur.execute(
             _ADD_STATS,
@@ -588,25 +664,4 @@ class PostingsWriter:
                 [level for _, level in keys],
                 *([stats[key][i] for key in keys] for i in range(3)),
             ),
-        )
-
-    @staticmethod
-    def _term_counts(level: _Level, kb: np.ndarray) -> tuple[Any, ...]:
-        """Per (kb, term) of one level: how many new documents hold it in each field."""
-        names, kb_code = np.unique(kb, return_inverse=True)
-        code = kb_code[level.row].astype(np.int64)
-        size = int(level.term.max(initial=0)) + 1
-        keys = code * size + level.term
-        found, where = distinct_inverse(keys)
-        df = np.bincount(where, weights=level.tf > 0, minlength=found.size).astype(np.int64)
-        df_head = np.bincount(where, weights=level.tf_head > 0, minlength=found.size)
-        df_vec = np.bincount(where, weights=level.w_vec > 0, minlength=found.size)
-        kb_codes, term = np.divmod(found, size)
-        return (
-            kb_codes,
-            names.astype(object),
-            term,
-            df,
-            df_head.astype(np.int64),
-            df_vec.astype(np.int64),
         )

@@ -67,7 +67,7 @@ from knowledge_agent.errors import NotFoundError, QueryError, StorageError
 from knowledge_agent.faults import Faults
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch
-from knowledge_agent.storage.chunk_names import INSERT_NAMES, name_rows, names_query
+from knowledge_agent.storage.chunk_names import name_rows, names_query
 from knowledge_agent.storage.doc_sources import DocSourceStore
 from knowledge_agent.storage.sources import SourceStore
 from knowledge_agent.storage.sqlite_storage import ItemFacts
@@ -453,11 +453,18 @@ def _refuse_writes(conn: psycopg.Connection) -> None:
     conn.execute("SET default_transaction_read_only = on")
 
 
+_NAMES_INSERT = (
+    "INSERT INTO chunk_names (chunk_id, item_id, role, name, short) "
+    "SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::text[])"
+)
+
+
 def _insert_names(conn: _Connection, item_id: str, chunks: Sequence[KnowledgeChunk]) -> None:
     """The ``chunk_names`` rows of the chunks (see :mod:`knowledge_agent.storage.chunk_names`)."""
     rows = name_rows(item_id, chunks)
-    if rows:
-        conn.executemany(INSERT_NAMES, [tuple(map(text_to_db, row)) for row in rows])
+    if rows:  # one statement, not one per name: a code file's chunks name hundreds
+        columns = [[text_to_db(value) for value in column] for column in zip(*rows, strict=True)]
+        conn.execute(_NAMES_INSERT, columns)
 
 
 def _owned(chunks: Sequence[KnowledgeChunk], item_id: str) -> list[KnowledgeChunk]:

@@ -37,6 +37,7 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.backends.postgres.filters import filter_condition
 from knowledge_agent.backends.postgres.indexes import PostingsIndex, load_psycopg
 from knowledge_agent.backends.postgres.postings import (
+    BATCH_SPAN,
     CHUNK_LEVEL,
     ITEM_LEVEL,
     Pair,
@@ -61,7 +62,7 @@ _STORED_NORMS = """
     dots AS (
         SELECT p.doc, p.kb, sum(p.w_vec::float8 * q.coef) AS dot
         FROM unnest(%(terms)s::text[], %(coefs)s::float8[]) AS q(term, coef)
-        JOIN kw_postings p ON p.level = %(level)s AND p.term = q.term
+        JOIN kw_posting_rows p ON p.level = %(level)s AND p.term = q.term
         {join}
         WHERE {where}
         GROUP BY p.doc, p.kb
@@ -77,7 +78,7 @@ _STORED_NORMS = """
 # the query's weights and the candidates' idf² are JSON maps, not joins.
 _QUERY_TIME_NORMS = """
     cand AS MATERIALIZED (
-        SELECT DISTINCT p.doc, p.kb FROM kw_postings p
+        SELECT DISTINCT p.doc, p.kb FROM kw_posting_rows p
         {join}
         WHERE p.level = %(level)s AND p.term = ANY(%(terms)s::text[]) AND {where}
     ),
@@ -86,15 +87,16 @@ _QUERY_TIME_NORMS = """
         FROM cand c
         JOIN kw_documents e ON e.kb = c.kb AND e.doc = c.doc
         CROSS JOIN LATERAL unnest(string_to_array(e.terms, ' ')) AS t(term)
-        JOIN kw_postings p
-            ON p.level = %(level)s AND p.term = t.term AND p.kb = c.kb AND p.doc = c.doc
+        JOIN kw_posting_rows p
+            ON p.level = %(level)s AND p.term = t.term AND p.kb = c.kb AND p.seg = c.doc / {span}
+            AND p.doc = c.doc
         WHERE p.w_vec > 0
     ),
     weights AS MATERIALIZED (
         SELECT jsonb_object_agg(term, idf * idf) AS idf2 FROM (
             SELECT t.term, ((ln((1.0::float8 + %(n)s::float8)
                 / (1.0::float8 + sum(t.df_vec)::float8)) + 1.0::float8)::real)::float8 AS idf
-            FROM kw_terms t
+            FROM kw_postings t
             WHERE t.level = %(level)s AND t.term IN (SELECT DISTINCT term FROM held)
             GROUP BY t.term
         ) x
@@ -118,12 +120,12 @@ _REFRESH_NORMS = """
     idf AS (
         SELECT t.level, t.term, ((ln((1.0::float8 + n.n::float8)
             / (1.0::float8 + sum(t.df_vec)::float8)) + 1.0::float8)::real)::float8 AS idf
-        FROM kw_terms t JOIN n ON n.level = t.level
+        FROM kw_postings t JOIN n ON n.level = t.level
         GROUP BY t.level, t.term, n.n
     ),
     norms AS (
         SELECT p.kb, p.doc, sqrt(sum((p.w_vec * p.w_vec)::float8 * (i.idf * i.idf))) AS norm
-        FROM kw_postings p JOIN idf i ON i.level = p.level AND i.term = p.term
+        FROM kw_posting_rows p JOIN idf i ON i.level = p.level AND i.term = p.term
         WHERE p.w_vec > 0
         GROUP BY p.kb, p.doc
     ),
@@ -146,7 +148,9 @@ def _cosine_sql(condition: str, per_item: bool, stored_norms: bool) -> str:
             FROM scored s JOIN kw_documents d ON d.kb = s.kb AND d.doc = s.doc
             WHERE s.score > 0 AND s.score >= %(min)s
         ) r WHERE r.rank <= %(cap)s"""
-    scoring = (_STORED_NORMS if stored_norms else _QUERY_TIME_NORMS).format(join=join, where=where)
+    scoring = (_STORED_NORMS if stored_norms else _QUERY_TIME_NORMS).format(
+        join=join, where=where, span=BATCH_SPAN
+    )
     return f"""
         WITH {scoring}
         SELECT d.key, d.item_id, d.chunk_index, t.score
@@ -309,7 +313,7 @@ class PostgresTfidfIndex(PostingsIndex):
             if n == 0:
                 return []
             cur.execute(
-                "SELECT term, sum(df_vec) FROM kw_terms WHERE level = %s"
+                "SELECT term, sum(df_vec) FROM kw_postings WHERE level = %s"
                 " AND term = ANY(%s::text[]) GROUP BY term HAVING sum(df_vec) > 0",
                 (level, list(counts)),
             )
