@@ -187,7 +187,7 @@ class CodeProcessor(BaseDataSourceProcessor):
         if language == "python":
             found = python_symbols(text)
             symbols, docstring, metadata["parser"] = found.symbols, found.docstring, found.parser
-            names = python_names(text)
+            names = python_names(text, found.tree) if found.tree is not None else []
         elif language in SCANNED_LANGUAGES:
             symbols, metadata["parser"] = scan_symbols(text, language), "scanner"
             names = scanned_names(text, language)

@@ -128,14 +128,16 @@ class NameUse:
     role: str
 
 
-def python_names(source: str) -> list[NameUse]:
-    """The names ``source`` uses and imports, by offset; [] when it does not parse."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
+def python_names(source: str, tree: ast.Module | None = None) -> list[NameUse]:
+    """The names ``source`` uses and imports, by offset; [] when it does not parse.
+    ``tree``: ``source`` already parsed."""
+    if tree is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return []
     lines = source.split("\n")
     starts = [0]
     for line in lines:
@@ -149,34 +151,47 @@ def python_names(source: str) -> list[NameUse]:
         return starts[node.lineno - 1] + column
 
     uses: list[NameUse] = []
-    _visit(tree, frozenset(), uses, offset)
+    _visit(tree, uses, offset)
     uses.sort(key=lambda use: use.offset)
     return uses
 
 
-def _visit(
-    node: ast.AST, local: frozenset[str], uses: list[NameUse], at: Callable[[Any], int]
-) -> None:
-    if isinstance(node, _FUNCTIONS):
-        local = local | _bound(node)
-    if isinstance(node, ast.Import):
-        uses.extend(NameUse(at(node), alias.name, "import") for alias in node.names)
-        return
-    if isinstance(node, ast.ImportFrom):
-        module = "." * node.level + (node.module or "")
-        for alias in node.names:
-            name = module if alias.name == "*" else f"{module}.{alias.name}".lstrip(".")
-            uses.append(NameUse(at(node), name, "import"))
-        return
-    if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
-        name = _dotted(node)
-        if name is not None:
-            root = name.split(".", 1)[0]
-            if name not in _BUILTINS and root not in local:
-                uses.append(NameUse(at(node), name, "reference"))
-            return
-    for child in ast.iter_child_nodes(node):
-        _visit(child, local, uses, at)
+def _children(node: ast.AST) -> list[ast.AST]:
+    """``ast.iter_child_nodes`` as a list, without its two generators (the walk's cost)."""
+    found: list[ast.AST] = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            found.extend(item for item in value if isinstance(item, ast.AST))
+        elif isinstance(value, ast.AST):
+            found.append(value)
+    return found
+
+
+def _visit(tree: ast.AST, uses: list[NameUse], at: Callable[[Any], int]) -> None:
+    """Every use under ``tree``, each node with the names its enclosing functions bind."""
+    stack: list[tuple[ast.AST, frozenset[str]]] = [(tree, frozenset())]
+    while stack:
+        node, local = stack.pop()
+        if isinstance(node, _FUNCTIONS):
+            local = local | _bound(node)
+        if isinstance(node, ast.Import):
+            uses.extend(NameUse(at(node), alias.name, "import") for alias in node.names)
+            continue
+        if isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            for alias in node.names:
+                name = module if alias.name == "*" else f"{module}.{alias.name}".lstrip(".")
+                uses.append(NameUse(at(node), name, "import"))
+            continue
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            name = _dotted(node)
+            if name is not None:
+                root = name.split(".", 1)[0]
+                if name not in _BUILTINS and root not in local:
+                    uses.append(NameUse(at(node), name, "reference"))
+                continue
+        stack.extend((child, local) for child in _children(node))
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -215,7 +230,7 @@ def _bound(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> fro
             continue  # a nested function binds its own names
         elif isinstance(node, ast.ExceptHandler) and node.name:
             names.add(node.name)
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(_children(node))
     return frozenset(names)
 
 

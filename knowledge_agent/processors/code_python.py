@@ -9,6 +9,7 @@ it. Classes, functions and methods are symbols, also when defined under a module
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import warnings
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class PythonModule:
     symbols: list[Symbol]
     docstring: str
     parser: str  # "ast" or "indentation"
+    tree: ast.Module | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def python_symbols(source: str) -> PythonModule:
@@ -52,7 +54,7 @@ def python_symbols(source: str) -> PythonModule:
     symbols: list[Symbol] = []
     _collect(tree.body, (), False, lines, symbols)
     docstring = first_paragraph(ast.get_docstring(tree) or "")
-    return PythonModule(symbols, docstring, "ast")
+    return PythonModule(symbols, docstring, "ast", tree)
 
 
 def _collect(
