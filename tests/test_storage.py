@@ -4,6 +4,7 @@ schema version, WAL, the journal."""
 
 from __future__ import annotations
 
+import logging
 import random
 import sqlite3
 import threading
@@ -478,12 +479,56 @@ def test_newer_schema_version_is_refused(db_file: Path) -> None:
         SQLiteStorageManager(db_file)
 
 
+def test_an_older_schema_version_is_refused_read_only_and_left_as_it_is(db_file: Path) -> None:
+    conn = sqlite3.connect(db_file)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    conn.close()
+    with pytest.raises(StorageError) as refused:
+        SQLiteStorageManager(db_file, read_only=True)
+    assert str(refused.value) == (
+        f"{str(db_file)!r} has schema version {SCHEMA_VERSION - 1}, not {SCHEMA_VERSION}: "
+        "it needs writing to be migrated"
+    )
+    conn = sqlite3.connect(db_file)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION - 1
+    finally:
+        conn.close()
+
+
 def test_file_database_uses_wal(db_file: Path) -> None:
     with SQLiteStorageManager(db_file) as manager:
         assert manager._conn is not None
         assert manager._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert manager._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         assert manager._conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
+
+
+def _uri_filenames() -> bool:
+    conn = sqlite3.connect(":memory:")
+    try:
+        return ("USE_URI",) in conn.execute("PRAGMA compile_options").fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.mark.skipif(not _uri_filenames(), reason="this SQLite reads file names literally")
+def test_a_database_that_cannot_use_wal_works_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # SQLite built with USE_URI reads a "file:" name as a URI; the unix-none VFS has no
+    # shared memory, so SQLite keeps the rollback journal instead of WAL: a user's only sign
+    # that readers and the writer will block each other is this warning.
+    monkeypatch.chdir(tmp_path)
+    name = "file:kb.db?vfs=unix-none"
+    caplog.set_level(logging.WARNING, logger="knowledge_agent.storage.sqlite_storage")
+    with SQLiteStorageManager(name) as manager:
+        manager.save_item(make_item("a"))
+        assert manager.get_item("a") == make_item("a")
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"{name}: journal_mode is delete, not wal"
+    ]
+    assert (tmp_path / "kb.db").is_file()
 
 
 def test_reader_sees_old_data_without_blocking_until_writer_commits(db_file: Path) -> None:
@@ -729,6 +774,24 @@ def test_closed_manager_raises_storage_error(open_storage: Callable[[], Storage]
         manager.save_item(make_item("b"))
     with pytest.raises(StorageError, match="closed"):
         next(manager.iter_chunks())
+
+
+@pytest.mark.parametrize(
+    ("operation", "call"),
+    [
+        ("get_meta", lambda storage: storage.get_meta("k")),
+        ("trim_journal", lambda storage: storage.trim_journal(1)),
+        ("count_items", lambda storage: storage.count_items()),
+    ],
+)
+def test_a_call_on_a_closed_manager_names_its_operation(
+    operation: str, call: Callable[[SQLiteStorageManager], object]
+) -> None:
+    manager = SQLiteStorageManager()
+    manager.close()
+    with pytest.raises(StorageError) as refused:
+        call(manager)
+    assert str(refused.value) == f"{operation}: the storage manager is closed"
 
 
 def test_context_manager_closes(db_file: Path) -> None:

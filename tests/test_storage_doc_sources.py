@@ -55,6 +55,29 @@ def test_a_doc_source_round_trips_and_counts_its_indexed_pages(storage) -> None:
     assert page.etag == '"1"' and page.links == (SITE + "b",) and page.item_id is not None
 
 
+def test_a_page_round_trips_every_field(storage) -> None:
+    failed = DocPage(
+        "docs",
+        SITE + "gone",
+        SITE,
+        SITE + "gone?x=1",
+        "failed",
+        etag='"e"',
+        last_modified="Wed, 01 May 2024 12:00:00 GMT",
+        content_hash="h",
+        links=(SITE + "a", SITE + "b"),
+        http_status=404,
+        error="HTTP 404",
+        fetched_at=utc_now().replace(microsecond=0) - timedelta(days=1),
+    )
+    storage.doc_sources.save_doc_page(failed)
+    assert storage.doc_sources.get_doc_page("docs", SITE + "gone") == failed
+    assert storage.doc_sources.get_doc_pages("docs", SITE) == {SITE + "gone": failed}
+    not_modified = replace(failed, status="skipped", http_status=304, error="")
+    storage.doc_sources.save_doc_page(not_modified)
+    assert storage.doc_sources.get_doc_page("docs", SITE + "gone") == not_modified
+
+
 def test_saving_a_source_again_keeps_when_it_was_added(storage) -> None:
     first = storage.doc_sources.get_doc_source("docs", SITE)
     assert first is not None
