@@ -7,7 +7,8 @@ waits for a handler. The API, small on purpose::
 
     with HostileServer() as site:
         site.url("/x")                            # http://127.0.0.1:PORT/x
-        site.page(path, body, content_type=...)   # an ordinary answer
+        site.page(path, body, content_type=..., status=200)
+                                                  # an ordinary answer
         site.robots(text)                         # /robots.txt
         site.redirect(path, to, status=302)       # to a path or any URL (another port)
         site.redirect_chain(path, hops, to)       # path -> path/1 -> ... -> to
@@ -153,13 +154,14 @@ class HostileServer:
         *,
         content_type: str = "text/html; charset=utf-8",
         headers: dict[str, str] | None = None,
+        status: int = 200,
     ) -> None:
         """Answer ``path`` with ``body``."""
         data = body.encode("utf-8") if isinstance(body, str) else body
         fields = {"Content-Type": content_type, **(headers or {})}
 
         def answer(handler: _Handler) -> None:
-            self._send(handler, path, data, fields)
+            self._send(handler, path, data, fields, status)
 
         self._route(path, answer)
 

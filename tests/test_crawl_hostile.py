@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import socket
 import threading
 import zlib
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from knowledge_agent.crawl import (
     CrawlFailure,
     CrawlOptions,
     CrawlPage,
+    KnownPage,
     UrlPolicy,
 )
 from knowledge_agent.crawl import crawler as crawler_module
@@ -507,3 +509,183 @@ def test_fetcher_response_body_holds_the_decoded_page(hostile: HostileServer) ->
         answer = get.get(hostile.url("/p.html"), check=allow, accept=None, max_bytes=1000)
     assert isinstance(answer, Response) and answer.body == b"<p>hello</p>"
     assert get.bytes_decoded == len(b"<p>hello</p>")
+
+
+# -- one GET: what the Fetcher makes of an answer --------------------------------------
+
+
+def fetch_once(
+    site: HostileServer,
+    path: str,
+    *,
+    known: KnownPage | None = None,
+    max_bytes: int = 10_000,
+    truncate: bool = False,
+) -> Response | CrawlFailure:
+    """One ``Fetcher.get`` of ``path`` on ``site``, conditional when ``known`` is given."""
+    with fetcher(CrawlOptions(timeout=5), UrlPolicy.for_user(site.url())) as get:
+        return get.get(
+            site.url(path),
+            check=allow,
+            accept=None,
+            max_bytes=max_bytes,
+            known=lambda _key: known,
+            truncate=truncate,
+        )
+
+
+def test_a_304_to_a_plain_request_is_a_failure_naming_the_url(hostile: HostileServer) -> None:
+    hostile.page("/same.html", b"", status=304)
+    answer = fetch_once(hostile, "/same.html")
+    assert isinstance(answer, CrawlFailure)
+    assert answer.reason == "HTTP 304 to a request that was not conditional"
+    assert answer.url == hostile.url("/same.html") and answer.status == 304
+
+
+def test_a_304_keeps_the_known_validators_the_server_does_not_repeat(
+    hostile: HostileServer,
+) -> None:
+    hostile.page("/same.html", b"", content_type="text/html; charset=latin-1", status=304)
+    known = KnownPage(hostile.url("/same.html"), '"v1"', "Mon, 01 Jan 2024 00:00:00 GMT")
+    answer = fetch_once(hostile, "/same.html", known=known)
+    assert isinstance(answer, Response) and answer.status == 304 and answer.body == b""
+    assert (answer.content_type, answer.charset) == ("text/html", "latin-1")
+    assert (answer.etag, answer.last_modified) == (known.etag, known.last_modified)
+    assert answer.known == known
+
+
+def test_a_304_takes_the_validators_the_server_sends(hostile: HostileServer) -> None:
+    fresh = {"ETag": '"v2"', "Last-Modified": "Tue, 02 Jan 2024 00:00:00 GMT"}
+    hostile.page("/same.html", b"", headers=fresh, status=304)
+    known = KnownPage(hostile.url("/same.html"), '"v1"', "Mon, 01 Jan 2024 00:00:00 GMT")
+    answer = fetch_once(hostile, "/same.html", known=known)
+    assert isinstance(answer, Response)
+    assert (answer.etag, answer.last_modified) == ('"v2"', "Tue, 02 Jan 2024 00:00:00 GMT")
+
+
+def test_a_page_over_the_limit_is_a_skip_naming_the_url(hostile: HostileServer) -> None:
+    hostile.page("/big.html", b"x" * 2000)  # Content-Length says so before any body byte
+    answer = fetch_once(hostile, "/big.html", max_bytes=1000)
+    assert isinstance(answer, CrawlFailure) and answer.skipped
+    assert answer.url == hostile.url("/big.html") and answer.reason == "larger than 1,000 bytes"
+    assert answer.status == 200
+
+
+def test_truncate_keeps_the_first_max_bytes_of_a_longer_page(hostile: HostileServer) -> None:
+    body = bytes(range(32, 127)) * 20
+    hostile.page("/long.txt", body, content_type="text/plain")
+    answer = fetch_once(hostile, "/long.txt", max_bytes=1000, truncate=True)
+    assert isinstance(answer, Response) and answer.body == body[:1000]
+
+
+def test_an_unknown_content_encoding_fails_with_the_reason(hostile: HostileServer) -> None:
+    hostile.page("/", b"\x1b\x00compressed", headers={"Content-Encoding": "br"})
+    answer = fetch_once(hostile, "/")
+    assert isinstance(answer, CrawlFailure) and not answer.skipped
+    assert answer.reason == "invalid response: unsupported Content-Encoding 'br'"
+
+
+# -- the crawl's HTTP client: proxies, HTTP/1.1 only, connections ------------------------
+
+
+def without_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
+def loopback(_host: str) -> list[str]:
+    return ["127.0.0.1"]  # every name: the guard would refuse to connect to it
+
+
+@pytest.mark.parametrize("honour", [True, False])
+def test_the_environments_proxy_is_used_only_when_the_policy_honours_it(
+    hostile: HostileServer, monkeypatch: pytest.MonkeyPatch, honour: bool
+) -> None:
+    hostile.page("/page.html", links())  # the proxy: it answers for any host
+    without_proxies(monkeypatch)
+    monkeypatch.setenv("http_proxy", hostile.url())
+    rules = UrlPolicy(("http://",), resolver=loopback, honour_proxies=honour)
+    with fetcher(CrawlOptions(**QUICK), rules) as get:
+        answer = get.get(
+            "http://docs.example.com/page.html", check=allow, accept=None, max_bytes=1000
+        )
+    if honour:  # the proxy resolves the name: the request went to it
+        assert isinstance(answer, Response) and answer.status == 200
+        assert hostile.hits("/page.html") == 1
+    else:  # the guarded connection checked the address, and the proxy was not asked
+        assert isinstance(answer, CrawlFailure) and answer.skipped
+        assert answer.reason.startswith("refused by URL policy: ")
+        assert hostile.total_hits == 0
+
+
+def offered_protocols(hello: bytes) -> list[bytes]:
+    """The ALPN protocols a TLS ClientHello record offers (``[]`` without the extension)."""
+    at = 5 + 4 + 2 + 32  # record and handshake headers, version, random
+    at += 1 + hello[at]  # session id
+    at += 2 + int.from_bytes(hello[at : at + 2], "big")  # cipher suites
+    at += 1 + hello[at]  # compression methods
+    end = at + 2 + int.from_bytes(hello[at : at + 2], "big")
+    at += 2
+    while at < end:
+        kind = int.from_bytes(hello[at : at + 2], "big")
+        size = int.from_bytes(hello[at + 2 : at + 4], "big")
+        data, at = hello[at + 4 : at + 4 + size], at + 4 + size
+        if kind == 16:  # application_layer_protocol_negotiation
+            protocols, i = [], 2
+            while i < len(data):
+                protocols.append(data[i + 1 : i + 1 + data[i]])
+                i += 1 + data[i]
+            return protocols
+    return []
+
+
+def client_hello(listener: socket.socket) -> bytes:
+    """The first TLS record a client sends to ``listener``; then the connection is closed."""
+    connection, _ = listener.accept()
+    with connection:
+        connection.settimeout(5)
+        data = b""
+        while len(data) < 5 or len(data) < 5 + int.from_bytes(data[3:5], "big"):
+            more = connection.recv(65536)
+            if not more:
+                break
+            data += more
+    return data
+
+
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_the_client_offers_only_http_1_1(
+    monkeypatch: pytest.MonkeyPatch, allow_private: bool
+) -> None:
+    # The body reader streams HTTP/1.1; h2 is not even a dependency. Both ways the client
+    # is built (the guarded transport, httpx's own) are asked.
+    without_proxies(monkeypatch)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(5)
+        url = f"https://127.0.0.1:{listener.getsockname()[1]}/"
+        hello: list[bytes] = []
+        server = threading.Thread(target=lambda: hello.append(client_hello(listener)))
+        server.start()
+        rules = UrlPolicy((url,), allow_private=allow_private)
+        client = make_client(CrawlOptions(timeout=5), policy=rules, transport=None)
+        with client, pytest.raises(httpx.HTTPError):  # the server hangs up after the hello
+            client.get(url)
+        server.join(5)
+    assert hello and offered_protocols(hello[0]) == [b"http/1.1"]
+
+
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_the_client_opens_no_more_connections_than_the_concurrency(
+    hostile: HostileServer, monkeypatch: pytest.MonkeyPatch, allow_private: bool
+) -> None:
+    without_proxies(monkeypatch)
+    hostile.page("/a.html", links())
+    rules = UrlPolicy((hostile.url(),), allow_private=allow_private)
+    options = CrawlOptions(concurrency=1, timeout=0.3)
+    with make_client(options, policy=rules, transport=None) as client:
+        # The first answer, unread, holds the only connection: the second waits in vain.
+        with client.stream("GET", hostile.url("/a.html")), pytest.raises(httpx.PoolTimeout):
+            client.get(hostile.url("/a.html"))
+        assert client.get(hostile.url("/a.html")).status_code == 200
+    assert hostile.hits("/a.html") == 2

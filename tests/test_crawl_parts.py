@@ -6,8 +6,10 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import mimetypes
 import posixpath
 import socket
+import ssl
 import subprocess
 import sys
 import zlib
@@ -706,6 +708,53 @@ def test_content_type_parsing_and_sniffing() -> None:
     assert sniff_bytes(b"Just some words.") == "text/plain"
 
 
+def test_a_content_type_parameter_is_split_at_its_first_equals_sign() -> None:
+    assert parse_content_type('text/html; charset="a=b"') == ("text/html", "a=b")
+    assert parse_content_type("text/plain; format=flowed; charset=utf-8") == (
+        "text/plain",
+        "utf-8",
+    )
+    assert parse_content_type("text/plain; charset=") == ("text/plain", None)
+
+
+@given(
+    st.sampled_from(["text/html", "text/plain", "application/xml"]),
+    st.text(alphabet="abcUTF-8_=:.", min_size=1, max_size=12),
+    st.sampled_from(["", '"', "'"]),
+)
+def test_any_charset_value_comes_back_whole(media: str, charset: str, quote: str) -> None:
+    header = f"{media.upper()}; boundary=x=y; charset={quote}{charset}{quote}"
+    assert parse_content_type(header) == (media, charset)
+
+
+def test_xml_is_sniffed_as_xhtml_only_when_it_holds_an_html_element() -> None:
+    declaration = b'<?xml version="1.0" encoding="utf-8"?>\n'
+    xhtml = declaration + b'<html xmlns="http://www.w3.org/1999/xhtml"><p>x</p></html>'
+    assert sniff_bytes(xhtml) == "application/xhtml+xml"
+    assert sniff_bytes(b"\xef\xbb\xbf" + xhtml.upper()) == "application/xhtml+xml"
+    assert sniff_bytes(declaration + b"<urlset><url><loc>x</loc></url></urlset>") == (
+        "application/xml"
+    )
+
+
+def test_the_suffix_is_that_of_the_last_path_segment_as_written() -> None:
+    assert sniff_suffix("http://h/v1.2/readme") is None  # a dot in a folder is no suffix
+    assert sniff_suffix("http://h/a/my notes.md?x=1.pdf") == "text/markdown"
+    # A name ending in a blank has no known suffix: ".md " is not ".md".
+    assert sniff_suffix("http://h/a/notes.md ") is None
+    assert sniff_suffix("http://h/a/notes.md\u00a0") is None
+
+
+def test_a_suffix_only_the_lenient_mimetypes_table_knows_is_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Types like .pict are in Python's non-standard table only; one made up is sure to be.
+    mimetypes.guess_type("x.txt")  # the tables are loaded before one is patched
+    monkeypatch.setitem(mimetypes.common_types, ".kaq", "application/x-kaq")
+    assert mimetypes.guess_type("x.kaq", strict=True) == (None, None)
+    assert sniff_suffix("http://h/a/data.KAQ") == "application/x-kaq"
+
+
 def _chained(outer: Exception, inner: BaseException) -> Exception:
     middle = httpcore.ConnectError(str(inner))
     middle.__cause__ = inner
@@ -727,6 +776,30 @@ def test_error_reasons_name_the_cause() -> None:
     )
     assert describe_error(httpx.ConnectError("[Errno -3] getaddrinfo failed"), 1) == (
         "not found: name does not resolve"
+    )
+
+
+def _verify_error(message: str, reason: str) -> ssl.SSLCertVerificationError:
+    error = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] verify failed")
+    error.verify_message, error.reason = message, reason  # set by the ssl module when real
+    return error
+
+
+def test_a_tls_error_gives_the_verify_message_or_else_the_reason() -> None:
+    def reason(inner: BaseException) -> str:
+        return describe_error(_chained(httpx.ConnectError("x"), inner), 1)
+
+    found = _verify_error("self-signed certificate", "CERTIFICATE_VERIFY_FAILED")
+    assert reason(found) == "TLS error: self-signed certificate"
+    bare = _verify_error("", "CERTIFICATE_VERIFY_FAILED")
+    assert reason(bare) == "TLS error: CERTIFICATE_VERIFY_FAILED"
+    nothing = _verify_error("", "")
+    assert reason(nothing) == f"TLS error: {nothing}"
+    # Without the ssl exception in the chain, httpx's message tells a TLS error by its words.
+    for message in ("certificate verify failed: unable to get issuer", "[SSL] bad record"):
+        assert describe_error(httpx.ConnectError(message), 1) == f"TLS error: {message}"
+    assert describe_error(httpx.ConnectError("no route to host"), 1) == (
+        "could not connect: no route to host"
     )
 
 
