@@ -314,3 +314,18 @@ def test_a_bad_fault_spec_is_refused_naming_the_variable() -> None:
     for spec, message in (("mid-nothing", "unknown step 'mid-nothing'"), ("mid-rebuild:0", ">= 1")):
         with pytest.raises(ConfigError, match=f"^{FAULT_ENV}: .*{message}"):
             Faults(spec)
+
+
+def test_the_tfidf_index_of_a_core_reaches_the_step_the_variable_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process, the kill recorded instead of sent: the TF-IDF index gets the core's
+    faults (the crash tests above kill at its step)."""
+    kills: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    monkeypatch.setenv(FAULT_ENV, "before-manifest")
+    with KnowledgeAgentCore(tmp_path / "kb") as core:
+        core.add_text(note(1))
+        assert kills == []
+        core.search("crash safety")  # the index update writes a TF-IDF segment
+        assert kills == [(os.getpid(), signal.SIGKILL)]

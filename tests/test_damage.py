@@ -32,6 +32,7 @@ from knowledge_agent.backends.local.checksums import (
     seal_json,
     unseal_json,
 )
+from knowledge_agent.backends.local.shared_indexes import SharedIndexes
 from knowledge_agent.cli import cli
 from knowledge_agent.errors import DamagedIndexError
 
@@ -478,3 +479,62 @@ def test_an_open_checksums_what_it_has_not_verified_within_its_budget(tmp_path: 
     small.write_bytes(b"S" * 10)  # changed (a new version): checked again
     assert [d.path for d in verified.check(tmp_path, sums[:1])] == [str(small)]
     assert FileSum.from_json(file_sum(large).to_json()) == file_sum(large)
+
+
+# -- what a rebuild leaves ------------------------------------------------------------------
+
+
+def test_a_write_that_finds_the_dense_index_damaged_leaves_it_rebuilt_and_current(
+    kb: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other indexes stay: the new dense index alone is filled, before the write's
+    batch ends (a reader that cannot take the lock after it finds it whole)."""
+    with open_core(kb) as core:
+        _, vectors = index_file(kb, "dense vectors")
+        damage(vectors, "flip")
+
+        def reads_the_damage(*args: object, **kwargs: object) -> None:
+            raise DamagedIndexError(f"dense index {vectors}: checksum mismatch")
+
+        # The index opened before the damage: its update is what runs into it.
+        monkeypatch.setattr(core.engine.dense_index, "update", reads_the_damage)
+        with caplog.at_level(logging.WARNING), core.batch():
+            added = core.add_text("A late note tokwritten about the ferry.", title="late")
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(m.startswith("rebuilding the dense index") for m in warned), warned
+        assert not any(m.startswith("rebuilding the whoosh index") for m in warned), warned
+        with another_writer(kb):  # nothing can catch up now: what the batch left answers
+            found = core.search("tokwritten ferry", mode="dense", limit=1)
+            assert [r.item.id for r in found] == [added.id]
+            assert core.engine.dense_index.item_count() == core.storage.count_items()
+        assert core.check().consistent
+
+
+def test_check_repair_says_which_index_it_rebuilds_and_why(
+    kb: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with open_core(kb) as core, caplog.at_level(logging.WARNING):
+        _, segment = index_file(kb, "semantic segment")
+        damage(segment, "flip")  # after opening: only check finds it
+        assert core.check(repair=True).repaired
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    folder = kb / "index" / "tfidf"
+    assert f"rebuilding the tfidf index in {folder} from the database: damaged" in warned
+
+
+def test_a_query_that_cannot_rebuild_what_it_found_damaged_runs_once(kb: Path) -> None:
+    """Told not to rebuild, a query failing on damage is not run again: it fails at once."""
+    with open_core(kb, rebuild_unreadable=False) as core:
+        _, segment = index_file(kb, "keyword segment")
+        damage(segment, "flip")  # after opening: found when the failed query has it verified
+        runs: list[int] = []
+
+        def query() -> None:
+            runs.append(len(runs))
+            raise DamagedIndexError(f"run {len(runs)} found damage")
+
+        backend = core._backend
+        assert isinstance(backend, SharedIndexes)
+        with pytest.raises(DamagedIndexError, match=re.escape(HINT)) as failed:
+            backend.answer(query, "keyword")
+        assert runs == [0] and str(failed.value).startswith("run 1 found damage")

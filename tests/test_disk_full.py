@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sqlite3
 import subprocess
@@ -10,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy
 import pytest
 from click.testing import CliRunner
 from files import write
@@ -236,3 +238,23 @@ def test_a_full_disk_still_opens_for_reading(small_disk: Path, folder: Path) -> 
     with KnowledgeAgentCore(data) as core:  # space again: a normal, writable open
         assert not core.storage.read_only
         assert core.check().consistent and core.status().items == count
+
+
+def test_a_full_disk_when_closing_is_a_warning_and_the_next_open_catches_up(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    core = KnowledgeAgentCore(data_dir)
+    item = core.add_text("indexed only later toklater")  # deferred to the close
+    monkeypatch.setattr(numpy, "savez", no_space)  # the TF-IDF index cannot write
+    with caplog.at_level(logging.WARNING):
+        core.close()  # logs why, raises nothing: SQLite holds the write
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    prefix = "cannot bring the search indexes up to date now: cannot write TF-IDF index "
+    assert any(m.startswith(prefix) and "No space left on device" in m for m in warned), warned
+    monkeypatch.undo()
+    with KnowledgeAgentCore(data_dir) as core:  # space again: the journal is replayed
+        assert [hit.item.id for hit in core.search("toklater", mode="semantic")] == [item.id]
+        assert core.check().consistent

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from files import bump_mtime
 
 from knowledge_agent import KnowledgeAgentCore, KnowledgeChunk, KnowledgeItem
 from knowledge_agent.backends.local.checksums import read_sealed_json
 from knowledge_agent.backends.local.folder_lock import FolderLock
+from knowledge_agent.backends.local.shared_indexes import SharedIndexes
 from knowledge_agent.errors import DamagedIndexError, LockTimeoutError
 
 # A child process: runs ``body`` with ``core`` open on DATA and prints one JSON line.
@@ -445,3 +447,56 @@ def test_opening_replays_chunks_one_index_lost(base: Path) -> None:
     with KnowledgeAgentCore(base) as core:
         assert core.status().consistent
         assert top(core, "tok3", "keyword") == lost.title
+
+
+def test_a_reader_rebuilds_a_generation_it_cannot_load_saying_why(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    manifest = base / "index" / "tfidf" / "manifest.json"
+    with KnowledgeAgentCore(base) as reader:
+        assert top(reader, "tok1", "semantic") == "note 1"
+        manifest.write_text("{ not json")  # as a new generation another process spoiled
+        bump_mtime(manifest)
+        with caplog.at_level(logging.WARNING):
+            # Needs only the keyword index, yet the lock is free: the reader rebuilds.
+            assert top(reader, "tok2", "keyword") == "note 2"
+        said = [r.getMessage() for r in caplog.records]
+        rebuilt = [m for m in said if m.startswith("rebuilding the tfidf index")]
+        assert len(rebuilt) == 1 and str(manifest) in rebuilt[0], rebuilt  # names the reason
+        assert read_sealed_json(manifest)["format"]
+        assert top(reader, "tok3", "semantic") == "note 3"
+        assert reader.check().consistent
+
+
+def test_the_keyword_index_analyses_as_configured_across_opens(tmp_path: Path) -> None:
+    data_dir = tmp_path / "kb"
+    unstemmed = {"stem": False}
+    for opening in range(2):
+        with KnowledgeAgentCore(data_dir, analyzer_config=unstemmed) as core:
+            if opening == 0:
+                core.add_text("a note on running shoes", title="shoes")
+            assert top(core, "running", "keyword") == "shoes"
+            assert top(core, "run", "keyword") is None  # stemmed, "running" would be "run"
+
+
+def test_repairing_indexes_in_memory_replays_only_what_an_index_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Opening records what the indexes were analysed with, so a later catching up
+    (``repair``, naming nothing) finds them current and rebuilds nothing."""
+    with KnowledgeAgentCore() as core:
+        for n in range(3):
+            core.add_text(f"note tok{n} kept in memory", title=f"note {n}")
+        assert top(core, "tok1", "semantic") == "note 1"
+        lost = core.list_items()[1]
+        core.semantic_searcher.update(deletes=[lost.id])
+        backend = core._backend
+        assert isinstance(backend, SharedIndexes)
+        with caplog.at_level(logging.INFO):
+            backend.repair(())
+        said = [r.getMessage() for r in caplog.records]
+        assert "building the search indexes from the database" not in said
+        disagreeing = "the semantic index disagrees with the database"
+        assert f"{disagreeing}: 1 items to index, 0 to remove" in said
+        assert core.status().consistent
+        assert top(core, "tok1", "semantic") == lost.title

@@ -164,8 +164,12 @@ def test_a_legacy_base_is_upgraded_in_place_and_answers_as_before(
         assert status.consistent and not status.damaged, status.problems
     logged = messages(caplog)
     assert not [m for m in logged if REBUILT.search(m)], logged
-    upgraded = sorted(m.split()[2] for m in logged if m.startswith("upgraded the "))
-    assert upgraded == ["dense", "keyword", "semantic"], logged
+    upgraded = sorted(m for m in logged if m.startswith("upgraded the "))
+    assert upgraded == [  # each index by its label and folder
+        f"upgraded the {label} index in {kb / 'index' / name} to this version's format "
+        "(checksums recorded; nothing rebuilt)"
+        for label, name in (("dense", "dense"), ("keyword", "whoosh"), ("semantic", "tfidf"))
+    ], logged
     # The server embedded the dense queries, and no document.
     queries = {query for query, _ in QUERIES}
     assert embedded_texts(embeddings) and set(embedded_texts(embeddings)) <= queries

@@ -4,12 +4,14 @@ process's writes."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
+from files import another_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -177,3 +179,16 @@ def test_a_collect_indexes_along_the_way(tmp_path: Path, monkeypatch: pytest.Mon
         assert indexed_at_each_file[0] == 0 and 0 < indexed_at_each_file[-1] < 6
         assert core.keyword_index.item_count() == 6
         assert core.status().consistent
+
+
+def test_a_close_while_another_process_writes_leaves_its_writes_to_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "kb"
+    core = KnowledgeAgentCore(data)
+    item = core.add_text("left to the other writer tokleft")
+    with another_writer(data), caplog.at_level(logging.INFO):
+        core.close()  # the lock is busy: nothing indexed, said why
+    assert "1 changes are left to the writing process" in [r.getMessage() for r in caplog.records]
+    with KnowledgeAgentCore(data) as reopened:  # the journal still holds the add
+        assert [hit.item.id for hit in reopened.search("tokleft")] == [item.id]
