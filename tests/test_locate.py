@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from knowledge_agent import KnowledgeAgentCore
 from knowledge_agent.models.evidence import EvidenceRef
 from knowledge_agent.models.knowledge_chunk import KnowledgeChunk
-from knowledge_agent.search.ranking.locate import blocks, locate, passage_span
+from knowledge_agent.search.ranking.locate import blocks, link_at, locate, passage_span
 
 GUIDE = """# Deploying
 
@@ -70,6 +70,13 @@ def test_a_heading_takes_the_block_under_it_and_a_plain_paragraph_stays_alone() 
 
 def test_no_unit_gives_the_whole_chunk() -> None:
     assert passage_span("\n\ntext\n\nmore\n\n", None) == (2, 12)
+
+
+def test_a_paragraph_ending_with_a_colon_before_a_heading_stays_alone() -> None:
+    # The colon introduces nothing here: the next block is a new section's heading.
+    text = "Options:\n\n# Next\n\nBody text."
+    start, end = passage_span(text, span_of(text, "Options"))
+    assert text[start:end] == "Options:"
 
 
 def chunk_of(content: str, start: int, end: int, **metadata: object) -> KnowledgeChunk:
@@ -227,3 +234,23 @@ def test_a_label_whose_section_went_to_the_next_chunk_shows_that_section(tmp_pat
     assert first.passage.text.startswith("Turning off\n===")
     assert body.strip() in first.passage.text
     assert first.passage.evidence_ref.startswith(f"kb:{chunks[label.chunk_index + 1].id}:")
+
+
+def test_text_before_any_heading_takes_the_document_title_as_its_heading_path() -> None:
+    chunk = KnowledgeChunk(item_id="i", content="Plain text.", heading="", metadata={})
+    passage = locate(chunk, (0, 5), "notes.txt", title="Release notes")
+    assert passage.heading_path == ["Release notes"]
+    assert locate(chunk, (0, 5), "notes.txt").heading_path == [], "no title: no path"
+
+
+def test_no_url_gives_no_link_whatever_the_anchors() -> None:
+    anchors = [[0, "top"]]
+    assert link_at({"url": "", "anchors": anchors}, 5) == ""
+    assert link_at({"url": 42, "anchors": anchors}, 5) == ""
+    assert link_at({"anchors": anchors}, 5) == ""
+
+
+def test_malformed_anchor_pairs_are_ignored() -> None:
+    url = "https://docs.example/page"
+    anchors = [[None, "none"], [2.5, "float"], ["1", "text"], [1], [3, ""], "ab", [0, "top"]]
+    assert link_at({"url": url, "anchors": anchors}, 10) == f"{url}#top"

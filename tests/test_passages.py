@@ -137,6 +137,14 @@ def test_evidence_counts_query_terms_by_idf() -> None:
     assert found.coverage == pytest.approx(0.25)
 
 
+def test_a_term_the_idf_does_not_know_weighs_nothing() -> None:
+    terms = ANALYZER.terms("kernel zebra")
+    found = passage_evidence(terms, "the kernel boots", {"kernel": 2.0}, ANALYZER)
+    assert found.coverage == pytest.approx(1.0)
+    unknown = passage_evidence(terms, "the kernel boots", {}, ANALYZER)
+    assert unknown == PassageEvidence(0.0, 0.0, 0, 0), "no weight at all: no evidence"
+
+
 @given(st.text(max_size=80), st.text(max_size=300))
 def test_evidence_and_confidence_stay_within_0_and_1(query: str, text: str) -> None:
     found = evidence(query, text)
