@@ -17,11 +17,11 @@ from typing import Any
 
 from knowledge_agent.processors.code_symbols import Symbol, first_paragraph
 
-__all__ = ["SCANNED_LANGUAGES", "mask_code", "scan_symbols"]
+__all__ = ["KEYWORDS", "SCANNED_LANGUAGES", "mask_code", "scan_symbols"]
 
 _SIGNATURE_LIMIT = 300
 _HEADER_LIMIT = 4000  # characters searched for a body's "{" after a symbol's first line
-_NOT_NAMES = frozenset(
+KEYWORDS = frozenset(  # words of the scanned languages that are never a symbol's name
     {
         "if",
         "else",
@@ -373,11 +373,11 @@ class _Scanner:
                 continue
             groups = match.groupdict()
             name = groups.get("name")
-            if name and name.split("::")[-1].lstrip("#~") in _NOT_NAMES:
+            if name and name.split("::")[-1].lstrip("#~") in KEYWORDS:
                 continue
             if rule.constructor_only and not groups.get("ret") and (not path or name != path[-1]):
                 continue
-            if groups.get("ret") and groups["ret"].split()[0] in _NOT_NAMES:
+            if groups.get("ret") and groups["ret"].split()[0] in KEYWORDS:
                 continue
             found = self.extent(index, last, match, rule)
             if found is None:
