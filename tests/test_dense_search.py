@@ -172,3 +172,15 @@ def test_dense_passage_weight_adds_the_meaning_of_a_passage_to_its_score() -> No
         explained = chunk.explanation
         assert explained.details["dense_bonus"] == pytest.approx(30 * explained.dense_score)
     assert "dense_bonus" not in lexical.matched_chunks[0].explanation.details
+
+
+def test_a_dense_passage_weight_without_dense_evidence_leaves_the_fusion_as_it_is() -> None:
+    # No embedder: nothing to add, so the fused scores keep the engines' order (which the
+    # grouping's stable sort keeps for ties) rather than being sorted again.
+    fused = {"keyword-first": 0.2, "semantic-only": 0.5}
+    with KnowledgeAgentCore(search_config={"dense_passage_weight": 30}) as core:
+        kept = core.engine._with_dense_evidence(fused, {})
+        added = core.engine._with_dense_evidence(fused, {"keyword-first": 0.1})
+    assert list(kept.items()) == list(fused.items())
+    assert list(added) == ["keyword-first", "semantic-only"]
+    assert added["keyword-first"] == pytest.approx(0.2 + 30 * 0.1)

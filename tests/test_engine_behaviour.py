@@ -631,3 +631,66 @@ def test_the_search_result_is_plain_data(kb: KnowledgeAgentCore) -> None:
         assert json.loads(json.dumps(data)) == data
         assert SearchResult.from_dict(data).to_dict() == data
         assert dataclasses.is_dataclass(result.item)
+
+
+def test_a_chunk_weighed_late_adds_its_passage_evidence_to_its_fused_score(
+    open_kb: OpenKb,
+) -> None:
+    # passage_depth 1: only the query's best chunk is weighed before grouping; the document's
+    # other shown chunks get their passage evidence when their document is shown.
+    kb = open_kb(chunk_config={"min_chunk_size": 20, "max_chunk_size": 400})
+    _add_corpus(kb)
+    options = {"passage_depth": 1, "max_chunks_per_item": 3}
+    result = kb.search("ultrasonic probe calibrated", limit=1, options=options)[0]
+    late = result.matched_chunks[1:]
+    assert late, "the manual shows more than one chunk"
+    assert any(m.explanation and m.explanation.details["passage_bonus"] > 0 for m in late)
+    for matched in result.matched_chunks:
+        explained = matched.explanation
+        assert explained is not None
+        assert explained.fused_score == pytest.approx(
+            explained.details["rank_fusion"]
+            + explained.details["passage_bonus"]
+            + explained.details["document_bonus"],
+            rel=1e-12,
+        )
+
+
+def test_a_pdf_match_is_explained_with_its_page(kb: KnowledgeAgentCore, tmp_path: Path) -> None:
+    from test_processors_pdf import make_pdf
+
+    filler = ["The committee met to review the quarterly budget of the department."] * 3
+    answer = ["The generator failed because the coolant valve was left closed."] * 3
+    (tmp_path / "report.pdf").write_bytes(make_pdf([filler, answer]))
+    kb.collect_knowledge(tmp_path / "report.pdf")
+    matched = kb.search("coolant valve closed")[0].matched_chunks[0]
+    assert matched.metadata.get("page") == 2
+    assert matched.explanation is not None and matched.explanation.page == 2
+
+
+def test_a_widened_query_keeps_the_filters(open_kb: OpenKb) -> None:
+    kb = open_kb(
+        search_config={
+            "expansion_terms": 5,
+            "expansion_min_terms": 1,
+            "expansion_languages": (),
+            "expansion_gate": 1.0,
+        }
+    )
+    kb.add_text("Zephyr gusts shake the hangar doors.", title="One", source_uri="a.md")
+    near = kb.add_text("Strong gusts shake the hangar doors.", title="Two", source_uri="b.md")
+    far = kb.add_text("Gusts shake the hangar doors.", title="Three", kb="elsewhere")
+    results = kb.search("zephyr", limit=5, kb="default")
+    assert "gust" in results[0].explanation.details["expanded_with"]
+    assert near.id in {r.item.id for r in results}
+    assert far.id not in {r.item.id for r in results}
+
+
+def test_an_explanation_names_the_fusion_and_the_mode(kb: KnowledgeAgentCore) -> None:
+    _add_corpus(kb)
+    for fusion in ("rrf", "weighted"):
+        for mode in ("hybrid", "keyword", "semantic"):
+            result = kb.search(TURBINE_QUERY, mode=mode, options={"fusion": fusion})[0]
+            assert result.explanation is not None
+            assert result.explanation.details["fusion"] == fusion
+            assert result.explanation.details["mode"] == mode

@@ -254,3 +254,28 @@ def test_malformed_anchor_pairs_are_ignored() -> None:
     url = "https://docs.example/page"
     anchors = [[None, "none"], [2.5, "float"], ["1", "text"], [1], [3, ""], "ab", [0, "top"]]
     assert link_at({"url": url, "anchors": anchors}, 10) == f"{url}#top"
+
+
+def test_chunks_stored_without_headings_take_the_document_title(tmp_path) -> None:
+    # Chunks written through the lower layers (or by an older chunker) may have no heading.
+    from knowledge_agent.models.knowledge_item import KnowledgeItem
+
+    text = "# Ferry times\n\nThe boat leaves the harbour at seven and returns at noon."
+    cut = text.index("The boat")
+    item = KnowledgeItem(title="Harbour timetable", content=text, source_uri="harbour.md")
+    chunks = [
+        KnowledgeChunk(item_id=item.id, chunk_index=index, content=text[start:end],
+                       start_position=start, end_position=end, metadata={"start_line": line})
+        for index, (start, end, line) in enumerate([(0, cut - 2, 1), (cut, len(text), 3)])
+    ]  # fmt: skip
+    with KnowledgeAgentCore(tmp_path / "kb") as core:
+        core.storage.save_item_with_chunks(item, chunks)
+        core.engine.update_chunk_index(item.id, chunks)
+        boat = core.search("boat returns noon")[0].matched_chunks[0]
+        heading = core.search("ferry times")[0].matched_chunks[0]
+    assert boat.chunk_id == chunks[1].id and heading.chunk_id == chunks[0].id
+    assert boat.passage is not None and heading.passage is not None
+    assert boat.passage.heading_path == ["Harbour timetable"]
+    # A chunk that is only a heading shows the next chunk's text, titled the same way.
+    assert heading.passage.text == text[cut:]
+    assert heading.passage.heading_path == ["Harbour timetable"]
