@@ -602,3 +602,131 @@ def test_a_connection_or_a_factory_instead_of_a_url(postgres_url: str) -> None:
         conn.execute("SELECT 1")  # inside a transaction the caller opened
         with PostgresTfidfIndex(conn, ANALYZER) as tfidf:
             assert [h.chunk_id for h in tfidf.search_chunks(terms, 10)]
+
+
+# --------------------------------------------------------------------------- the cached statistics
+
+
+@pytest.mark.parametrize("depth", [1, 1000])
+def test_capped_rankings_at_any_depth_give_the_local_hits(
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex],
+    monkeypatch: pytest.MonkeyPatch,
+    depth: int,
+) -> None:
+    """The capped rankings read the best ``depth × limit`` documents first and run again
+    without a depth when those did not decide: the answers never depend on the depth."""
+    from knowledge_agent.backends.postgres import ranked
+
+    rnd = random.Random(3)
+    # One long item whose every chunk matches, so that a shallow depth holds only its chunks.
+    long_text = "\n\n".join(
+        f"alpha beta {WORDS[i % len(WORDS)]} filler text here" for i in range(60)
+    )
+    pairs = [make_pair(rnd, long_text, "alpha guide"), *random_corpus(4, 30)]
+    local = local_indexes(pairs)
+    indexes[0].update(pairs)
+    monkeypatch.setattr(ranked, "DEPTH_PER_RESULT", depth)
+    reruns: list[int] = []
+    real = ranked.ranked_rows
+
+    def counted(cur: Any, sql: str, params: dict[str, Any]) -> list[Any]:
+        rows = real(cur, sql, params)
+        reruns.append(params.get("depth") is None and params.get("cap") is not None)
+        return rows
+
+    for module in ("keyword", "vectors"):
+        monkeypatch.setattr(f"knowledge_agent.backends.postgres.{module}.ranked_rows", counted)
+    assert compare_all(local, indexes, ["alpha", "alpha beta", "beta gamma"], [None]) > 50
+    assert any(reruns) is (depth == 1)
+
+
+def test_a_write_through_another_connection_reaches_the_cached_statistics(
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex], postgres_url: str
+) -> None:
+    """The statistics are cached across searches, yet a write committed by another
+    process (here another connection and writer) is seen by the next search, inside a
+    search's scope too: the generation moved."""
+    keyword, tfidf = indexes
+    pairs = random_corpus(5, 20)
+    keyword.update(pairs[:10])
+    terms = ANALYZER.terms("alpha beta")
+    with keyword.statistics.search():
+        before = keyword.idf(terms)
+        keyword.search_chunks(terms, 5)
+    other = PostgresKeywordIndex(postgres_url, ANALYZER)  # its own connection and cache
+    try:
+        other.update(pairs[10:])
+    finally:
+        other.close()
+    local = local_indexes(pairs)
+    with keyword.statistics.search():
+        after = keyword.idf(terms)
+        assert after == local[0].idf(terms)
+        assert after != before
+        assert keyword.chunk_count() == local[0].chunk_count()
+        assert_same_hits(local[0].search_chunks(terms, 20), keyword.search_chunks(terms, 20), 1e-9)
+    assert_same_hits(local[1].search_chunks(terms, 20), tfidf.search_chunks(terms, 20), 1e-6)
+
+
+def test_a_write_between_the_statistics_and_the_ranking_is_ranked_with_its_statistics(
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex], postgres_url: str
+) -> None:
+    """Inside a search's scope the statistics are trusted after the first read; a write
+    committed after it is caught by the ranking statement's own generation and the
+    ranking runs again on the new statistics."""
+    keyword, _ = indexes
+    pairs = random_corpus(6, 20)
+    keyword.update(pairs[:10])
+    terms = ANALYZER.terms("alpha gamma")
+    other = PostgresKeywordIndex(postgres_url, ANALYZER)
+    try:
+        with keyword.statistics.search():
+            keyword.idf(terms)  # read and trusted for the rest of the scope
+            other.update(pairs[10:])
+            found = keyword.search_chunks(terms, 30)
+    finally:
+        other.close()
+    assert_same_hits(local_indexes(pairs)[0].search_chunks(terms, 30), found, 1e-9)
+
+
+def test_a_search_scope_reads_the_statistics_once(
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex],
+) -> None:
+    keyword, _ = indexes
+    keyword.update(random_corpus(7, 10))
+    terms = ANALYZER.terms("alpha beta")
+    stats = keyword.statistics
+    with stats.search():
+        reads = stats.reads
+        keyword.has_chunk_index()
+        keyword.idf(terms)
+        keyword.unseen(terms)
+        keyword.search_chunks(terms, 5)
+        keyword.has_item_index()
+        keyword.idf(terms, items=True)
+        keyword.search_items(terms, 5)
+        assert stats.reads - reads == 2  # the generation, then the new terms' frequencies
+    reads = stats.reads
+    keyword.idf(terms)
+    keyword.idf(terms)
+    assert stats.reads - reads == 2  # outside a scope every call checks the generation
+
+
+def test_a_rebuild_moves_the_generation_on_even_to_the_same_counts(
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex],
+) -> None:
+    """A clear keeps the statistics rows (zeroed) and counts itself a change, so that a
+    rebuild holding as many documents as before is never taken for the old tables."""
+    keyword, _ = indexes
+    pairs = random_corpus(8, 12)
+    keyword.rebuild(pairs)
+    with keyword._db.cursor("test") as cur:
+        first = keyword.statistics.read(cur).generation
+    keyword.rebuild(pairs)
+    with keyword._db.cursor("test") as cur:
+        second = keyword.statistics.read(cur).generation
+    assert second != first
+    assert all(a <= b for a, b in zip(first, second, strict=True))
+    local = local_indexes(pairs)
+    terms = ANALYZER.terms("alpha")
+    assert keyword.idf(terms) == local[0].idf(terms)

@@ -284,6 +284,33 @@ def test_get_adjacent_chunks_never_crosses_items(two_items: Storage) -> None:
     assert len(neighbours) == 4
 
 
+def test_get_chunks_at_reads_each_position_once_and_skips_missing(two_items: Storage) -> None:
+    positions = [("a", 0), ("b", 4), ("a", 0), ("a", 5), ("missing", 1), ("b", -1)]
+    found = two_items.get_chunks_at(positions)
+    assert sorted(found) == [("a", 0), ("b", 4)]
+    assert found[("a", 0)].id == "a-c0"
+    assert found[("b", 4)].id == "b-c4"
+    assert two_items.get_chunks_at([]) == {}
+
+
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.integers(-2, 7)), max_size=30))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_get_chunks_at_agrees_with_adjacent_chunks(
+    two_items: Storage, positions: list[tuple[str, int]]
+) -> None:
+    found = two_items.get_chunks_at(positions)
+    expected = {}
+    for item_id, index in positions:
+        for chunk in two_items.get_adjacent_chunks(item_id, index, 1):
+            if chunk.chunk_index == index + 1:
+                expected[(item_id, index + 1)] = chunk.id
+    shifted = two_items.get_chunks_at((item_id, index + 1) for item_id, index in positions)
+    assert {position: chunk.id for position, chunk in shifted.items()} == expected
+    assert all(found[p].item_id == p[0] and found[p].chunk_index == p[1] for p in found)
+
+
 def test_get_adjacent_chunks_rejects_negative_window(two_items: Storage) -> None:
     with pytest.raises(QueryError):
         two_items.get_adjacent_chunks("a", 2, window=-1)

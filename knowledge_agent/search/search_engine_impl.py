@@ -739,6 +739,7 @@ class SearchEngineImpl:
             chunks = self._read_chunks(
                 [chunk_id for candidate in page for _, chunk_id in candidate.chunks], ask.loaded
             )
+            near = self._neighbours(page, chunks, context_window)
             for candidate in page:
                 summary = summaries.get(candidate.item_id)
                 if summary is None:
@@ -746,7 +747,7 @@ class SearchEngineImpl:
                 # The item's text is read from the storage only if a caller asks for it.
                 item = ResultItem.lazy(summary, self.storage.get_item)
                 result = self._chunk_result(
-                    ask, ranked, grouped, item, candidate, chunks, marked, context_window
+                    ask, ranked, grouped, item, candidate, chunks, marked, context_window, near
                 )
                 if result is None:
                     continue
@@ -767,6 +768,7 @@ class SearchEngineImpl:
         chunks: dict[str, KnowledgeChunk],
         marked: frozenset[str],
         context_window: int,
+        near: dict[tuple[str, int], KnowledgeChunk],
     ) -> SearchResult | None:
         """One item's result: its best chunks weighed, explained and with their context."""
         terms, idf, evidence, fused = ask.terms, ask.idf, ranked.evidence, ranked.fused
@@ -832,6 +834,7 @@ class SearchEngineImpl:
                     ),
                 ),
                 evidence.get(chunk.id),
+                near if context_window else None,
             )
             for score, chunk in matched
         ]
@@ -842,7 +845,7 @@ class SearchEngineImpl:
             matched_fields=found.fields(),
             highlights=[highlight(c.content, marked, self.analyzer) for _, c in matched],
             matched_chunks=views,
-            context_chunks=self._context(item, matched, context_window),
+            context_chunks=self._context(item, matched, context_window, near),
             explanation=views[0].explanation,
             search_mode="chunk",
         )
@@ -976,6 +979,7 @@ class SearchEngineImpl:
         item: KnowledgeItem,
         explained: ScoreExplanation,
         evidence: PassageEvidence | None,
+        near: dict[tuple[str, int], KnowledgeChunk] | None = None,
     ) -> MatchedChunk:
         """A matched chunk with its passage, its evidence reference and its explanation."""
         view = MatchedChunk.from_chunk(chunk, score)
@@ -986,8 +990,12 @@ class SearchEngineImpl:
         passage = locate(chunk, unit, path, title=item.title)
         if passage.end_position >= chunk.end_position and heading_only(passage.text):
             # A heading whose body went to the next chunk: the body is the passage.
-            after = self.storage.get_adjacent_chunks(item.id, chunk.chunk_index, 1)
-            body = [c for c in after if c.chunk_index == chunk.chunk_index + 1]
+            following = (item.id, chunk.chunk_index + 1)
+            if near is not None:  # the neighbours read for the context hold the next chunk
+                body = [near[following]] if following in near else []
+            else:
+                after = self.storage.get_adjacent_chunks(item.id, chunk.chunk_index, 1)
+                body = [c for c in after if c.chunk_index == following[1]]
             if body:
                 passage = locate(body[0], (0, 1), path, title=item.title)
         view.passage = passage
@@ -1157,21 +1165,41 @@ class SearchEngineImpl:
             details["passage_span"] = [evidence.start, evidence.end]  # the best line, in the chunk
         return details
 
+    def _neighbours(
+        self, page: list[_Candidate], chunks: dict[str, KnowledgeChunk], window: int
+    ) -> dict[tuple[str, int], KnowledgeChunk]:
+        """The ±window neighbours of every chunk of a page of candidates, by (item id,
+        chunk index): one read for the page, not one per matched chunk."""
+        if window <= 0:
+            return {}
+        positions = [
+            (candidate.item_id, chunks[chunk_id].chunk_index + offset)
+            for candidate in page
+            for _, chunk_id in candidate.chunks
+            if chunk_id in chunks
+            for offset in range(-window, window + 1)
+            if offset
+        ]
+        return self.storage.get_chunks_at(position for position in positions if position[1] >= 0)
+
     def _context(
         self,
         item: KnowledgeItem,
         matched: list[tuple[float, KnowledgeChunk]],
         window: int,
+        near: dict[tuple[str, int], KnowledgeChunk],
     ) -> list[MatchedChunk]:
-        """The ±window neighbours of the matched chunks, same item only, in document order."""
+        """The ±window neighbours of the matched chunks, same item only, in document order
+        (``near``: the neighbours read for the page)."""
         if window == 0:
             return []
         matched_indexes = {chunk.chunk_index for _, chunk in matched}
         neighbours: dict[int, KnowledgeChunk] = {}
         for _, chunk in matched:
-            for neighbour in self.storage.get_adjacent_chunks(item.id, chunk.chunk_index, window):
-                if neighbour.chunk_index not in matched_indexes:
-                    neighbours[neighbour.chunk_index] = neighbour
+            for index in range(chunk.chunk_index - window, chunk.chunk_index + window + 1):
+                neighbour = near.get((item.id, index))
+                if neighbour is not None and index not in matched_indexes:
+                    neighbours[index] = neighbour
         views = []
         for index in sorted(neighbours):
             chunk = neighbours[index]

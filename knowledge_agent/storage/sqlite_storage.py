@@ -944,6 +944,23 @@ class SQLiteStorageManager:
             ).fetchall()
         return [row_to_chunk(row) for row in rows]
 
+    def get_chunks_at(
+        self, positions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], KnowledgeChunk]:
+        """The chunks at these ``(item_id, chunk_index)`` positions, by position (absent
+        where an item has no such chunk): every result's neighbours in one read."""
+        wanted = list(dict.fromkeys((item_id, int(index)) for item_id, index in positions))
+        found: dict[tuple[str, int], KnowledgeChunk] = {}
+        with self._db.reading("get_chunks_at") as conn:
+            for start in range(0, len(wanted), _MAX_VARIABLES // 2):
+                batch = wanted[start : start + _MAX_VARIABLES // 2]
+                pairs = ", ".join(["(?, ?)"] * len(batch))
+                sql = f"{_CHUNK_SELECT} WHERE (item_id, chunk_index) IN (VALUES {pairs})"
+                for row in conn.execute(sql, [value for pair in batch for value in pair]):
+                    chunk = row_to_chunk(row)
+                    found[(chunk.item_id, chunk.chunk_index)] = chunk
+        return found
+
     def iter_chunks(self, *, batch_size: int = 1000) -> Iterator[KnowledgeChunk]:
         """Stream every chunk in (item_id, chunk_index) order, one page at a time."""
         rows = self._pages(

@@ -27,6 +27,7 @@ from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.backends.postgres.dense import PostgresDenseIndex
 from knowledge_agent.backends.postgres.keyword import PostgresKeywordIndex
 from knowledge_agent.backends.postgres.postings import PostingsWriter
+from knowledge_agent.backends.postgres.statistics import Statistics
 from knowledge_agent.backends.postgres.storage import IndexWriter, PostgresStorage
 from knowledge_agent.backends.postgres.vectors import PostgresTfidfIndex
 from knowledge_agent.faults import Faults
@@ -99,6 +100,9 @@ class PostgresBackend:
             )
         )
         self._closing: list[Callable[[], None]] = []
+        # One cache of the postings' statistics for both indexes (they read the same tables);
+        # a search checks it once (:meth:`answer`).
+        self.statistics = Statistics()
         # The vectors' own writer goes first, so that embedding holds no statistics lock.
         writers: list[IndexWriter] = [PostingsWriter(analyzer, tfidf=tfidf_config)]
         self._dense: PostgresDenseIndex | None = None
@@ -116,9 +120,17 @@ class PostgresBackend:
             if read_url is not None:
                 reads = PostgresStorage(read_url, read_only=True)
                 self._closing.append(reads.close)
-            keyword = PostgresKeywordIndex(search_url, analyzer, keyword_config, tfidf=tfidf_config)
+            keyword = PostgresKeywordIndex(
+                search_url,
+                analyzer,
+                keyword_config,
+                tfidf=tfidf_config,
+                statistics=self.statistics,
+            )
             self._closing.append(keyword.close)
-            semantic = _SharedPostingsTfidf(search_url, analyzer, tfidf_config)
+            semantic = _SharedPostingsTfidf(
+                search_url, analyzer, tfidf_config, statistics=self.statistics
+            )
             self._closing.append(semantic.close)
             dense = self._dense
             if embedder is not None and read_url is not None:
@@ -162,7 +174,9 @@ class PostgresBackend:
         """Every committed write is visible already."""
 
     def answer(self, run: Callable[[], _T], mode: str = "hybrid") -> _T:
-        with self.lock:
+        """Run a search: the statistics' generation is checked once for all of its reads
+        (:meth:`.statistics.Statistics.search`)."""
+        with self.lock, self.statistics.search():
             return run()
 
     def damage(self, *, full: bool = True) -> list[IndexDamage]:

@@ -29,6 +29,7 @@ from knowledge_agent.backends.postgres.postings import (
     install,
 )
 from knowledge_agent.backends.postgres.schema import server_of
+from knowledge_agent.backends.postgres.statistics import Statistics
 from knowledge_agent.errors import ConfigError, SearchIndexError, StorageError
 from knowledge_agent.extras import missing_extra
 from knowledge_agent.search.analysed_batch import AnalysedBatch
@@ -230,6 +231,8 @@ class PostingsIndex:
 
     ``source`` is a database URL (a connection is opened and owned), a callable returning a
     connection, or a connection (used, not closed). Opening creates or upgrades the tables.
+    ``statistics``: the cache of the tables' statistics, shared by the indexes of one
+    database (:mod:`.statistics`); a new one by default.
     Thread-safe; every database error is a :class:`~knowledge_agent.errors.SearchIndexError`.
     """
 
@@ -239,9 +242,12 @@ class PostingsIndex:
         self,
         source: str | psycopg.Connection | Callable[[], psycopg.Connection],
         writer: PostingsWriter,
+        *,
+        statistics: Statistics | None = None,
     ) -> None:
         self.writer = writer
         self.analyzer = writer.analyzer
+        self.statistics = statistics if statistics is not None else Statistics()
         self._db = IndexConnection(source)
         try:
             with self._db.transaction(f"create the {self._label} tables") as conn:
@@ -272,9 +278,7 @@ class PostingsIndex:
 
     def _count(self, level: int) -> int:
         with self._db.cursor(f"read the {self._label}") as cur:
-            cur.execute("SELECT coalesce(sum(docs), 0) FROM kw_stats WHERE level = %s", (level,))
-            row = cur.fetchone()
-            return int(row[0]) if row else 0
+            return self.statistics.read(cur).level(level).docs
 
     def chunk_count(self) -> int:
         """How many chunks the index holds."""

@@ -39,7 +39,9 @@ from knowledge_agent.backends.postgres.postings import (
     Pair,
     PostingsWriter,
 )
-from knowledge_agent.errors import ConfigError, QueryError
+from knowledge_agent.backends.postgres.ranked import ranked_rows, ranked_sql
+from knowledge_agent.backends.postgres.statistics import Statistics, StatsState
+from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
 from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
 from knowledge_agent.search.filters import SearchFilters
@@ -54,6 +56,7 @@ __all__ = ["DEFAULT_FIELD_BOOSTS", "PostgresKeywordIndex"]
 DEFAULT_FIELD_BOOSTS: Mapping[str, float] = {"title": 0.0, "heading": 0.0, "content": 1.0}
 K1 = 1.2
 B = 0.75
+_ATTEMPTS = 5  # rankings run again when a write changed the statistics under them
 
 
 def lucene_idf(n: int, df: int) -> float:
@@ -68,7 +71,8 @@ _CLAUSE = "q.idf{s} * ((p.tf{s} * %(k1p)s) / (p.tf{s} + %(k1)s * (%(omb)s + %(b)
 
 
 def _score_sql(head: bool, content: bool, condition: str, per_item: bool) -> str:
-    """The scoring query for the active fields, a filter condition on ``d`` and a cap."""
+    """The scoring query for the active fields, a filter condition on ``d`` and a cap
+    (:func:`.ranked.ranked_sql`)."""
     parts, matched = [], []
     if head:
         parts.append(f"CASE WHEN p.tf_head > 0 THEN {_CLAUSE.format(s='_head')} ELSE 0 END")
@@ -78,33 +82,20 @@ def _score_sql(head: bool, content: bool, condition: str, per_item: bool) -> str
         matched.append("p.tf > 0")
     join = "JOIN kw_documents d ON d.kb = p.kb AND d.doc = p.doc" if condition else ""
     where = f"({' OR '.join(matched)})" + (f" AND {condition}" if condition else "")
-    ranked = "scored"
-    if per_item:
-        ranked = """(
-            SELECT s.kb, s.doc, s.score, row_number() OVER (
-                PARTITION BY d.item_id ORDER BY s.score DESC, s.doc) AS rank
-            FROM scored s JOIN kw_documents d ON d.kb = s.kb AND d.doc = s.doc
-        ) r WHERE r.rank <= %(cap)s"""
-    return f"""
-        WITH q AS (
+    ctes = f"""
+        q AS (
             SELECT * FROM unnest(%(terms)s::text[], %(ord)s::int4[], %(idf)s::float8[],
                 %(boost)s::float8[], %(idf_head)s::float8[], %(boost_head)s::float8[])
                 AS q(term, ord, idf, boost, idf_head, boost_head)
         ),
-        scored AS (
+        scored AS MATERIALIZED (
             SELECT p.kb, p.doc, sum({" + ".join(parts)} ORDER BY q.ord) AS score
             FROM q JOIN kw_posting_rows p ON p.level = %(level)s AND p.term = q.term
             {join}
             WHERE {where}
             GROUP BY p.doc, p.kb
-        )
-        SELECT d.key, d.item_id, d.chunk_index, t.score
-        FROM (
-            SELECT kb, doc, score FROM {ranked} ORDER BY score DESC, doc LIMIT %(limit)s
-        ) t
-        JOIN kw_documents d ON d.kb = t.kb AND d.doc = t.doc
-        ORDER BY t.score DESC, t.doc
-    """
+        )"""
+    return ranked_sql(ctes, "", per_item)
 
 
 class PostgresKeywordIndex(PostingsIndex):
@@ -127,6 +118,7 @@ class PostgresKeywordIndex(PostingsIndex):
         config: KeywordIndexConfig | None = None,
         *,
         tfidf: TfidfConfig | None = None,
+        statistics: Statistics | None = None,
     ) -> None:
         config = config if config is not None else KeywordIndexConfig()
         boosts = dict(DEFAULT_FIELD_BOOSTS)
@@ -139,7 +131,7 @@ class PostgresKeywordIndex(PostingsIndex):
             raise ConfigError(f"field_boosts must not be negative, got {boosts}")
         self.field_boosts: dict[str, float] = boosts
         analyzer = analyzer if analyzer is not None else TextAnalyzer()
-        super().__init__(source, PostingsWriter(analyzer, tfidf=tfidf))
+        super().__init__(source, PostingsWriter(analyzer, tfidf=tfidf), statistics=statistics)
 
     def rebuild(self, pairs: Iterable[Pair | AnalysedBatch]) -> int:
         """Replace everything with ``pairs`` in one transaction; the number of chunks."""
@@ -195,57 +187,62 @@ class PostgresKeywordIndex(PostingsIndex):
         content_boost = self.field_boosts["content"]
         if not weights or limit < 1 or (head_boost <= 0 and content_boost <= 0):
             return []
-        with self._db.snapshot("search the keyword index") as cur:
-            n, length, length_head = self._stats(cur, level)
-            if n == 0:
-                return []
-            found = filter_condition(cur, filters, level)
-            if found is None:
-                return []
-            condition, filter_params = found
-            df = self._df(cur, level, list(weights))
-            names = list(weights)
-            params: dict[str, Any] = {
-                "terms": names,
-                "ord": list(range(len(names))),
-                "idf": [lucene_idf(n, df.get(t, (0, 0))[0]) for t in names],
-                "boost": [content_boost * weights[t] for t in names],
-                "idf_head": [lucene_idf(n, df.get(t, (0, 0))[1]) for t in names],
-                "boost_head": [head_boost * weights[t] for t in names],
-                "level": level,
-                "k1": K1,
-                "k1p": K1 + 1,
-                "b": B,
-                "omb": 1 - B,
-                "avg": (length / n) or 1,
-                "avg_head": (length_head / n) or 1,
-                "limit": limit,
-                "cap": per_item,
-            }
-            params.update(filter_params)
-            sql = _score_sql(head_boost > 0, content_boost > 0, condition, per_item is not None)
-            cur.execute(sql, params)
-            return [(str(k), str(i), int(c), float(s)) for k, i, c, s in cur.fetchall()]
+        names = list(weights)
+        # The statistics come from the cache (:mod:`.statistics`); the ranking statement says
+        # whether the postings it read are of their generation, else it runs again (a write
+        # committed in between); the last attempt reads both in one snapshot.
+        for attempt in range(_ATTEMPTS):
+            last = attempt == _ATTEMPTS - 1
+            reading = self._db.snapshot if last else self._db.cursor
+            with reading("search the keyword index") as cur:
+                state = self.statistics.read(cur, names, fresh=last)
+                stats = state.level(level)
+                if stats.docs == 0:
+                    return []
+                found = filter_condition(cur, filters, level)
+                if found is None:
+                    return []
+                condition, filter_params = found
+                params = self._params(state, level, weights, head_boost, content_boost)
+                params.update(limit=limit, cap=per_item, **filter_params)
+                sql = _score_sql(head_boost > 0, content_boost > 0, condition, per_item is not None)
+                rows = ranked_rows(cur, sql, params)
+                if self.statistics.current(state, rows[0][:3]):
+                    return [
+                        (str(k), str(i), int(c), float(s))
+                        for _, _, _, _, k, i, c, s in rows
+                        if k is not None
+                    ]
+        raise SearchIndexError("the keyword index changed within one snapshot")  # never
 
-    @staticmethod
-    def _stats(cur: psycopg.Cursor[Any], level: int) -> tuple[int, int, int]:
-        cur.execute(
-            "SELECT coalesce(sum(docs), 0), coalesce(sum(len), 0), coalesce(sum(len_head), 0)"
-            " FROM kw_stats WHERE level = %s",
-            (level,),
-        )
-        n, length, length_head = cur.fetchone() or (0, 0, 0)
-        return int(n), int(length), int(length_head)
-
-    @staticmethod
-    def _df(cur: psycopg.Cursor[Any], level: int, terms: list[str]) -> dict[str, tuple[int, int]]:
-        """(df in content, df in the head field) of each term some document holds."""
-        cur.execute(
-            "SELECT term, sum(df), sum(df_head) FROM kw_postings"
-            " WHERE level = %s AND term = ANY(%s::text[]) GROUP BY term",
-            (level, terms),
-        )
-        return {term: (int(df), int(df_head)) for term, df, df_head in cur.fetchall()}
+    def _params(
+        self,
+        state: StatsState,
+        level: int,
+        weights: Mapping[str, float],
+        head_boost: float,
+        content_boost: float,
+    ) -> dict[str, Any]:
+        """The scoring query's parameters (but the limit, cap and filters) from ``state``."""
+        stats = state.level(level)
+        n = stats.docs
+        names = list(weights)
+        df = [state.frequencies(term, level) for term in names]
+        return {
+            "terms": names,
+            "ord": list(range(len(names))),
+            "idf": [lucene_idf(n, found[0]) for found in df],
+            "boost": [content_boost * weights[t] for t in names],
+            "idf_head": [lucene_idf(n, found[1]) for found in df],
+            "boost_head": [head_boost * weights[t] for t in names],
+            "level": level,
+            "k1": K1,
+            "k1p": K1 + 1,
+            "b": B,
+            "omb": 1 - B,
+            "avg": (stats.length / n) or 1,
+            "avg_head": (stats.length_head / n) or 1,
+        }
 
     def idf(self, terms: Iterable[str], *, items: bool = False) -> dict[str, float]:
         """The BM25 idf of each term over the chunks' (or items') ``content``; a term no text
@@ -253,9 +250,9 @@ class PostgresKeywordIndex(PostingsIndex):
         names = list(dict.fromkeys(t for t in terms if isinstance(t, str)))
         level = ITEM_LEVEL if items else CHUNK_LEVEL
         with self._db.cursor("read the keyword index") as cur:
-            n, _, _ = self._stats(cur, level)
-            df = self._df(cur, level, names) if names else {}
-        return {term: lucene_idf(n, df.get(term, (0, 0))[0]) for term in names}
+            state = self.statistics.read(cur, names)
+        n = state.level(level).docs
+        return {term: lucene_idf(n, state.frequencies(term, level)[0]) for term in names}
 
     def unseen(self, terms: Iterable[str], *, items: bool = False) -> set[str]:
         """The terms no chunk (or item) holds in any of its text fields."""
@@ -264,8 +261,8 @@ class PostgresKeywordIndex(PostingsIndex):
             return set()
         level = ITEM_LEVEL if items else CHUNK_LEVEL
         with self._db.cursor("read the keyword index") as cur:
-            df = self._df(cur, level, names)
-        return {term for term in names if sum(df.get(term, (0, 0))) == 0}
+            state = self.statistics.read(cur, names)
+        return {term for term in names if sum(state.frequencies(term, level)[:2]) == 0}
 
     def best_possible_score(self, terms: Sequence[str], idf: Mapping[str, float]) -> float:
         """The BM25 a text would score if it held every term as often as counts can help."""

@@ -547,12 +547,18 @@ class PostingsWriter:
             cur.execute(_REMOVE, {"ids": ids})
 
     def clear(self, conn: psycopg.Connection) -> None:
-        """Drop every row (a rebuild's start). ``DELETE``, not ``TRUNCATE``: readers keep
-        answering from the old rows until the rebuild commits."""
+        """Drop every document and posting (a rebuild's start). ``DELETE``, not
+        ``TRUNCATE``: readers keep answering from the old rows until the rebuild commits.
+        The statistics rows stay, zeroed, their ``changes`` counting the clear: the tables'
+        generation (:mod:`.statistics`) never comes back to an earlier value."""
         with conn.cursor() as cur:
             cur.execute("SELECT kb FROM kw_stats ORDER BY kb, level FOR UPDATE")
             for table in TABLES:
-                cur.execute(f"DELETE FROM {table}")
+                if table != "kw_stats":
+                    cur.execute(f"DELETE FROM {table}")
+            cur.execute(
+                "UPDATE kw_stats SET changes = changes + docs + 1, docs = 0, len = 0, len_head = 0"
+            )
 
     @staticmethod
     def _lock(cur: psycopg.Cursor[Any], kbs: set[str]) -> None:

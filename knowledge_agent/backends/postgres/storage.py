@@ -872,6 +872,23 @@ class PostgresStorage:
             ).fetchall()
         return [row_to_chunk(row) for row in rows]
 
+    def get_chunks_at(
+        self, positions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], KnowledgeChunk]:
+        """The chunks at these ``(item_id, chunk_index)`` positions, by position (absent
+        where an item has no such chunk): every result's neighbours in one query."""
+        wanted = list(dict.fromkeys((item_id, int(index)) for item_id, index in positions))
+        if not wanted:
+            return {}
+        with self._db.reading("get_chunks_at") as conn:
+            rows = conn.execute(
+                f"{CHUNK_SELECT} WHERE (item_id, chunk_index) IN ("
+                "SELECT * FROM unnest(?::text[], ?::int4[]))",
+                ([text_to_db(item_id) for item_id, _ in wanted], [index for _, index in wanted]),
+            ).fetchall()
+        chunks = (row_to_chunk(row) for row in rows)
+        return {(chunk.item_id, chunk.chunk_index): chunk for chunk in chunks}
+
     def iter_chunks(self, *, batch_size: int = 1000) -> Iterator[KnowledgeChunk]:
         """Stream every chunk in (item_id, chunk_index) order, one page at a time."""
         rows = self._pages(

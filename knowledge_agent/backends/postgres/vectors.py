@@ -43,6 +43,8 @@ from knowledge_agent.backends.postgres.postings import (
     Pair,
     PostingsWriter,
 )
+from knowledge_agent.backends.postgres.ranked import ranked_rows, ranked_sql
+from knowledge_agent.backends.postgres.statistics import Statistics
 from knowledge_agent.errors import SearchIndexError
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.config import TfidfConfig
@@ -56,6 +58,8 @@ if TYPE_CHECKING:
 __all__ = ["PostgresTfidfIndex", "TfidfRefit"]
 
 logger = logging.getLogger(__name__)
+
+_ATTEMPTS = 5  # rankings run again when a write changed the statistics under them
 
 
 _STORED_NORMS = """
@@ -140,26 +144,10 @@ _REFRESH_NORMS = """
 def _cosine_sql(condition: str, per_item: bool, stored_norms: bool) -> str:
     join = "JOIN kw_documents d ON d.kb = p.kb AND d.doc = p.doc" if condition else ""
     where = "p.w_vec > 0" + (f" AND {condition}" if condition else "")
-    ranked = "scored WHERE score > 0 AND score >= %(min)s"
-    if per_item:
-        ranked = """(
-            SELECT s.kb, s.doc, s.score, row_number() OVER (
-                PARTITION BY d.item_id ORDER BY s.score DESC, s.doc) AS rank
-            FROM scored s JOIN kw_documents d ON d.kb = s.kb AND d.doc = s.doc
-            WHERE s.score > 0 AND s.score >= %(min)s
-        ) r WHERE r.rank <= %(cap)s"""
     scoring = (_STORED_NORMS if stored_norms else _QUERY_TIME_NORMS).format(
         join=join, where=where, span=BATCH_SPAN
     )
-    return f"""
-        WITH {scoring}
-        SELECT d.key, d.item_id, d.chunk_index, t.score
-        FROM (
-            SELECT kb, doc, score FROM {ranked} ORDER BY score DESC, doc LIMIT %(limit)s
-        ) t
-        JOIN kw_documents d ON d.kb = t.kb AND d.doc = t.doc
-        ORDER BY t.score DESC, t.doc
-    """
+    return ranked_sql(scoring, "score > 0 AND score >= %(min)s", per_item)
 
 
 class TfidfRefit:
@@ -233,10 +221,12 @@ class PostgresTfidfIndex(PostingsIndex):
         source: str | psycopg.Connection | Callable[[], psycopg.Connection],
         analyzer: TextAnalyzer | None = None,
         config: TfidfConfig | None = None,
+        *,
+        statistics: Statistics | None = None,
     ) -> None:
         self.config = config if config is not None else TfidfConfig()
         analyzer = analyzer if analyzer is not None else TextAnalyzer()
-        super().__init__(source, PostingsWriter(analyzer, tfidf=self.config))
+        super().__init__(source, PostingsWriter(analyzer, tfidf=self.config), statistics=statistics)
 
     def refit(self) -> TfidfRefit:
         """A rebuild fed batch by batch (see :class:`TfidfRefit`)."""
@@ -298,63 +288,72 @@ class PostgresTfidfIndex(PostingsIndex):
         if not counts:
             return []
         threshold = float(min_similarity) if min_similarity == min_similarity else 0.0  # NaN
+        # As the keyword index reads (:meth:`.keyword.PostgresKeywordIndex._search`): the
+        # cached statistics, checked against the ranking statement's generation.
+        names = list(counts)
+        for attempt in range(_ATTEMPTS):
+            last = attempt == _ATTEMPTS - 1
+            if self.refresh_stale_norms and not self._norms_fresh():
+                self.refresh_norms(wait=False)
+            reading = self._db.snapshot if last else self._db.cursor
+            with reading("search the TF-IDF index") as cur:
+                state = self.statistics.read(cur, names, fresh=last)
+                stats = state.level(level)
+                n = stats.docs
+                if n == 0:
+                    return []
+                df = {
+                    term: found
+                    for term in names
+                    if (found := state.frequencies(term, level)[2]) > 0
+                }
+                if not df:
+                    return []
+                found_filter = filter_condition(cur, filters, level)
+                if found_filter is None:
+                    return []
+                condition, filter_params = found_filter
+                params = self._params(n, df, counts)
+                params.update(
+                    level=level, min=threshold, limit=int(top_k), cap=per_item, **filter_params
+                )
+                sql = _cosine_sql(condition, per_item is not None, stats.norms_fresh)
+                rows = ranked_rows(cur, sql, params)
+                if self.statistics.current(state, rows[0][:3]):
+                    return [
+                        (str(k), str(i), int(c), float(s))
+                        for _, _, _, _, k, i, c, s in rows
+                        if k is not None
+                    ]
+        raise SearchIndexError("the TF-IDF index changed within one snapshot")  # never
+
+    def _params(self, n: int, df: dict[str, int], counts: Counter[str]) -> dict[str, Any]:
+        """The query vector's parameters: its terms that some document holds, their
+        coefficients and its norm."""
         from psycopg.types.json import Jsonb
 
-        if self.refresh_stale_norms and not self._norms_fresh():
-            self.refresh_norms(wait=False)
-        with self._db.snapshot("search the TF-IDF index") as cur:
-            cur.execute(
-                "SELECT coalesce(sum(docs), 0), coalesce(bool_and(changes = norms_at), true)"
-                " FROM kw_stats WHERE level = %s",
-                (level,),
-            )
-            row = cur.fetchone()
-            n, fresh = (int(row[0]), bool(row[1])) if row else (0, True)
-            if n == 0:
-                return []
-            cur.execute(
-                "SELECT term, sum(df_vec) FROM kw_postings WHERE level = %s"
-                " AND term = ANY(%s::text[]) GROUP BY term HAVING sum(df_vec) > 0",
-                (level, list(counts)),
-            )
-            df = {term: int(found) for term, found in cur.fetchall()}
-            if not df:
-                return []
-            found_filter = filter_condition(cur, filters, level)
-            if found_filter is None:
-                return []
-            condition, filter_params = found_filter
-            names = list(df)
-            frequency = np.array([counts[t] for t in names], np.float64)
-            idf = (
-                np.log((1.0 + n) / (1.0 + np.array([df[t] for t in names], np.float64))) + 1.0
-            ).astype(np.float32)
-            idf64 = idf.astype(np.float64)
-            tf = 1.0 + np.log(frequency) if self.config.sublinear_tf else frequency
-            query = tf * idf64
-            coef = (query * idf64).tolist()
-            params: dict[str, Any] = {
-                "terms": names,
-                "coefs": coef,
-                "coef": Jsonb(dict(zip(names, coef, strict=True))),
-                "qnorm": float(np.sqrt(query @ query)),
-                "n": n,
-                "level": level,
-                "min": threshold,
-                "limit": int(top_k),
-                "cap": per_item,
-                **filter_params,
-            }
-            cur.execute(_cosine_sql(condition, per_item is not None, fresh), params)
-            return [(str(k), str(i), int(c), float(s)) for k, i, c, s in cur.fetchall()]
+        names = list(df)
+        frequency = np.array([counts[t] for t in names], np.float64)
+        idf = (
+            np.log((1.0 + n) / (1.0 + np.array([df[t] for t in names], np.float64))) + 1.0
+        ).astype(np.float32)
+        idf64 = idf.astype(np.float64)
+        tf = 1.0 + np.log(frequency) if self.config.sublinear_tf else frequency
+        query = tf * idf64
+        coef = (query * idf64).tolist()
+        return {
+            "terms": names,
+            "coefs": coef,
+            "coef": Jsonb(dict(zip(names, coef, strict=True))),
+            "qnorm": float(np.sqrt(query @ query)),
+            "n": n,
+        }
 
     # -- norms ---------------------------------------------------------------------------
 
     def _norms_fresh(self) -> bool:
         with self._db.cursor("read the TF-IDF index") as cur:
-            cur.execute("SELECT coalesce(bool_and(changes = norms_at), true) FROM kw_stats")
-            row = cur.fetchone()
-            return bool(row[0]) if row else True
+            return self.statistics.read(cur).norms_fresh
 
     def refresh_norms(self, *, wait: bool = True) -> bool:
         """Store every document's norm under the current statistics (one pass over the
@@ -378,4 +377,5 @@ class PostgresTfidfIndex(PostingsIndex):
                 return False
             except psycopg.Error as exc:
                 raise SearchIndexError(f"cannot refresh the TF-IDF norms: {exc}") from exc
+        self.statistics.forget()  # the norms moved the generation on
         return True
