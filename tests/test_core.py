@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 from collections.abc import Iterator
@@ -243,15 +244,22 @@ def test_fallback_to_items_when_no_chunk_index_r5_5(core: KnowledgeAgentCore) ->
 
 
 def test_fallback_when_the_chunk_index_is_unavailable(
-    core: KnowledgeAgentCore, corpus: dict[str, KnowledgeItem], monkeypatch: pytest.MonkeyPatch
+    core: KnowledgeAgentCore,
+    corpus: dict[str, KnowledgeItem],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     def unavailable(*args: object, **kwargs: object) -> None:
         raise SearchIndexError("chunk index is corrupt")
 
     monkeypatch.setattr(core.keyword_index, "search_chunks", unavailable)
-    results = core.search("espresso")
+    with caplog.at_level(logging.WARNING, logger="knowledge_agent"):
+        results = core.search("espresso")
     assert results[0].item.id == corpus["short"].id
     assert results[0].search_mode == "item"
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage() == "chunk index unavailable; searching items"
+    assert warning.exc_info and "chunk index is corrupt" in str(warning.exc_info[1])
     with pytest.raises(SearchIndexError):
         core.search("espresso", level="chunk")
 
