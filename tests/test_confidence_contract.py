@@ -204,3 +204,16 @@ def test_the_known_item_share_is_reached_at_equality(open_kb: OpenKb, tmp_path: 
         assert _known_item_ratio(kb) == ratio
     assert _details(at.search("turbine")[0]).get("known_item") is True
     assert "known_item" not in _details(above.search("turbine")[0])
+
+
+def test_a_heading_only_match_with_the_content_boost_off_is_found_not_divided_by_zero(
+    open_kb: OpenKb,
+) -> None:
+    # The best score a query could reach is over the content field: with its boost 0 that
+    # yardstick is 0, so no hit is a known item and no share can be taken of it.
+    kb = open_kb(keyword_config={"field_boosts": {"content": 0.0, "heading": 1.0}})
+    item = kb.add_text("Bearings are greased at every check.", title="Turbine lubrication")
+    (result,) = kb.search("turbine lubrication")
+    assert result.item.id == item.id
+    assert result.confidence == 0.0
+    assert "known_item" not in _details(result)
