@@ -324,6 +324,11 @@ def _coerce(text: object) -> str:
     raise TypeError(f"expected str, got {type(text).__name__}")
 
 
+def _is_plain_word(tok: str) -> bool:
+    """ASCII letters, lowercase, uppercase or capitalised: one term, the word's stem."""
+    return tok.isascii() and tok.isalpha() and (tok.islower() or tok.isupper() or tok[1:].islower())
+
+
 def _fold(word: str) -> str:
     if word.isascii():
         return word.lower()
@@ -460,9 +465,16 @@ class TextAnalyzer(_ByConfig):
 
     def _terms_miss(self, tok: str) -> tuple[str, ...] | list[str]:
         cache = self._terms_cache
-        if self._is_cjk(tok):
+        if _is_plain_word(tok):
+            # The common case: _word_spans' first rule, without its other checks.
+            word = tok.lower()
+            if not self._min <= len(word) <= self._max or word in self._stops:
+                found: tuple[str, ...] | list[str] = ()
+            else:
+                found = (self._stem_word(word),)
+        elif self._is_cjk(tok):
             if self._jieba is None:
-                found: tuple[str, ...] | list[str] = _bigrams(tok)
+                found = _bigrams(tok)
             else:
                 found = [term for term, _, _ in self._jieba_spans(tok)]
             if len(tok) > _CJK_CACHE_MAX_RUN:
@@ -501,8 +513,8 @@ class TextAnalyzer(_ByConfig):
             bare = _MARKUP_CHARS_RE.sub("", tok)
             return tuple((term, 0, len(tok)) for term, _, _ in self._word_spans(bare))
         if tok.isascii():
-            if tok.isalpha() and (tok.islower() or tok.isupper() or tok[1:].islower()):
-                return tuple(self._word(tok, 0, len(tok)))  # a plain word: the common case
+            if _is_plain_word(tok):
+                return tuple(self._word(tok, 0, len(tok)))  # the common case
         else:
             tok = tok.translate(_FULLWIDTH)  # same length: offsets stay valid
         if "." not in tok:
