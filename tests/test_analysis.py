@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import itertools
 import pickle
+import re
 import sys
 
 import pytest
@@ -14,6 +15,9 @@ from whoosh import fields, qparser
 from whoosh.analysis import Analyzer
 
 from knowledge_agent.analysis import (
+    _HAN,
+    _HANGUL,
+    _KANA,
     DEFAULT_STOP_WORDS,
     AnalyzerConfig,
     TextAnalyzer,
@@ -472,6 +476,40 @@ def test_tfidf_vectorizer_uses_the_analyzer(analyzer: TextAnalyzer) -> None:
 )
 def test_detect_language(text: str, expected: str) -> None:
     assert detect_language(text) == expected
+
+
+def _language_by_definition(text: str) -> str:
+    """detect_language's rules, each count a regex pass over the whole sample."""
+    sample = text[:20_000]
+
+    def count(chars: str) -> int:
+        return len(re.findall(f"[{chars}]", sample))
+
+    letters = len(re.findall(r"[^\W\d_]", sample))
+    if not letters:
+        return ""
+    han, kana, hangul = count(_HAN), count(_KANA), count(_HANGUL)
+    cjk = han + kana + hangul
+    other = letters - cjk
+    if cjk and cjk * 4 >= other:
+        return "ko" if hangul > han + kana else "ja" if kana * 20 >= cjk else "zh"
+    latin = count("A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f")
+    return "en" if latin * 2 > other else ""
+
+
+_SCRIPTS = st.sampled_from(list("aZéßжΩ密码のカ한ㄱ7_ 。!\u0301"))
+
+
+@given(st.lists(st.tuples(_SCRIPTS, st.integers(1, 30)), max_size=12) | st.text(max_size=80))
+@settings(max_examples=300)
+def test_detect_language_counts_as_its_rules_say(runs: list[tuple[str, int]] | str) -> None:
+    text = runs if isinstance(runs, str) else "".join(char * n for char, n in runs)
+    assert detect_language(text) == _language_by_definition(text)
+
+
+def test_detect_language_reads_only_the_first_20000_characters() -> None:
+    assert detect_language("x" * 20_000 + "密码" * 10_000) == "en"
+    assert detect_language("!" * 20_000 + "hello") == ""
 
 
 # --------------------------------------------------------------------------- highlight

@@ -867,6 +867,20 @@ def test_terms_hashed_in_bulk_take_the_vectorizers_columns(
     assert got == [int(vectorizer.transform([[term]]).indices[0]) for term in vocab]
 
 
+def test_terms_hashed_before_take_the_same_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    from knowledge_agent.search import term_hashing
+    from knowledge_agent.search.hashing import feature_column
+
+    monkeypatch.setattr(term_hashing, "_HASHES", {})
+    monkeypatch.setattr(term_hashing, "_HASHES_LIMIT", 5)
+    first = ["alpha", "beta", "gamma", "beta"]
+    again = ["gamma", "delta", "alpha", "epsilon", "zeta", "alpha"]  # past the limit: cleared
+    for vocab in (first, first, again, again, first):
+        got = term_hashing.feature_columns(vocab, 2**20).tolist()
+        assert got == [feature_column(term, 2**20) for term in vocab]
+        assert len(term_hashing._HASHES) <= 5
+
+
 def test_a_batch_analysed_for_both_engines_gives_the_same_rows() -> None:
     from knowledge_agent.search.analysed_batch import AnalysedBatch
 

@@ -829,6 +829,25 @@ def test_context_manager_closes(db_file: Path) -> None:
     assert manager._conn is None
 
 
+def _schema(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    rows = conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+    return [tuple(row) for row in rows]
+
+
+def test_a_memory_database_has_the_schema_a_new_file_is_migrated_to(tmp_path: Path) -> None:
+    with SQLiteStorageManager(tmp_path / "kb.db") as on_disk:
+        migrated = _schema(on_disk._conn)
+    for _ in range(2):  # the first builds the copied schema, the second copies it again
+        with SQLiteStorageManager() as memory:
+            conn = memory._conn
+            assert _schema(conn) == migrated
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+            assert memory.count_items() == 0
+            assert memory.last_journal_seq() == 0
+            memory.save_item_with_chunks(make_item("a"), make_chunks("a", 2))
+
+
 def test_memory_databases_are_independent() -> None:
     with SQLiteStorageManager() as one, SQLiteStorageManager(":memory:") as two:
         one.save_item(make_item("a"))

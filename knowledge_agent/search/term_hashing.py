@@ -65,9 +65,29 @@ def murmurhash3_32_many(terms: Sequence[str]) -> np.ndarray:
     return out.view(np.int32)
 
 
+# Each term's hash, remembered across batches and indexes of the process: most terms of a
+# batch were hashed before (a fresh in-memory base hashes the same common words again).
+_HASHES: dict[str, int] = {}
+_HASHES_LIMIT = 1 << 18
+
+
+def _hashes(terms: Sequence[str]) -> np.ndarray:
+    """:func:`murmurhash3_32_many` of ``terms`` as int64, through the process's cache."""
+    get = _HASHES.get
+    found = [get(term) for term in terms]
+    missing = [term for term, h in zip(terms, found, strict=True) if h is None]
+    if missing:
+        fresh = dict(zip(missing, murmurhash3_32_many(missing).tolist(), strict=True))
+        if len(_HASHES) + len(fresh) > _HASHES_LIMIT:
+            _HASHES.clear()
+        _HASHES.update(fresh)
+        found = [fresh[term] if h is None else h for term, h in zip(terms, found, strict=True)]
+    return np.array(found, np.int64)
+
+
 def feature_columns(terms: Sequence[str], n_features: int) -> np.ndarray:
     """The column ``HashingVectorizer(n_features=n_features)`` gives each term (int32)."""
-    h = murmurhash3_32_many(terms).astype(np.int64)
+    h = _hashes(terms)
     cols = np.abs(h) % n_features
     # abs() of the lowest int32 overflows in scikit-learn's arithmetic; it special-cases it.
     cols[h == -(2**31)] = (2**31 - 1 - (n_features - 1)) % n_features
