@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_engine_behaviour import WIDEN_ALWAYS
 
 from knowledge_agent import KnowledgeAgentCore, SearchResult
 from knowledge_agent.search.ranking.passages import PassageEvidence, confidence, unseen_share
@@ -145,14 +146,7 @@ def test_confidence_does_not_depend_on_the_passage_weights_of_the_ranking(
 def test_a_result_found_only_by_the_widened_query_has_confidence_0(open_kb: OpenKb) -> None:
     """Confidence is judged on the query as asked: a text holding none of its words, found
     by the words a widened query added, has no keyword share and no passage."""
-    kb = open_kb(
-        search_config={
-            "expansion_terms": 5,
-            "expansion_min_terms": 1,
-            "expansion_languages": (),
-            "expansion_gate": 1.0,
-        }
-    )
+    kb = open_kb(search_config=WIDEN_ALWAYS)
     kb.add_text("Zephyr gusts shake the hangar doors.", title="One", source_uri="a.md")
     other = kb.add_text("Strong gusts shake the hangar doors.", title="Two", source_uri="b.md")
     kb.add_text("Bread rises overnight.", title="Three", source_uri="c.md")

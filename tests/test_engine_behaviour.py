@@ -126,6 +126,14 @@ GARDEN = (
 
 TURBINE_QUERY = "how often are turbine blades inspected for cracks"
 
+# A query is widened by up to five words of its best results whatever its confidence.
+WIDEN_ALWAYS = {
+    "expansion_terms": 5,
+    "expansion_min_terms": 1,
+    "expansion_languages": (),
+    "expansion_gate": 1.0,
+}
+
 
 def _add_corpus(core: KnowledgeAgentCore) -> dict[str, str]:
     """The three texts above, in three knowledge bases; their item ids by name."""
@@ -669,14 +677,7 @@ def test_a_pdf_match_is_explained_with_its_page(kb: KnowledgeAgentCore, tmp_path
 
 
 def test_a_widened_query_keeps_the_filters(open_kb: OpenKb) -> None:
-    kb = open_kb(
-        search_config={
-            "expansion_terms": 5,
-            "expansion_min_terms": 1,
-            "expansion_languages": (),
-            "expansion_gate": 1.0,
-        }
-    )
+    kb = open_kb(search_config=WIDEN_ALWAYS)
     kb.add_text("Zephyr gusts shake the hangar doors.", title="One", source_uri="a.md")
     near = kb.add_text("Strong gusts shake the hangar doors.", title="Two", source_uri="b.md")
     far = kb.add_text("Gusts shake the hangar doors.", title="Three", kb="elsewhere")

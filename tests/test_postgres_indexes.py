@@ -634,8 +634,7 @@ def test_capped_rankings_at_any_depth_give_the_local_hits(
         reruns.append(params.get("depth") is None and params.get("cap") is not None)
         return rows
 
-    for module in ("keyword", "vectors"):
-        monkeypatch.setattr(f"knowledge_agent.backends.postgres.{module}.ranked_rows", counted)
+    monkeypatch.setattr(ranked, "ranked_rows", counted)  # what both indexes rank through
     assert compare_all(local, indexes, ["alpha", "alpha beta", "beta gamma"], [None]) > 50
     assert any(reruns) is (depth == 1)
 

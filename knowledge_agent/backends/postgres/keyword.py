@@ -39,7 +39,7 @@ from knowledge_agent.backends.postgres.postings import (
     Pair,
     PostingsWriter,
 )
-from knowledge_agent.backends.postgres.ranked import ranked_rows, ranked_sql
+from knowledge_agent.backends.postgres.ranked import ranked_hits, ranked_sql
 from knowledge_agent.backends.postgres.statistics import Statistics, StatsState
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
@@ -206,13 +206,9 @@ class PostgresKeywordIndex(PostingsIndex):
                 params = self._params(state, level, weights, head_boost, content_boost)
                 params.update(limit=limit, cap=per_item, **filter_params)
                 sql = _score_sql(head_boost > 0, content_boost > 0, condition, per_item is not None)
-                rows = ranked_rows(cur, sql, params)
-                if self.statistics.current(state, rows[0][:3]):
-                    return [
-                        (str(k), str(i), int(c), float(s))
-                        for _, _, _, _, k, i, c, s in rows
-                        if k is not None
-                    ]
+                hits = ranked_hits(cur, sql, params, self.statistics, state)
+                if hits is not None:
+                    return hits
         raise SearchIndexError("the keyword index changed within one snapshot")  # never
 
     def _params(

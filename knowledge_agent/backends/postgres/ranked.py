@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from knowledge_agent.backends.postgres.statistics import GENERATION_SQL
+from knowledge_agent.backends.postgres.statistics import GENERATION_SQL, Statistics, StatsState
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["DEPTH_PER_RESULT", "ranked_rows", "ranked_sql"]
+__all__ = ["DEPTH_PER_RESULT", "ranked_hits", "ranked_rows", "ranked_sql"]
 
 DEPTH_PER_RESULT = 4
 """The depth of a capped ranking: this many documents per result asked for."""
@@ -74,3 +74,18 @@ def ranked_rows(cur: psycopg.Cursor[Any], sql: str, params: dict[str, Any]) -> l
     params["depth"] = None
     cur.execute(sql, params)
     return cur.fetchall()
+
+
+def ranked_hits(
+    cur: psycopg.Cursor[Any],
+    sql: str,
+    params: dict[str, Any],
+    statistics: Statistics,
+    state: StatsState,
+) -> list[tuple[str, str, int, float]] | None:
+    """The (key, item id, chunk index, score) hits of a :func:`ranked_sql` statement, or
+    None when a write moved the generation since ``state`` was read (rank again)."""
+    rows = ranked_rows(cur, sql, params)
+    if not statistics.current(state, rows[0][:3]):
+        return None
+    return [(str(k), str(i), int(c), float(s)) for _, _, _, _, k, i, c, s in rows if k is not None]

@@ -43,7 +43,7 @@ from knowledge_agent.backends.postgres.postings import (
     Pair,
     PostingsWriter,
 )
-from knowledge_agent.backends.postgres.ranked import ranked_rows, ranked_sql
+from knowledge_agent.backends.postgres.ranked import ranked_hits, ranked_sql
 from knowledge_agent.backends.postgres.statistics import Statistics
 from knowledge_agent.errors import SearchIndexError
 from knowledge_agent.search.analysed_batch import AnalysedBatch
@@ -318,13 +318,9 @@ class PostgresTfidfIndex(PostingsIndex):
                     level=level, min=threshold, limit=int(top_k), cap=per_item, **filter_params
                 )
                 sql = _cosine_sql(condition, per_item is not None, stats.norms_fresh)
-                rows = ranked_rows(cur, sql, params)
-                if self.statistics.current(state, rows[0][:3]):
-                    return [
-                        (str(k), str(i), int(c), float(s))
-                        for _, _, _, _, k, i, c, s in rows
-                        if k is not None
-                    ]
+                hits = ranked_hits(cur, sql, params, self.statistics, state)
+                if hits is not None:
+                    return hits
         raise SearchIndexError("the TF-IDF index changed within one snapshot")  # never
 
     def _params(self, n: int, df: dict[str, int], counts: Counter[str]) -> dict[str, Any]:
