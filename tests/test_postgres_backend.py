@@ -308,3 +308,28 @@ def test_small_writes_are_merged_and_search_edit_and_remove_as_before(
         backend.engine.semantic_searcher.refresh_stale_norms = True
         assert _every_mode(server) == expected_edited
         assert server.check().consistent
+
+
+def test_a_collect_that_indexes_along_has_one_upkeep_at_its_end(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from knowledge_agent.core import knowledge_agent_core
+
+    monkeypatch.setattr(knowledge_agent_core, "_INDEX_ALONG_BYTES", 1)  # after every file
+    for number, text in enumerate(SHIPS):
+        write(tmp_path / "notes" / f"ship{number}.md", f"# Ship {number}\n\n{text}\n")
+    with KnowledgeAgentCore(backend=postgres_url, workers=1) as server:
+        backend: Any = server._backend
+        backend.upkeep.minimum = 1
+        flushes = []
+        flush = backend.flush
+        monkeypatch.setattr(backend, "flush", lambda *a, **k: (flushes.append(1), flush(*a, **k)))
+        server.collect_knowledge(tmp_path / "notes")
+        assert len(flushes) > len(SHIPS) // 2  # it indexed along
+        assert backend.upkeep.runs == 1 and _analyses_and_norms(postgres_url) == (1, True)
+        # 40 documents (chunks and items): the upkeep comes once 2 × 3 more are a tenth.
+        for number in range(2):
+            server.add_text(f"One more ship {number}.", title="More")
+            assert backend.upkeep.runs == 1
+        server.add_text("Two more ships.", title="More")
+        assert backend.upkeep.runs == 2 and _analyses_and_norms(postgres_url) == (2, True)
