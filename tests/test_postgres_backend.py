@@ -333,3 +333,46 @@ def test_a_collect_that_indexes_along_has_one_upkeep_at_its_end(
             assert backend.upkeep.runs == 1
         server.add_text("Two more ships.", title="More")
         assert backend.upkeep.runs == 2 and _analyses_and_norms(postgres_url) == (2, True)
+
+
+def _postings(url: str) -> list[list[tuple[Any, ...]]]:
+    """Every posting and every term's document frequencies, wherever they are stored."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return [
+            conn.execute(select).fetchall()
+            for select in (
+                "SELECT kb, level, term, doc, tf, tf_head, w_vec, norm_len, norm_len_head"
+                " FROM kw_posting_rows ORDER BY level, term, kb, doc",
+                "SELECT kb, level, term, df, df_head, df_vec FROM kw_terms ORDER BY 2, 3, 1",
+            )
+        ]
+
+
+def test_merging_keeps_every_posting_and_frequency(postgres_url: str) -> None:
+    from knowledge_agent.backends.postgres.merges import merge_small_segments
+
+    paragraph = "The {} ship leaves the harbour with {} in its hold, and the crew sings. "
+    with KnowledgeAgentCore(backend=postgres_url, workers=1) as server:
+        backend: Any = server._backend
+        backend.upkeep.minimum = 10**9  # no upkeep: the merge is run below
+        with server.batch():
+            for number, text in enumerate(SHIPS):
+                server.add_text(
+                    text, title=f"Ship {number}", kb="fleet" if number % 3 else "default"
+                )
+            # Documents of several chunks: rows of several postings each, at both levels.
+            for number in range(3):
+                long = "\n\n".join(
+                    paragraph.format(colour, cargo) * 12
+                    for colour, cargo in (("red", "grain"), ("blue", "coal"), ("green", "salt"))
+                )
+                server.add_text(long, title=f"Log {number}")
+        assert len(server.search("crew sings", limit=5)[0].matched_chunks) >= 1
+        before, rows = _postings(postgres_url), _segments(postgres_url)[0]
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            several = conn.execute("SELECT max(cardinality(doc)) FROM kw_postings").fetchone()
+            assert several is not None and several[0] > 1
+            assert merge_small_segments(conn, least=2) == rows
+        assert _postings(postgres_url) == before
+        assert _segments(postgres_url)[1] == 4  # one per knowledge base and level
+        assert server.check().consistent

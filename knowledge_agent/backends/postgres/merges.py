@@ -61,7 +61,8 @@ _MERGE = f"""
     merged AS (
         INSERT INTO kw_postings (kb, level, term, seg, df, df_head, df_vec, doc,
             {", ".join(_ARRAYS)})
-        SELECT m.kb, m.level, m.term, m.target, sum(m.df), sum(m.df_head), sum(m.df_vec),
+        SELECT m.kb, m.level, m.term, m.target, count(*) FILTER (WHERE u.tf > 0),
+            count(*) FILTER (WHERE u.tf_head > 0), count(*) FILTER (WHERE u.w_vec > 0),
             array_agg(u.doc ORDER BY u.doc),
             {", ".join(f"array_agg(u.{c} ORDER BY u.doc)" for c in _ARRAYS)}
         FROM moved m
