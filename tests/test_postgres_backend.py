@@ -8,7 +8,9 @@ import json
 import multiprocessing
 import time
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 from files import write
@@ -179,3 +181,198 @@ def test_check_finds_postings_that_disagree_and_repair_rebuilds_them(postgres_ur
         assert (repaired.keyword_items, repaired.keyword_chunks) == (1, 1)
         assert core.search("harbour ferry") == []
         assert [hit.item.title for hit in core.search("lighthouse keeper")] == ["Log"]
+
+
+def _analyses_and_norms(url: str) -> tuple[int, bool]:
+    """How many times the postings were analysed by hand (not by autovacuum), and whether
+    the stored TF-IDF norms are those of the current statistics."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        analysed = conn.execute(
+            "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'kw_postings'"
+        ).fetchone()
+        fresh = conn.execute("SELECT bool_and(changes = norms_at) FROM kw_stats").fetchone()
+    assert analysed is not None and fresh is not None
+    return int(analysed[0]), bool(fresh[0])
+
+
+SHIPS = [
+    f"The {ship} ship sails from harbour {n} carrying {cargo}" + " slowly" * n + "."
+    for n, (ship, cargo) in enumerate(
+        [("red", "grain"), ("blue", "coal"), ("green", "timber"), ("white", "salt")] * 5
+    )
+]
+
+
+def _ranked(core: KnowledgeAgentCore) -> list[tuple[str, float]]:
+    return [
+        (hit.item.title, round(hit.relevance_score, 6))
+        for hit in core.search("blue ship coal", limit=20, mode="semantic")
+    ]
+
+
+def test_a_bulk_write_leaves_the_tables_analysed_and_the_norms_fresh(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    late = "A blue ship of coal and coal again."
+    with KnowledgeAgentCore(tmp_path / "data", workers=1) as local:
+        with local.batch():
+            for number, text in enumerate(SHIPS):
+                local.add_text(text, title=f"Ship {number}")
+        expected = _ranked(local)
+        local.add_text(late, title="Late")
+        expected_late = _ranked(local)
+    assert expected_late != expected
+    with KnowledgeAgentCore(backend=postgres_url, workers=1) as server:
+        backend: Any = server._backend
+        backend.upkeep.minimum = len(SHIPS)
+        with server.batch():
+            for number, text in enumerate(SHIPS):
+                server.add_text(text, title=f"Ship {number}")
+        # The batch's end analysed the tables and refreshed the norms: no search did.
+        assert _analyses_and_norms(postgres_url) == (1, True)
+        assert _ranked(server) == expected
+        # One more document is no bulk write: the stored norms are stale, and a search that
+        # does not refresh them does not use them either.
+        server.add_text(late, title="Late")
+        assert _analyses_and_norms(postgres_url) == (1, False)
+        backend.engine.semantic_searcher.refresh_stale_norms = False
+        assert _ranked(server) == expected_late
+        assert _analyses_and_norms(postgres_url) == (1, False)
+        backend.engine.semantic_searcher.refresh_stale_norms = True
+        assert server.search("white salt", mode="semantic")  # a search refreshes them
+        assert _analyses_and_norms(postgres_url) == (1, True)
+
+
+def _segments(url: str) -> tuple[int, int]:
+    """The postings rows, and the segments they are in."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*), count(DISTINCT seg) FROM kw_postings").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def _every_mode(core: KnowledgeAgentCore) -> dict[str, list[tuple[str, float]]]:
+    return {
+        f"{mode} {query}": [
+            (hit.item.title, round(hit.relevance_score, 6))
+            for hit in core.search(query, limit=30, mode=mode)
+        ]
+        for mode in ("hybrid", "keyword", "semantic")
+        for query in ("blue ship coal", "harbour salt slowly", "green timber")
+    }
+
+
+def _one_by_one(core: KnowledgeAgentCore) -> None:
+    with core.batch():
+        for number, text in enumerate(SHIPS):
+            core.add_text(text, title=f"Ship {number}", item_id=f"ship{number}")
+
+
+def _edit(core: KnowledgeAgentCore) -> None:
+    core.add_text("A green ship of salt, and coal.", title="Ship 2", item_id="ship2")
+    core.delete_knowledge_item("ship5")
+    core.add_text("The blue ship sails late.", title="Late", item_id="late")
+
+
+def test_small_writes_are_merged_and_search_edit_and_remove_as_before(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    with KnowledgeAgentCore(tmp_path / "data", workers=1) as local:
+        _one_by_one(local)
+        expected = _every_mode(local)
+    # A local index counts removed documents until it merges: compare with one built afresh.
+    with KnowledgeAgentCore(tmp_path / "edited", workers=1) as local:
+        with local.batch():
+            for number, text in enumerate(SHIPS):
+                if number not in (2, 5):
+                    local.add_text(text, title=f"Ship {number}", item_id=f"ship{number}")
+            _edit(local)
+        expected_edited = _every_mode(local)
+    with KnowledgeAgentCore(backend=postgres_url, workers=1) as server:
+        backend: Any = server._backend
+        backend.upkeep.minimum = len(SHIPS)
+        backend.upkeep.merge_at = 4
+        _one_by_one(server)
+        # One write per note, then merged: one segment per level, a row per term and level.
+        rows, segments = _segments(postgres_url)
+        assert segments == 2
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            terms = conn.execute("SELECT count(DISTINCT (level, term)) FROM kw_postings")
+            assert rows == terms.fetchone()[0]  # type: ignore[index]
+        assert _every_mode(server) == expected
+        # Replacing and removing documents of the merged segment, then adding one after it.
+        _edit(server)
+        assert _segments(postgres_url)[1] == 4  # two writes after the two merged
+        backend.engine.semantic_searcher.refresh_stale_norms = False  # norms of the postings
+        assert _every_mode(server) == expected_edited
+        backend.engine.semantic_searcher.refresh_stale_norms = True
+        assert _every_mode(server) == expected_edited
+        assert server.check().consistent
+
+
+def test_a_collect_that_indexes_along_has_one_upkeep_at_its_end(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from knowledge_agent.core import knowledge_agent_core
+
+    monkeypatch.setattr(knowledge_agent_core, "_INDEX_ALONG_BYTES", 1)  # after every file
+    for number, text in enumerate(SHIPS):
+        write(tmp_path / "notes" / f"ship{number}.md", f"# Ship {number}\n\n{text}\n")
+    with KnowledgeAgentCore(backend=postgres_url, workers=1) as server:
+        backend: Any = server._backend
+        backend.upkeep.minimum = 1
+        flushes = []
+        flush = backend.flush
+        monkeypatch.setattr(backend, "flush", lambda *a, **k: (flushes.append(1), flush(*a, **k)))
+        server.collect_knowledge(tmp_path / "notes")
+        assert len(flushes) > len(SHIPS) // 2  # it indexed along
+        assert backend.upkeep.runs == 1 and _analyses_and_norms(postgres_url) == (1, True)
+        # 40 documents (chunks and items): the upkeep comes once 2 × 3 more are a tenth.
+        for number in range(2):
+            server.add_text(f"One more ship {number}.", title="More")
+            assert backend.upkeep.runs == 1
+        server.add_text("Two more ships.", title="More")
+        assert backend.upkeep.runs == 2 and _analyses_and_norms(postgres_url) == (2, True)
+
+
+def _postings(url: str) -> list[list[tuple[Any, ...]]]:
+    """Every posting and every term's document frequencies, wherever they are stored."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return [
+            conn.execute(select).fetchall()
+            for select in (
+                "SELECT kb, level, term, doc, tf, tf_head, w_vec, norm_len, norm_len_head"
+                " FROM kw_posting_rows ORDER BY level, term, kb, doc",
+                "SELECT kb, level, term, df, df_head, df_vec FROM kw_terms ORDER BY 2, 3, 1",
+            )
+        ]
+
+
+def test_merging_keeps_every_posting_and_frequency(postgres_url: str) -> None:
+    from knowledge_agent.backends.postgres.merges import merge_small_segments
+
+    paragraph = "The {} ship leaves the harbour with {} in its hold, and the crew sings. "
+    with KnowledgeAgentCore(backend=postgres_url, workers=1) as server:
+        backend: Any = server._backend
+        backend.upkeep.minimum = 10**9  # no upkeep: the merge is run below
+        with server.batch():
+            for number, text in enumerate(SHIPS):
+                server.add_text(
+                    text, title=f"Ship {number}", kb="fleet" if number % 3 else "default"
+                )
+            # Documents of several chunks: rows of several postings each, at both levels.
+            for number in range(3):
+                long = "\n\n".join(
+                    paragraph.format(colour, cargo) * 12
+                    for colour, cargo in (("red", "grain"), ("blue", "coal"), ("green", "salt"))
+                )
+                server.add_text(long, title=f"Log {number}")
+        assert len(server.search("crew sings", limit=5)[0].matched_chunks) >= 1
+        before, rows = _postings(postgres_url), _segments(postgres_url)[0]
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            several = conn.execute("SELECT max(cardinality(doc)) FROM kw_postings").fetchone()
+            assert several is not None and several[0] > 1
+            assert merge_small_segments(conn, least=2) == rows
+        assert _postings(postgres_url) == before
+        assert _segments(postgres_url)[1] == 4  # one per knowledge base and level
+        assert server.check().consistent

@@ -29,7 +29,9 @@ from knowledge_agent.backends.postgres.keyword import PostgresKeywordIndex
 from knowledge_agent.backends.postgres.postings import PostingsWriter
 from knowledge_agent.backends.postgres.statistics import Statistics
 from knowledge_agent.backends.postgres.storage import IndexWriter, PostgresStorage
+from knowledge_agent.backends.postgres.upkeep import Upkeep
 from knowledge_agent.backends.postgres.vectors import PostgresTfidfIndex
+from knowledge_agent.errors import KnowledgeAgentError
 from knowledge_agent.faults import Faults
 from knowledge_agent.models.status import IndexDamage
 from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
@@ -103,6 +105,9 @@ class PostgresBackend:
         # One cache of the postings' statistics for both indexes (they read the same tables);
         # a search checks it once (:meth:`answer`).
         self.statistics = Statistics()
+        self.upkeep = Upkeep()
+        self._writing = 0  # depth of :meth:`writing` (re-entered by a batch's writes)
+        """After bulk writes, the tables analysed and the norms refreshed (:mod:`.upkeep`)."""
         # The vectors' own writer goes first, so that embedding holds no statistics lock.
         writers: list[IndexWriter] = [PostingsWriter(analyzer, tfidf=tfidf_config)]
         self._dense: PostgresDenseIndex | None = None
@@ -158,8 +163,31 @@ class PostgresBackend:
 
     @contextmanager
     def writing(self) -> Iterator[None]:
+        """Around writes; at the end of the outermost (a batch, a collect, a single write),
+        when it was a bulk write, the upkeep that keeps the searches after it fast
+        (:mod:`.upkeep`): once per bulk write, not at each of a collect's flushes."""
         with self.lock:
-            yield
+            outermost = self._writing == 0
+            if outermost:
+                self.storage.outside_writes("count the documents", self.upkeep.before_writes)
+            self._writing += 1
+            try:
+                yield
+            finally:
+                self._writing -= 1
+            if outermost:
+                self._after_writes()
+
+    def _after_writes(self) -> None:
+        try:
+            done = self.storage.outside_writes(
+                "analyse the written tables", self.upkeep.after_writes
+            )
+        except KnowledgeAgentError as exc:  # the writes are committed: upkeep can wait
+            logger.warning("the upkeep after bulk writes failed: %s", exc)
+            return
+        if done:
+            self.statistics.forget()  # the norms moved the generation on
 
     def defer(self, chars: int = 0) -> None:
         """Nothing is deferred: the write's transaction indexed it."""

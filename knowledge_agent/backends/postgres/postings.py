@@ -13,11 +13,13 @@ the terms the local Whoosh and TF-IDF indexes hold for it:
     ``language``, ``path``, ``updated_at`` in POSIX seconds), the field lengths in terms:
     ``len`` (the ``content`` field) and ``len_head`` (``heading`` for a chunk, ``title`` for
     an item), ``terms`` (its distinct terms, space-separated: where its postings are, so
-    the postings need no second index by document) and ``norm`` (its TF-IDF vector's norm as
-    of the last refresh, :mod:`.vectors`).
+    the postings need no second index by document), ``norm`` (its TF-IDF vector's norm as
+    of the last refresh, :mod:`.vectors`) and ``seg`` (the segment holding its postings once
+    small writes were merged, :mod:`.merges`; NULL before: ``doc // BATCH_SPAN``).
 ``kw_postings``
-    one row per term, knowledge base and write (``seg``: the write's number, its documents'
-    ``doc // BATCH_SPAN``), keyed by term: a write of many documents stores a term's postings
+    one row per term, knowledge base and segment (``seg``: the write's number, its documents'
+    ``doc // BATCH_SPAN``, or a merge's), keyed by term: a write of many documents stores a
+    term's postings
     once, as arrays in document order — ``doc``; ``tf`` in ``content``; ``tf_head`` in the
     heading / title field; ``w_vec`` the term's TF-IDF weight in the document's vector
     (float4, as the local index keeps it; 0 when the vector lacks the term); the document's
@@ -214,6 +216,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             AS u({", ".join(_POSTING_ARRAYS)})
         """,
     ),
+    # Version 3: where a document's postings are once small writes are merged (:mod:`.merges`);
+    # NULL where they were written (``doc // BATCH_SPAN``), so no row is rewritten.
+    ("ALTER TABLE kw_documents ADD COLUMN seg bigint",),
 )
 """The keyword component's schema: migration ``n`` is the statements that take it from
 version ``n - 1`` to ``n`` (``schema.migrate``)."""
@@ -416,12 +421,12 @@ _REMOVE = (
     """
     WITH gone AS (
         DELETE FROM kw_documents WHERE item_id = ANY(%(ids)s::text[])
-        RETURNING kb, doc, level, len, len_head, terms
+        RETURNING kb, doc, level, len, len_head, terms, coalesce(seg, doc / SPAN) AS seg
     ),
     hit AS (
-        SELECT kb, level, term, doc / SPAN AS seg, array_agg(doc) AS docs
+        SELECT kb, level, term, seg, array_agg(doc) AS docs
         FROM gone CROSS JOIN LATERAL unnest(string_to_array(terms, ' ')) AS t(term)
-        GROUP BY kb, level, term, doc / SPAN
+        GROUP BY kb, level, term, seg
     ),
     held AS MATERIALIZED (
         SELECT h.kb, h.level, h.term, h.seg, u.doc = ANY(h.docs) AS removed, u.*

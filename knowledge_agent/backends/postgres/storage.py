@@ -320,6 +320,16 @@ class _Guarded:
                 self._undo(conn, "ROLLBACK")
                 raise
 
+    def outside_writes(self, operation: str, step: Callable[[psycopg.Connection], _T]) -> _T | None:
+        """``step(connection)`` outside any transaction (upkeep: ``ANALYZE``, refreshing
+        norms); None, without running it, when writes are refused or a write group is open."""
+        if self.read_only_reason is not None:
+            return None
+        with self._locked(operation) as conn:
+            if self._group is not None or conn.in_transaction:
+                return None
+            return step(conn.raw)
+
     @contextmanager
     def write_group(self, operation: str) -> Iterator[None]:
         self._check_writable(operation)
@@ -616,6 +626,12 @@ class PostgresStorage:
     def read_only_reason(self) -> str | None:
         """Why writes are refused, or None."""
         return self._db.read_only_reason
+
+    def outside_writes(self, operation: str, step: Callable[[psycopg.Connection], _T]) -> _T | None:
+        """``step(connection)`` on the storage's connection, outside any transaction (upkeep
+        such as ``ANALYZE``); None, without running it, when writes are refused or a write
+        group is open."""
+        return self._db.outside_writes(operation, step)
 
     def write_group(self, operation: str) -> AbstractContextManager[None]:
         """Commit the writes made inside in one transaction. Each write stays all-or-nothing

@@ -55,7 +55,7 @@ from knowledge_agent.search.query_terms import analysed
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PostgresTfidfIndex", "TfidfRefit"]
+__all__ = ["PostgresTfidfIndex", "TfidfRefit", "refresh_norms"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +92,8 @@ _QUERY_TIME_NORMS = """
         JOIN kw_documents e ON e.kb = c.kb AND e.doc = c.doc
         CROSS JOIN LATERAL unnest(string_to_array(e.terms, ' ')) AS t(term)
         JOIN kw_posting_rows p
-            ON p.level = %(level)s AND p.term = t.term AND p.kb = c.kb AND p.seg = c.doc / {span}
-            AND p.doc = c.doc
+            ON p.level = %(level)s AND p.term = t.term AND p.kb = c.kb
+            AND p.seg = coalesce(e.seg, c.doc / {span}) AND p.doc = c.doc
         WHERE p.w_vec > 0
     ),
     weights AS MATERIALIZED (
@@ -128,10 +128,12 @@ _REFRESH_NORMS = """
         GROUP BY t.level, t.term, n.n
     ),
     norms AS (
-        SELECT p.kb, p.doc, sqrt(sum((p.w_vec * p.w_vec)::float8 * (i.idf * i.idf))) AS norm
-        FROM kw_posting_rows p JOIN idf i ON i.level = p.level AND i.term = p.term
-        WHERE p.w_vec > 0
-        GROUP BY p.kb, p.doc
+        -- Each row of postings meets its term's idf once, then unnests two of its arrays.
+        SELECT p.kb, u.doc, sqrt(sum((u.w * u.w)::float8 * (i.idf * i.idf))) AS norm
+        FROM kw_postings p JOIN idf i ON i.level = p.level AND i.term = p.term
+        CROSS JOIN LATERAL unnest(p.doc, p.w_vec) AS u(doc, w)
+        WHERE u.w > 0
+        GROUP BY p.kb, u.doc
     ),
     written AS (
         UPDATE kw_documents d SET norm = norms.norm FROM norms
@@ -359,19 +361,26 @@ class PostgresTfidfIndex(PostingsIndex):
         up at once, returning False, when a writer holds them or the database is a
         read-only standby.
         """
-        psycopg = load_psycopg()
-        lock = "FOR UPDATE" if wait else "FOR UPDATE NOWAIT"
         with self._db.lock:
-            try:
-                with self._db.conn.transaction():
-                    self._db.conn.execute(f"SELECT 1 FROM kw_stats ORDER BY kb, level {lock}")
-                    self._db.conn.execute(_REFRESH_NORMS)
-            except (psycopg.errors.LockNotAvailable, psycopg.errors.ReadOnlySqlTransaction):
-                if wait:
-                    raise
-                logger.debug("TF-IDF norms not refreshed: the statistics are busy or read-only")
-                return False
-            except psycopg.Error as exc:
-                raise SearchIndexError(f"cannot refresh the TF-IDF norms: {exc}") from exc
-        self.statistics.forget()  # the norms moved the generation on
-        return True
+            refreshed = refresh_norms(self._db.conn, wait=wait)
+        if refreshed:
+            self.statistics.forget()  # the norms moved the generation on
+        return refreshed
+
+
+def refresh_norms(conn: psycopg.Connection, *, wait: bool = True) -> bool:
+    """:meth:`PostgresTfidfIndex.refresh_norms` on ``conn`` (in autocommit mode)."""
+    psycopg = load_psycopg()
+    lock = "FOR UPDATE" if wait else "FOR UPDATE NOWAIT"
+    try:
+        with conn.transaction():
+            conn.execute(f"SELECT 1 FROM kw_stats ORDER BY kb, level {lock}")
+            conn.execute(_REFRESH_NORMS)
+    except (psycopg.errors.LockNotAvailable, psycopg.errors.ReadOnlySqlTransaction):
+        if wait:
+            raise
+        logger.debug("TF-IDF norms not refreshed: the statistics are busy or read-only")
+        return False
+    except psycopg.Error as exc:
+        raise SearchIndexError(f"cannot refresh the TF-IDF norms: {exc}") from exc
+    return True
