@@ -225,3 +225,15 @@ def test_the_term_cache_keeps_the_latest_terms_within_its_budget() -> None:
         assert small.held == 0  # a term over the whole budget is not kept
         cache.clear()
         assert cache.held == 0
+
+
+def test_stored_fields_and_idf_are_the_searchers_own() -> None:
+    ix = build(9, 120, 3, 10)
+    cache = ScanCache()
+    with ix.searcher(weighting=LuceneBM25F()) as searcher:
+        for _ in range(2):  # read, then remembered
+            for docnum in range(0, searcher.doc_count_all(), 7):
+                assert cache.stored(searcher, docnum) == searcher.stored_fields(docnum)
+            for word in [*VOCAB, "absent"]:
+                btext = word.encode()
+                assert cache.idf(searcher, "content", btext) == searcher.idf("content", btext)

@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
-from whoosh.reading import SegmentReader
+from whoosh.reading import SegmentReader, TermNotFound
 from whoosh.scoring import BM25F, bm25
 from whoosh.searching import Searcher
 
@@ -49,6 +50,9 @@ TermScores = tuple[np.ndarray, np.ndarray]
 TERM_BUDGET = 2_000_000
 """Postings a searcher's term cache holds at most (12 bytes each: about 24 MB)."""
 
+_IDF_KEPT = 100_000  # idf values a searcher's cache holds before it starts again
+_STORED_KEPT = 20_000  # documents' stored fields a searcher's cache holds (a few MB)
+
 
 @dataclass
 class ScanCache:
@@ -62,6 +66,29 @@ class ScanCache:
     _deleted: dict[int, np.ndarray] = field(default_factory=dict)
     _terms: OrderedDict[tuple[str, bytes], TermScores] = field(default_factory=OrderedDict)
     _held: int = 0
+    _idf: dict[tuple[str, bytes], float] = field(default_factory=dict)
+    _stored: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
+
+    def stored(self, searcher: Searcher, docnum: int) -> dict[str, Any]:
+        """A document's stored fields (its keys), unpickled once while recently used."""
+        found = self._stored.get(docnum)
+        if found is None:
+            found = self._stored[docnum] = searcher.stored_fields(docnum)
+            if len(self._stored) > _STORED_KEPT:
+                self._stored.popitem(last=False)
+        else:
+            self._stored.move_to_end(docnum)
+        return found
+
+    def idf(self, searcher: Searcher, fieldname: str, btext: bytes) -> float:
+        """The searcher's idf of a term (a doc frequency summed over every segment), once."""
+        key = (fieldname, btext)
+        found = self._idf.get(key)
+        if found is None:
+            if len(self._idf) >= _IDF_KEPT:
+                self._idf.clear()
+            found = self._idf[key] = float(searcher.idf(fieldname, btext))
+        return found
 
     def term(self, key: tuple[str, bytes], score: Callable[[], TermScores]) -> TermScores:
         """The scores of term ``key`` (field, bytes): cached, else ``score()`` kept."""
@@ -103,6 +130,8 @@ class ScanCache:
         self._deleted.clear()
         self._terms.clear()
         self._held = 0
+        self._idf.clear()
+        self._stored.clear()
 
 
 def top_docs(
@@ -161,14 +190,15 @@ def _term_scores(searcher: Searcher, cache: ScanCache, fieldname: str, btext: by
     weighting = searcher.weighting
     b = field_b(weighting, fieldname)
     avgfl = searcher.avg_field_length(fieldname) or 1
-    idf = searcher.idf(fieldname, btext)
+    idf = cache.idf(searcher, fieldname, btext)
     id_parts: list[np.ndarray] = []
     score_parts: list[np.ndarray] = []
     for position, (leaf, offset) in enumerate(searcher.leaf_searchers()):
         reader = leaf.reader()
-        if (fieldname, btext) not in reader:
+        try:
+            ids, tf = postings(reader, fieldname, btext)
+        except TermNotFound:  # one lookup of the term, not a test and then a lookup
             continue
-        ids, tf = postings(reader, fieldname, btext)
         fl = cache.lengths(position, reader, fieldname)[ids]
         s = bm25(idf, tf, fl, avgfl, b, weighting.K1)  # on whole arrays
         deleted = cache.deleted(position, reader)

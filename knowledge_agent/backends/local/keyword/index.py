@@ -663,7 +663,7 @@ class SearchIndexManager:
                     except ValueError:  # a lone surrogate: no text has it
                         btext = b""
                     try:
-                        found[term] = float(searcher.idf("content", btext))
+                        found[term] = idx.scan_cache.idf(searcher, "content", btext)
                     except Exception as exc:
                         raise self._failure(idx, exc, "cannot read") from exc
             return found
@@ -738,12 +738,13 @@ class SearchIndexManager:
                 ]
                 rows, scores = scored_docs(searcher, idx.scan_cache, clauses, allow)
                 top, top_scores = best_rows(rows, scores, limit)
-                stored = {docnum: searcher.stored_fields(docnum) for docnum in top.tolist()}
+                cache = idx.scan_cache
+                stored = {docnum: cache.stored(searcher, docnum) for docnum in top.tolist()}
                 if per_item is not None and _over_cap(stored.values(), per_item):
                     groups = idx.item_groups.of(searcher)[rows]
                     top, top_scores = capped_best_rows(rows, scores, groups, limit, per_item)
                 found = [
-                    stored[docnum] if docnum in stored else searcher.stored_fields(docnum)
+                    stored[docnum] if docnum in stored else cache.stored(searcher, docnum)
                     for docnum in top.tolist()
                 ]
                 return list(zip(top_scores.tolist(), found, strict=True))
