@@ -237,3 +237,6 @@ def test_stored_fields_and_idf_are_the_searchers_own() -> None:
             for word in [*VOCAB, "absent"]:
                 btext = word.encode()
                 assert cache.idf(searcher, "content", btext) == searcher.idf("content", btext)
+                assert cache.doc_frequency(searcher, "heading", btext) == searcher.doc_frequency(
+                    "heading", btext
+                )

@@ -1039,8 +1039,11 @@ def test_what_a_searcher_remembers_is_forgotten_after_a_write(tmp_path: Path) ->
                 warm.search_chunks(query, 20)
                 warm.search_items(query, 20)
                 warm.idf(query)
-            if step == 0:
-                warm.update(upserts=[pair(n) for n in range(30, 45)])  # new documents
+                warm.unseen([*query, "zeta"])
+            if step == 0:  # new documents, one with a word the base had not seen
+                warm.update(
+                    upserts=[*(pair(n) for n in range(30, 45)), make_pair("z", [("", "zeta")])]
+                )
             else:  # replaced one by one: deletions, and merges that renumber documents
                 for n in range(9):
                     warm.update(upserts=[pair(n)])
@@ -1049,3 +1052,4 @@ def test_what_a_searcher_remembers_is_forgotten_after_a_write(tmp_path: Path) ->
                     assert warm.search_chunks(query, 20) == fresh.search_chunks(query, 20)
                     assert warm.search_items(query, 20) == fresh.search_items(query, 20)
                     assert warm.idf(query) == fresh.idf(query)
+                    assert warm.unseen([*query, "zeta"]) == fresh.unseen([*query, "zeta"])

@@ -68,6 +68,17 @@ class ScanCache:
     _held: int = 0
     _idf: dict[tuple[str, bytes], float] = field(default_factory=dict)
     _stored: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
+    _df: dict[tuple[str, bytes], int] = field(default_factory=dict)
+
+    def doc_frequency(self, searcher: Searcher, fieldname: str, btext: bytes) -> int:
+        """How many of the searcher's documents hold a term (summed over segments), once."""
+        key = (fieldname, btext)
+        found = self._df.get(key)
+        if found is None:
+            if len(self._df) >= _IDF_KEPT:
+                self._df.clear()
+            found = self._df[key] = int(searcher.doc_frequency(fieldname, btext))
+        return found
 
     def stored(self, searcher: Searcher, docnum: int) -> dict[str, Any]:
         """A document's stored fields (its keys), unpickled once while recently used."""
@@ -132,6 +143,7 @@ class ScanCache:
         self._held = 0
         self._idf.clear()
         self._stored.clear()
+        self._df.clear()
 
 
 def top_docs(

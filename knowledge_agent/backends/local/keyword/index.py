@@ -678,7 +678,9 @@ class SearchIndexManager:
             for term in set(terms):
                 try:
                     seen = any(  # the body first: nearly every known word is there
-                        searcher.doc_frequency(name, searcher.schema[name].to_bytes(term))
+                        idx.scan_cache.doc_frequency(
+                            searcher, name, searcher.schema[name].to_bytes(term)
+                        )
                         for name in sorted(idx.text_fields, key=lambda name: name != "content")
                     )
                 except ValueError:  # a lone surrogate: no text has it
