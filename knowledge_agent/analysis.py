@@ -68,6 +68,7 @@ __all__ = [
     "Token",
     "WhooshTextAnalyzer",
     "detect_language",
+    "has_inner_markup",
     "highlight",
     "highlight_terms",
     "matched_spans",
@@ -125,7 +126,9 @@ _MARKED_BOLD_RE = re.compile(f"\\*\\*{_W}+\\*\\*{_W}")
 _MARKUP_CHARS_RE = re.compile(r"[\[\]*]")
 
 
-def _has_inner_markup(text: str) -> bool:
+def has_inner_markup(text: str) -> bool:
+    """Whether ``text`` has markup inside a word (``E[x]tract``, ``**E**xtract``): such a text
+    is tokenized with the marked-word pattern, as a whole."""
     return bool(
         ("]" in text and _MARKED_BRACKET_RE.search(text))
         or ("**" in text and _MARKED_BOLD_RE.search(text))
@@ -423,7 +426,7 @@ class TextAnalyzer(_ByConfig):
         get = self._terms_cache.get
         miss = self._terms_miss
         out: list[str] = []
-        for tok in (_MARKED_TOKEN_RE if _has_inner_markup(text) else _TOKEN_RE).findall(text):
+        for tok in (_MARKED_TOKEN_RE if has_inner_markup(text) else _TOKEN_RE).findall(text):
             found = get(tok)
             if found is None:
                 found = miss(tok)
@@ -442,6 +445,24 @@ class TextAnalyzer(_ByConfig):
         """A Whoosh analyzer giving exactly :meth:`terms`, for indexing and query parsing."""
         return WhooshTextAnalyzer(self.config, _analyzer=self)
 
+    def spans(self, text: str) -> list[tuple[str, int, int]]:
+        """(term, start, end) of every term of ``text`` in order: the terms of :meth:`terms`
+        with their source spans, as one list (:meth:`tokens` without the positions)."""
+        text = _coerce(text)
+        get = self._spans_cache.get
+        miss = self._token_spans
+        out: list[_Span] = []
+        add = out.append
+        for match in (_MARKED_TOKEN_RE if has_inner_markup(text) else _TOKEN_RE).finditer(text):
+            tok = match.group()
+            found = get(tok)
+            if found is None:
+                found = miss(tok)
+            base = match.start()
+            for term, start, end in found:
+                add((term, base + start, base + end))
+        return out
+
     # -- plumbing ---------------------------------------------------------------------------
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -449,19 +470,25 @@ class TextAnalyzer(_ByConfig):
 
     def _spans(self, text: str) -> Iterator[_Span]:
         """(term, start, end) for every term of ``text``, offsets absolute."""
-        cache = self._spans_cache
-        for match in (_MARKED_TOKEN_RE if _has_inner_markup(text) else _TOKEN_RE).finditer(text):
+        get = self._spans_cache.get
+        for match in (_MARKED_TOKEN_RE if has_inner_markup(text) else _TOKEN_RE).finditer(text):
             tok = match.group()
-            spans = cache.get(tok)
+            spans = get(tok)
             if spans is None:
-                spans = self._analyze(tok)
-                if not self._is_cjk(tok) or len(tok) <= _CJK_CACHE_MAX_RUN:
-                    if len(cache) >= _CACHE_LIMIT:
-                        cache.clear()
-                    cache[tok] = spans
+                spans = self._token_spans(tok)
             base = match.start()
             for term, start, end in spans:
                 yield term, base + start, base + end
+
+    def _token_spans(self, tok: str) -> tuple[_Span, ...]:
+        """One token's spans (relative to it), analysed and remembered."""
+        cache = self._spans_cache
+        spans = self._analyze(tok)
+        if not self._is_cjk(tok) or len(tok) <= _CJK_CACHE_MAX_RUN:
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            cache[tok] = spans
+        return spans
 
     def _terms_miss(self, tok: str) -> tuple[str, ...] | list[str]:
         cache = self._terms_cache
@@ -761,6 +788,7 @@ def highlight(
     *,
     marker: tuple[str, str] = ("**", "**"),
     max_chars: int = 300,
+    spans: Iterable[tuple[str, int, int]] | None = None,
 ) -> str:
     """A snippet of ``text`` around the densest cluster of query-term matches.
 
@@ -770,14 +798,15 @@ def highlight(
     spans, such as CJK bigrams, are merged). The snippet holds at most ``max_chars``
     characters of ``text`` (markers and ellipses not counted), is trimmed at whitespace or
     CJK punctuation where possible and has "…" where it was cut. Without a match it is the
-    start of the text.
+    start of the text. ``spans`` is :meth:`TextAnalyzer.spans` of ``text`` when the caller
+    has it already.
     """
     if max_chars < 1:
         raise ValueError(f"max_chars must be >= 1, got {max_chars!r}")
     text = _coerce(text)
     if not text:
         return ""
-    regions = _regions(text, query_terms, analyzer)
+    regions = _regions(text, query_terms, analyzer, spans)
     n = len(text)
     if not regions:
         start, end = 0, min(n, max_chars)
@@ -813,7 +842,10 @@ def matched_spans(
 
 
 def _regions(
-    text: str, query_terms: Iterable[str], analyzer: TextAnalyzer
+    text: str,
+    query_terms: Iterable[str],
+    analyzer: TextAnalyzer,
+    spans: Iterable[tuple[str, int, int]] | None = None,
 ) -> list[tuple[int, int, set[str]]]:
     """The matched spans of ``text``, overlapping or touching ones merged, with their terms."""
     wanted = (
@@ -822,7 +854,7 @@ def _regions(
         else highlight_terms(query_terms, analyzer)
     )
     regions: list[tuple[int, int, set[str]]] = []
-    for term, start, end in analyzer._spans(text):
+    for term, start, end in analyzer._spans(text) if spans is None else spans:
         if term not in wanted:
             continue
         if regions and start <= regions[-1][1]:

@@ -187,3 +187,56 @@ def test_requires_bm25f() -> None:
     ix = build(1, 5, 1, 0)
     with ix.searcher(weighting=TF_IDF()) as searcher, pytest.raises(TypeError, match="BM25F"):
         top_docs(searcher, ScanCache(), [Clause("content", "w0", 1.0)], 10)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    deletions=st.integers(0, 30),
+    queries=st.lists(CLAUSES, min_size=1, max_size=6),
+    budget=st.sampled_from([0, 5, 60, 10_000]),
+)
+def test_a_cache_kept_across_queries_scores_as_a_fresh_one(
+    seed: int, deletions: int, queries: list[list[Clause]], budget: int
+) -> None:
+    ix = build(seed, 300, 3, deletions)
+    cache = ScanCache(budget=budget)
+    with ix.searcher(weighting=LuceneBM25F()) as searcher:
+        for clauses in queries:
+            assert top_docs(searcher, cache, clauses, 1000) == top_docs(
+                searcher, ScanCache(budget=0), clauses, 1000
+            )
+            assert cache.held <= budget
+
+
+def test_the_term_cache_keeps_the_latest_terms_within_its_budget() -> None:
+    ix = build(5, 300, 2, 0)
+    with ix.searcher(weighting=LuceneBM25F()) as searcher:
+        frequent = len(top_docs(searcher, ScanCache(), [Clause("content", "w0", 1.0)], 1000))
+        rare = len(top_docs(searcher, ScanCache(), [Clause("content", "w11", 1.0)], 1000))
+        assert frequent > rare > 0
+        cache = ScanCache(budget=frequent)
+        top_docs(searcher, cache, [Clause("content", "w0", 1.0)], 10)
+        assert cache.held == frequent
+        top_docs(searcher, cache, [Clause("content", "w11", 1.0)], 10)
+        assert cache.held == rare  # the older, larger term made room
+        small = ScanCache(budget=frequent - 1)
+        top_docs(searcher, small, [Clause("content", "w0", 1.0)], 10)
+        assert small.held == 0  # a term over the whole budget is not kept
+        cache.clear()
+        assert cache.held == 0
+
+
+def test_stored_fields_and_idf_are_the_searchers_own() -> None:
+    ix = build(9, 120, 3, 10)
+    cache = ScanCache()
+    with ix.searcher(weighting=LuceneBM25F()) as searcher:
+        for _ in range(2):  # read, then remembered
+            for docnum in range(0, searcher.doc_count_all(), 7):
+                assert cache.stored(searcher, docnum) == searcher.stored_fields(docnum)
+            for word in [*VOCAB, "absent"]:
+                btext = word.encode()
+                assert cache.idf(searcher, "content", btext) == searcher.idf("content", btext)
+                assert cache.doc_frequency(searcher, "heading", btext) == searcher.doc_frequency(
+                    "heading", btext
+                )

@@ -1019,3 +1019,37 @@ def test_items_without_chunks_are_indexed_from_their_content_or_title(
     assert [hit.item_id for hit in mem.search_items(terms("content"), 5)] == ["bare"]
     assert [hit.item_id for hit in mem.search_items(terms("empty note"), 5)] == ["empty"]
     assert not mem.has_chunk_index()
+
+
+def test_what_a_searcher_remembers_is_forgotten_after_a_write(tmp_path: Path) -> None:
+    """Terms' scores, idf and stored keys are kept per searcher: after updates and a delete
+    every search answers as a manager that never searched before."""
+    rng = random.Random(5)
+    words = ["alpha", "beta", "gamma", "delta", "omega"]
+
+    def pair(n: int) -> Pair:
+        sections = [("", " ".join(rng.choices(words, k=rng.randint(1, 12)))) for _ in range(3)]
+        return make_pair(f"i{n}", sections)
+
+    queries = [terms(" ".join(rng.sample(words, k))) for k in (1, 2, 3, 5)]
+    with SearchIndexManager(tmp_path / "index", ANALYZER) as warm:
+        warm.update(upserts=[pair(n) for n in range(30)])
+        for step in range(3):
+            for query in queries:
+                warm.search_chunks(query, 20)
+                warm.search_items(query, 20)
+                warm.idf(query)
+                warm.unseen([*query, "zeta"])
+            if step == 0:  # new documents, one with a word the base had not seen
+                warm.update(
+                    upserts=[*(pair(n) for n in range(30, 45)), make_pair("z", [("", "zeta")])]
+                )
+            else:  # replaced one by one: deletions, and merges that renumber documents
+                for n in range(9):
+                    warm.update(upserts=[pair(n)])
+            with SearchIndexManager(tmp_path / "index", ANALYZER) as fresh:
+                for query in queries:
+                    assert warm.search_chunks(query, 20) == fresh.search_chunks(query, 20)
+                    assert warm.search_items(query, 20) == fresh.search_items(query, 20)
+                    assert warm.idf(query) == fresh.idf(query)
+                    assert warm.unseen([*query, "zeta"]) == fresh.unseen([*query, "zeta"])

@@ -47,6 +47,7 @@ from knowledge_agent.search.config import SearchConfig
 from knowledge_agent.search.facets import count_facets
 from knowledge_agent.search.filters import SearchFilters
 from knowledge_agent.search.hits import ChunkHit, ItemHit
+from knowledge_agent.search.ranking.analysed import TextAnalyses
 from knowledge_agent.search.ranking.boosts import age_days, mmr_order, time_boost
 from knowledge_agent.search.ranking.expansion import expanded_query
 from knowledge_agent.search.ranking.explain import FieldMatches
@@ -108,6 +109,7 @@ class _ChunkQuery:
     idf: dict[str, float]
     best_possible: float
     unknown: float
+    analyses: TextAnalyses  # each chunk text analysed once for this query
     located: dict[str, tuple[str, int]] = field(default_factory=dict)  # chunk -> item, index
     loaded: dict[str, KnowledgeChunk] = field(default_factory=dict)  # read for this query
 
@@ -623,6 +625,7 @@ class SearchEngineImpl:
             idf=idf,
             best_possible=self.keyword_index.best_possible_score(terms, idf),
             unknown=unseen_share(terms, idf, self.keyword_index.unseen(terms)),
+            analyses=TextAnalyses(self.analyzer),
         )
 
     def _rank_chunks(self, ask: _ChunkQuery) -> _RankedChunks:
@@ -652,7 +655,7 @@ class SearchEngineImpl:
         )
         if known_item:
             rankings.details.update(mode=ask.mode, known_item=True)
-        fused, evidence = self._with_passage_evidence(rankings.fused, terms, ask.idf, ask.loaded)
+        fused, evidence = self._with_passage_evidence(rankings.fused, terms, ask)
         # Confidence is judged on the query as asked, even when it is widened below, and so
         # is which of a document's chunks answer.
         first_keyword = rankings.keyword
@@ -667,6 +670,7 @@ class SearchEngineImpl:
             ask.best_possible,
             ask.unknown,
             ask.loaded,
+            ask.analyses,
         )
         if widened is not None:
             as_asked = fused
@@ -678,9 +682,7 @@ class SearchEngineImpl:
                 dense,
             )  # a widened query is not a known item: it found no confident match
             rankings.details["expanded_with"] = [t for t in widened if t not in terms]
-            fused, evidence = self._with_passage_evidence(
-                rankings.fused, terms, ask.idf, ask.loaded
-            )
+            fused, evidence = self._with_passage_evidence(rankings.fused, terms, ask)
         documents = (
             self._document_shares(terms, count, filters)
             if ask.mode in ("hybrid", "keyword")
@@ -773,6 +775,7 @@ class SearchEngineImpl:
         """One item's result: its best chunks weighed, explained and with their context."""
         terms, idf, evidence, fused = ask.terms, ask.idf, ranked.evidence, ranked.fused
         factor = grouped.boosts[item.id].factor if item.id in grouped.boosts else 1.0
+        analyses = ask.analyses
         matched = self._weighed(
             [(score, chunk_id) for score, chunk_id in candidate.chunks if chunk_id in chunks],
             grouped.order,
@@ -782,6 +785,7 @@ class SearchEngineImpl:
             evidence,
             fused,
             chunks,
+            analyses,
         )
         if not matched:
             return None
@@ -796,6 +800,7 @@ class SearchEngineImpl:
                 ask.best_possible,
                 evidence,
                 ask.unknown,
+                analyses,
             )
 
         best_score, best = matched[0]
@@ -805,6 +810,7 @@ class SearchEngineImpl:
             self.analyzer,
             terms,
             {"title": item.title, "heading": best.heading, "content": best.content},
+            {"content": analyses(best.content).terms},
         )
         rankings = ranked.rankings
         views = [
@@ -821,6 +827,7 @@ class SearchEngineImpl:
                             self.analyzer,
                             terms,
                             {"heading": chunk.heading, "content": chunk.content},
+                            {"content": analyses(chunk.content).terms},
                         )
                     ).terms("heading", "content"),
                     fused=fused[chunk.id],
@@ -843,7 +850,10 @@ class SearchEngineImpl:
             relevance_score=best_score,
             confidence=sure,
             matched_fields=found.fields(),
-            highlights=[highlight(c.content, marked, self.analyzer) for _, c in matched],
+            highlights=[
+                highlight(c.content, marked, self.analyzer, spans=analyses(c.content).spans)
+                for _, c in matched
+            ],
             matched_chunks=views,
             context_chunks=self._context(item, matched, context_window, near),
             explanation=views[0].explanation,
@@ -860,6 +870,7 @@ class SearchEngineImpl:
         evidence: dict[str, PassageEvidence],
         fused: dict[str, float],
         chunks: dict[str, KnowledgeChunk],
+        analyses: TextAnalyses,
     ) -> list[tuple[float, KnowledgeChunk]]:
         """A shown document's best chunks, each with its passage evidence (the best
         ``passage_depth`` of the whole query have theirs already; ``evidence`` and
@@ -868,7 +879,8 @@ class SearchEngineImpl:
         rescored = []
         for score, chunk_id in entries:
             if (config.coverage_weight or config.proximity_weight) and chunk_id not in evidence:
-                found = passage_evidence(terms, chunks[chunk_id].content, idf, self.analyzer)
+                content = chunks[chunk_id].content
+                found = passage_evidence(terms, content, idf, self.analyzer, analyses(content))
                 evidence[chunk_id] = found
                 bonus = found.score(config.coverage_weight, config.proximity_weight)
                 fused[chunk_id] += bonus
@@ -1023,9 +1035,12 @@ class SearchEngineImpl:
         best_possible: float,
         evidence: dict[str, PassageEvidence],
         unknown: float,
+        analyses: TextAnalyses,
     ) -> float:
         share = keyword.get(chunk_id, 0.0) / best_possible if keyword and best_possible else None
-        found = evidence.get(chunk_id) or passage_evidence(terms, content, idf, self.analyzer)
+        found = evidence.get(chunk_id) or passage_evidence(
+            terms, content, idf, self.analyzer, analyses(content)
+        )
         return confidence(share, found, unknown)
 
     def _widened(
@@ -1039,6 +1054,7 @@ class SearchEngineImpl:
         best_possible: float,
         unknown: float,
         loaded: dict[str, KnowledgeChunk],
+        analyses: TextAnalyses,
     ) -> dict[str, float] | None:
         """The query widened by its first hits' words (RM3), when it is on, the keyword
         engine ran, and the first pass found no confident match; else None."""
@@ -1057,12 +1073,20 @@ class SearchEngineImpl:
         if top is None:
             return None
         sure = self._confidence(
-            rankings.keyword, top.id, top.content, terms, idf, best_possible, evidence, unknown
+            rankings.keyword,
+            top.id,
+            top.content,
+            terms,
+            idf,
+            best_possible,
+            evidence,
+            unknown,
+            analyses,
         )
         if sure >= config.expansion_gate:
             return None
         feedback = [
-            (rankings.keyword[chunk_id], self.analyzer.terms(chunks[chunk_id].content))
+            (rankings.keyword[chunk_id], analyses(chunks[chunk_id].content).terms)
             for chunk_id in feedback_ids
             if chunk_id in chunks
         ]
@@ -1080,11 +1104,7 @@ class SearchEngineImpl:
         return {chunk_id: loaded[chunk_id] for chunk_id in chunk_ids if chunk_id in loaded}
 
     def _with_passage_evidence(
-        self,
-        fused: dict[str, float],
-        terms: list[str],
-        idf: dict[str, float],
-        loaded: dict[str, KnowledgeChunk],
+        self, fused: dict[str, float], terms: list[str], ask: _ChunkQuery
     ) -> tuple[dict[str, float], dict[str, PassageEvidence]]:
         """``fused`` with the best chunks' passage evidence added (best first again), and
         that evidence by chunk id."""
@@ -1093,8 +1113,10 @@ class SearchEngineImpl:
             return fused, {}
         top = list(fused)[: config.passage_depth]
         evidence = {
-            chunk_id: passage_evidence(terms, chunk.content, idf, self.analyzer)
-            for chunk_id, chunk in self._read_chunks(top, loaded).items()
+            chunk_id: passage_evidence(
+                terms, chunk.content, ask.idf, self.analyzer, ask.analyses(chunk.content)
+            )
+            for chunk_id, chunk in self._read_chunks(top, ask.loaded).items()
         }
         scores = dict(fused)
         for chunk_id, found in evidence.items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from knowledge_agent.analysis import TextAnalyzer
 
@@ -14,11 +14,21 @@ class FieldMatches:
     """Query-term counts per field of one result, from one analysis of each field."""
 
     def __init__(
-        self, analyzer: TextAnalyzer, query_terms: Collection[str], fields: Mapping[str, str]
+        self,
+        analyzer: TextAnalyzer,
+        query_terms: Collection[str],
+        fields: Mapping[str, str],
+        analysed: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
+        """``analysed`` holds the terms of those fields the caller has analysed already."""
         wanted = set(query_terms)
+        known = analysed or {}
         self._counts = {
-            name: Counter(term for term in analyzer.terms(text) if term in wanted)
+            name: Counter(
+                term
+                for term in (known[name] if name in known else analyzer.terms(text))
+                if term in wanted
+            )
             for name, text in fields.items()
         }
 

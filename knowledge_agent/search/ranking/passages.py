@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from knowledge_agent.analysis import CJK_CHARACTERS, TextAnalyzer
+from knowledge_agent.search.ranking.analysed import AnalysedText
 
 __all__ = [
     "PAIR_WINDOW",
@@ -102,8 +103,10 @@ def passage_evidence(
     text: str,
     idf: Mapping[str, float],
     analyzer: TextAnalyzer,
+    analysed: AnalysedText | None = None,
 ) -> PassageEvidence:
-    """The evidence of the unit of ``text`` that scores best for the analysed query ``terms``."""
+    """The evidence of the unit of ``text`` that scores best for the analysed query ``terms``
+    (``analysed``: ``text`` analysed already, whose units are then read off it)."""
     wanted = {term: max(idf.get(term, 0.0), 0.0) for term in terms}
     total = sum(wanted.values())
     pairs = [(a, b) for a, b in itertools.pairwise(terms) if a != b and not _overlap(a, b)]
@@ -115,7 +118,10 @@ def passage_evidence(
     best_score = -1.0
     for start, end in units(text):
         positions: dict[str, list[int]] = {}
-        for position, term in enumerate(analyzer.terms(text[start:end])):
+        unit = (
+            analyzer.terms(text[start:end]) if analysed is None else analysed.unit_terms(start, end)
+        )
+        for position, term in enumerate(unit):
             if term in wanted:
                 positions.setdefault(term, []).append(position)
         if not positions:

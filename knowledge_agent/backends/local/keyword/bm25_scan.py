@@ -10,15 +10,22 @@ adds the clauses (a few ulps). The tests compare both on random corpora.
 Postings and lengths are read by :mod:`~knowledge_agent.backends.local.keyword.internals` — whole
 blocks on a tested Whoosh version, posting by posting through the public matcher otherwise —
 and scored by ``whoosh.scoring.bm25`` itself, applied to arrays.
+
+A term's scores depend only on the searcher (idf and average length are its statistics), so
+each term's live documents and unboosted scores over all segments are kept for the searcher's
+lifetime, up to a budget of postings: a common word ("use", "file") then costs one array
+addition a query instead of decoding its blocks in every segment again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
-from whoosh.reading import SegmentReader
+from whoosh.reading import SegmentReader, TermNotFound
 from whoosh.scoring import BM25F, bm25
 from whoosh.searching import Searcher
 
@@ -37,15 +44,83 @@ class Clause:
     boost: float
 
 
+TermScores = tuple[np.ndarray, np.ndarray]
+"""(docnums ascending, unboosted BM25F scores) of one term's live documents in a searcher."""
+
+TERM_BUDGET = 2_000_000
+"""Postings a searcher's term cache holds at most (12 bytes each: about 24 MB)."""
+
+_IDF_KEPT = 100_000  # idf values a searcher's cache holds before it starts again
+_STORED_KEPT = 20_000  # documents' stored fields a searcher's cache holds (a few MB)
+
+
 @dataclass
 class ScanCache:
-    """What one searcher's segments need decoded once: field lengths and deleted docnums.
-
-    Keyed by segment position; valid as long as the searcher it was filled for.
+    """What one searcher needs decoded once: field lengths and deleted docnums (keyed by
+    segment position) and the scores of recently queried terms (least recently used dropped
+    past ``budget`` postings). Valid as long as the searcher it was filled for.
     """
 
+    budget: int = TERM_BUDGET
     _lengths: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
     _deleted: dict[int, np.ndarray] = field(default_factory=dict)
+    _terms: OrderedDict[tuple[str, bytes], TermScores] = field(default_factory=OrderedDict)
+    _held: int = 0
+    _idf: dict[tuple[str, bytes], float] = field(default_factory=dict)
+    _stored: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
+    _df: dict[tuple[str, bytes], int] = field(default_factory=dict)
+
+    def doc_frequency(self, searcher: Searcher, fieldname: str, btext: bytes) -> int:
+        """How many of the searcher's documents hold a term (summed over segments), once."""
+        key = (fieldname, btext)
+        found = self._df.get(key)
+        if found is None:
+            if len(self._df) >= _IDF_KEPT:
+                self._df.clear()
+            found = self._df[key] = int(searcher.doc_frequency(fieldname, btext))
+        return found
+
+    def stored(self, searcher: Searcher, docnum: int) -> dict[str, Any]:
+        """A document's stored fields (its keys), unpickled once while recently used."""
+        found = self._stored.get(docnum)
+        if found is None:
+            found = self._stored[docnum] = searcher.stored_fields(docnum)
+            if len(self._stored) > _STORED_KEPT:
+                self._stored.popitem(last=False)
+        else:
+            self._stored.move_to_end(docnum)
+        return found
+
+    def idf(self, searcher: Searcher, fieldname: str, btext: bytes) -> float:
+        """The searcher's idf of a term (a doc frequency summed over every segment), once."""
+        key = (fieldname, btext)
+        found = self._idf.get(key)
+        if found is None:
+            if len(self._idf) >= _IDF_KEPT:
+                self._idf.clear()
+            found = self._idf[key] = float(searcher.idf(fieldname, btext))
+        return found
+
+    def term(self, key: tuple[str, bytes], score: Callable[[], TermScores]) -> TermScores:
+        """The scores of term ``key`` (field, bytes): cached, else ``score()`` kept."""
+        found = self._terms.get(key)
+        if found is not None:
+            self._terms.move_to_end(key)
+            return found
+        found = score()
+        size = int(found[0].size)
+        if size <= self.budget:
+            self._terms[key] = found
+            self._held += size
+            while self._held > self.budget:
+                _, (dropped, _) = self._terms.popitem(last=False)
+                self._held -= int(dropped.size)
+        return found
+
+    @property
+    def held(self) -> int:
+        """Postings the term cache holds."""
+        return self._held
 
     def lengths(self, position: int, reader: SegmentReader, fieldname: str) -> np.ndarray:
         key = (position, fieldname)
@@ -64,6 +139,11 @@ class ScanCache:
     def clear(self) -> None:
         self._lengths.clear()
         self._deleted.clear()
+        self._terms.clear()
+        self._held = 0
+        self._idf.clear()
+        self._stored.clear()
+        self._df.clear()
 
 
 def top_docs(
@@ -96,32 +176,50 @@ def scored_docs(
     total = searcher.doc_count_all()
     scores = np.zeros(total)
     matched = np.zeros(total, bool)
-    params = []
     for c in clauses:
         if c.boost == 0:
             continue
-        b = field_b(weighting, c.field)
-        avgfl = searcher.avg_field_length(c.field) or 1
         try:
             btext = searcher.schema[c.field].to_bytes(c.text)
         except ValueError:  # e.g. a lone surrogate: no indexed term can equal it
             continue
-        params.append((c, btext, b, avgfl))
-    k1 = weighting.K1
-    for position, (leaf, offset) in enumerate(searcher.leaf_searchers()):
-        reader = leaf.reader()
-        for c, btext, b, avgfl in params:
-            if (c.field, btext) not in reader:
-                continue
-            ids, tf = postings(reader, c.field, btext)
-            fl = cache.lengths(position, reader, c.field)[ids]
-            s = bm25(searcher.idf(c.field, btext), tf, fl, avgfl, b, k1)  # on whole arrays
-            if c.boost != 1.0:
-                s = s * c.boost
-            scores[ids + offset] += s
-            matched[ids + offset] = True
-        matched[cache.deleted(position, reader) + offset] = False
+        ids, s = cache.term(
+            (c.field, btext), lambda c=c, btext=btext: _term_scores(searcher, cache, c.field, btext)
+        )
+        if c.boost != 1.0:
+            s = s * c.boost
+        # Adding clause by clause keeps each document's sum in the order Whoosh adds.
+        scores[ids] += s
+        matched[ids] = True
     if allow is not None:
         matched &= allow
     rows = np.flatnonzero(matched)
     return rows, scores[rows]
+
+
+def _term_scores(searcher: Searcher, cache: ScanCache, fieldname: str, btext: bytes) -> TermScores:
+    """One term's live docnums over all segments and their unboosted BM25F scores."""
+    weighting = searcher.weighting
+    b = field_b(weighting, fieldname)
+    avgfl = searcher.avg_field_length(fieldname) or 1
+    idf = cache.idf(searcher, fieldname, btext)
+    id_parts: list[np.ndarray] = []
+    score_parts: list[np.ndarray] = []
+    for position, (leaf, offset) in enumerate(searcher.leaf_searchers()):
+        reader = leaf.reader()
+        try:
+            ids, tf = postings(reader, fieldname, btext)
+        except TermNotFound:  # one lookup of the term, not a test and then a lookup
+            continue
+        fl = cache.lengths(position, reader, fieldname)[ids]
+        s = bm25(idf, tf, fl, avgfl, b, weighting.K1)  # on whole arrays
+        deleted = cache.deleted(position, reader)
+        if deleted.size:
+            live = ~np.isin(ids, deleted)
+            ids, s = ids[live], s[live]
+        id_parts.append(ids + offset)
+        score_parts.append(np.asarray(s, np.float64))
+    if not id_parts:
+        return np.zeros(0, np.int64), np.zeros(0)
+    dtype = np.int32 if searcher.doc_count_all() < 2**31 else np.int64
+    return np.concatenate(id_parts).astype(dtype), np.concatenate(score_parts)

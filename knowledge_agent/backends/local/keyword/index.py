@@ -663,7 +663,7 @@ class SearchIndexManager:
                     except ValueError:  # a lone surrogate: no text has it
                         btext = b""
                     try:
-                        found[term] = float(searcher.idf("content", btext))
+                        found[term] = idx.scan_cache.idf(searcher, "content", btext)
                     except Exception as exc:
                         raise self._failure(idx, exc, "cannot read") from exc
             return found
@@ -678,7 +678,9 @@ class SearchIndexManager:
             for term in set(terms):
                 try:
                     seen = any(  # the body first: nearly every known word is there
-                        searcher.doc_frequency(name, searcher.schema[name].to_bytes(term))
+                        idx.scan_cache.doc_frequency(
+                            searcher, name, searcher.schema[name].to_bytes(term)
+                        )
                         for name in sorted(idx.text_fields, key=lambda name: name != "content")
                     )
                 except ValueError:  # a lone surrogate: no text has it
@@ -738,12 +740,13 @@ class SearchIndexManager:
                 ]
                 rows, scores = scored_docs(searcher, idx.scan_cache, clauses, allow)
                 top, top_scores = best_rows(rows, scores, limit)
-                stored = {docnum: searcher.stored_fields(docnum) for docnum in top.tolist()}
+                cache = idx.scan_cache
+                stored = {docnum: cache.stored(searcher, docnum) for docnum in top.tolist()}
                 if per_item is not None and _over_cap(stored.values(), per_item):
                     groups = idx.item_groups.of(searcher)[rows]
                     top, top_scores = capped_best_rows(rows, scores, groups, limit, per_item)
                 found = [
-                    stored[docnum] if docnum in stored else searcher.stored_fields(docnum)
+                    stored[docnum] if docnum in stored else cache.stored(searcher, docnum)
                     for docnum in top.tolist()
                 ]
                 return list(zip(top_scores.tolist(), found, strict=True))
