@@ -375,6 +375,9 @@ class _GuardedConnection:
         self._faults = faults
         self._lock = threading.RLock()
         self._grouped = False  # inside write_group(): writes become savepoints
+        # The error that ended the group's transaction (SQLite rolls it back itself on a
+        # full disk): later writes of the group fail with it rather than start a new one.
+        self._group_lost: sqlite3.Error | None = None
 
     @contextmanager
     def reading(self, operation: str) -> Iterator[sqlite3.Connection]:
@@ -395,14 +398,18 @@ class _GuardedConnection:
         self._check_writable(operation)
         with self.reading(operation) as conn:
             if self._grouped:
+                if self._group_lost is not None:
+                    raise sqlite3.OperationalError(str(self._group_lost))
                 # One all-or-nothing step of the group's transaction.
                 conn.execute("SAVEPOINT write")
                 try:
                     yield conn
-                except BaseException:
+                except BaseException as exc:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK TO write")
                         conn.execute("RELEASE write")
+                    elif isinstance(exc, sqlite3.Error):
+                        self._group_lost = exc
                     raise
                 conn.execute("RELEASE write")
                 return
@@ -430,6 +437,7 @@ class _GuardedConnection:
                 yield
             finally:
                 self._grouped = False
+                self._group_lost = None
                 try:
                     # SQLite ends the transaction itself on some errors (a full disk).
                     if conn.in_transaction:
