@@ -72,6 +72,11 @@ class Sources(Protocol):
     ) -> None:
         """The record, the item and its chunks in one transaction."""
 
+    def save_source_items(
+        self, entries: Sequence[tuple[SourceRecord, KnowledgeItem, list[KnowledgeChunk]]]
+    ) -> None:
+        """:meth:`save_source_item` for several files in one transaction: all or none."""
+
     def delete_source(self, kb: str, path: str) -> str | None: ...
 
 
@@ -152,6 +157,8 @@ class Storage(Protocol):
     # chunks
     def save_chunks(self, item_id: str, chunks: Iterable[KnowledgeChunk]) -> None: ...
     def get_chunks_for_item(self, item_id: str) -> list[KnowledgeChunk]: ...
+    def get_chunks_for_items(self, item_ids: Iterable[str]) -> dict[str, list[KnowledgeChunk]]:
+        """Each item's chunks in chunk_index order; items without chunks are absent."""
     def get_chunk_by_id(self, chunk_id: str) -> KnowledgeChunk | None: ...
     def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, KnowledgeChunk]: ...
     def get_adjacent_chunks(

@@ -193,17 +193,17 @@ def test_a_signal_during_a_commit_waits_for_its_end(
 ) -> None:
     folder = make_folder(tmp_path / "docs", 6, paragraphs=1)
     collector = collector_for(storage, folder, 1)
-    store = collector._store
+    store = collector._pending  # each extracted file's step inside the group's commit
     calls = 0
 
-    def store_with_ctrl_c(*args: object, **kwargs: object) -> str:
+    def store_with_ctrl_c(*args: object, **kwargs: object) -> object:
         nonlocal calls
         calls += 1
         if calls == 3:
             signal.raise_signal(signal.SIGINT)  # mid-commit: must not split it from its count
         return store(*args, **kwargs)  # type: ignore[arg-type]
 
-    collector._store = store_with_ctrl_c  # type: ignore[method-assign]
+    collector._pending = store_with_ctrl_c  # type: ignore[method-assign]
     with graceful_interrupts(), pytest.raises(CollectInterrupted) as caught:
         collector.collect("default", str(folder), WalkOptions())
     assert caught.value.report.processed == 3 == storage.count_items()
@@ -304,9 +304,9 @@ def test_ctrl_c_that_cuts_a_watch_update_short_exits_130(
     folder = make_folder(tmp_path / "notes", 1, paragraphs=1)
     stores = 0
     cut = threading.Event()
-    real_store = Collector._store
+    real_store = Collector._pending  # each extracted file's step inside the group's commit
 
-    def store(self: Collector, *args: object) -> str:
+    def store(self: Collector, *args: object) -> object:
         nonlocal stores
         status = real_store(self, *args)  # type: ignore[arg-type]
         stores += 1
@@ -320,7 +320,7 @@ def test_ctrl_c_that_cuts_a_watch_update_short_exits_130(
         assert cut.wait(20), "the update did not start"
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Collector, "_store", store)
+    monkeypatch.setattr(Collector, "_pending", store)
     monkeypatch.setattr(cli_module, "_wait_for_interrupt", wait_for_interrupt)
     args = ["--data-dir", str(data_dir), "watch", str(folder), "--debounce", "0.05", "--json"]
     result = CliRunner().invoke(cli_module.cli, args)

@@ -173,3 +173,33 @@ def test_sources_by_path_finds_the_tracked_ones_of_one_kb_under_any_root(
     assert all(found[path].path == path and found[path].kb == "docs" for path in found)
     assert found["/other/x.md"].root == "/other"
     assert tracked.sources.get_sources_by_path("docs", []) == {}
+
+
+def _file_entry(path: str, chunks: int) -> tuple[SourceRecord, KnowledgeItem, list[KnowledgeChunk]]:
+    item = KnowledgeItem(title=path, content=f"text of {path}", kb="docs")
+    parts = [KnowledgeChunk(content=f"part {n} of {path}", chunk_index=n) for n in range(chunks)]
+    return record(path, item.id), item, parts
+
+
+def test_several_files_saved_at_once_as_one_by_one(tracked: Storage) -> None:
+    entries = [_file_entry(f"/r/many{n}.md", n) for n in range(4)]  # one without chunks
+    seq = tracked.last_journal_seq()
+    tracked.sources.save_source_items(entries)
+    for source, item, chunks in entries:
+        assert tracked.sources.get_source("docs", source.path) == source
+        assert tracked.get_item(item.id) is not None
+        stored = tracked.get_chunks_for_item(item.id)
+        assert [c.content for c in stored] == [c.content for c in chunks]
+        assert all(c.item_id == item.id for c in chunks)
+    journal = [(item_id, op) for _, item_id, op in tracked.journal_since(seq)]
+    if isinstance(tracked, SQLiteStorageManager):  # PostgreSQL indexes in the transaction
+        assert journal == [(item.id, "upsert") for _, item, _ in entries]
+
+
+def test_chunks_of_several_items_read_at_once_as_one_by_one(tracked: Storage) -> None:
+    entries = [_file_entry(f"/r/read{n}.md", n) for n in range(4)]
+    tracked.sources.save_source_items(entries)
+    ids = [item.id for _, item, _ in entries] + ["absent"]
+    together = tracked.get_chunks_for_items(ids)
+    one_by_one = {i: tracked.get_chunks_for_item(i) for i in ids}
+    assert together == {i: chunks for i, chunks in one_by_one.items() if chunks}

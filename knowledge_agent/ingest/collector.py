@@ -37,7 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 from knowledge_agent.analysis import detect_language
 from knowledge_agent.chunking import ChunkConfig
-from knowledge_agent.errors import IngestError, UnsupportedSourceError, WriteGroupError
+from knowledge_agent.errors import (
+    IngestError,
+    StorageError,
+    UnsupportedSourceError,
+    WriteGroupError,
+)
 from knowledge_agent.ingest.doc_types import doc_type_for
 from knowledge_agent.ingest.interrupts import (
     check_interrupt,
@@ -49,7 +54,7 @@ from knowledge_agent.ingest.interrupts import (
 from knowledge_agent.ingest.items import build_item
 from knowledge_agent.ingest.report import CollectProgress, CollectReport, FileIssue
 from knowledge_agent.ingest.walker import FoundFile, WalkOptions, walk
-from knowledge_agent.models import KnowledgeItem
+from knowledge_agent.models import KnowledgeChunk, KnowledgeItem
 from knowledge_agent.processors import ProcessedDocument, process_bytes
 from knowledge_agent.processors.encoding import decode_bytes
 from knowledge_agent.storage import SQLiteStorageManager
@@ -178,6 +183,18 @@ class _Outcome:
     @property
     def unchanged(self) -> bool:
         return self.document is None and self.error is None
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An extracted file's item and source row, waiting for its group's write."""
+
+    record: SourceRecord
+    item: KnowledgeItem
+    chunks: list[KnowledgeChunk]
+    old_chunks: int  # the chunks its new version replaces
+    size: int
+    place: int  # its index among the group's progress steps
 
 
 def _extract(job: _Job) -> _Outcome:
@@ -440,24 +457,67 @@ class Collector:
         with committing():
             try:
                 with self.storage.write_group("collect"):
+                    pending: list[_Pending] = []
                     for outcome in group:
                         if interrupt_requested():
                             break  # the rest of the group is simply not done yet
                         file, record = records[outcome.path]
-                        before = _counts(report)
-                        status = self._store(kb, root, file, record, outcome, report, stamp)
-                        if status == "processed":
-                            added = tuple(
-                                b - a for a, b in zip(before, _counts(report), strict=True)
+                        if outcome.document is not None and outcome.error is None:
+                            # Written with the group's other documents below, in one go.
+                            pending.append(
+                                self._pending(kb, root, file, record, outcome, stamp, len(stored))
                             )
-                            written[report.item_ids[-1]] = (len(stored), added)
+                            stored.append((outcome.path, "processed", file.size))
+                            continue
+                        status = self._store(kb, root, file, record, outcome, report, stamp)
                         stored.append((outcome.path, status, file.size))
+                    self._write_pending(pending, report, written)
             except WriteGroupError as exc:
                 self._failed_writes(root, exc, records, written, stored, report)
             finally:
-                for path, status, size in stored:
-                    step(path, status, size)
+                # A document whose write raised (the run stops) is not reported done.
+                done = {place for place, _ in written.values()}
+                for place, (path, status, size) in enumerate(stored):
+                    if status != "processed" or place in done:
+                        step(path, status, size)
         check_interrupt()
+
+    def _write_pending(
+        self,
+        pending: list[_Pending],
+        report: CollectReport,
+        written: dict[str, tuple[int, tuple[int, ...]]],
+    ) -> None:
+        """Write extracted documents: all in one transaction (one statement per table);
+        when that fails, one at a time, so each one that can be is stored and the error
+        is the write of the file it belongs to."""
+        if not pending:
+            return
+        entries = [(entry.record, entry.item, entry.chunks) for entry in pending]
+        try:
+            self.storage.sources.save_source_items(entries)
+        except StorageError:
+            if len(pending) == 1:
+                raise
+            logger.debug("a group write failed; writing its %d files one by one", len(pending))
+            for entry in pending:
+                self.storage.sources.save_source_item(entry.record, entry.item, entry.chunks)
+                self._count(entry, report, written)
+            return
+        for entry in pending:
+            self._count(entry, report, written)
+
+    @staticmethod
+    def _count(
+        entry: _Pending, report: CollectReport, written: dict[str, tuple[int, tuple[int, ...]]]
+    ) -> None:
+        added = (1, len(entry.chunks), entry.old_chunks, entry.size)
+        report.processed += 1
+        report.chunks_added += added[1]
+        report.chunks_removed += added[2]
+        report.bytes_processed += added[3]
+        report.item_ids.append(entry.item.id)
+        written[entry.item.id] = (entry.place, added)
 
     def _failed_writes(
         self,
@@ -585,29 +645,42 @@ class Collector:
         if isinstance(error, UnsupportedSourceError):
             self._skip(kb, root, file, record, error.reason, report)
             return "skipped"
-        if error is not None:
-            # Keep what was indexed before (the failure may be passing); no size, mtime or
-            # hash to compare against makes the next run try again.
-            logger.warning("could not ingest %s: %s", path, error.reason)
-            self.storage.sources.save_source(
-                replace(
-                    base, size=-1, mtime_ns=0, content_hash="", status="failed", error=error.reason
-                )
-            )
-            report.failed.append(FileIssue(path, error.reason))
-            return "failed"
-        assert outcome.document is not None
-        item, chunk_count = self._item(kb, root, file, record, outcome.document, stamp)
-        old_chunks = self.storage.count_chunks(item_id=item.id) if record else 0
-        self.storage.sources.save_source_item(
-            replace(base, item_id=item.id), item, outcome.document.chunks
+        # An extracted document is written with its group (_pending); this is a failure.
+        assert error is not None
+        # Keep what was indexed before (the failure may be passing); no size, mtime or
+        # hash to compare against makes the next run try again.
+        logger.warning("could not ingest %s: %s", path, error.reason)
+        self.storage.sources.save_source(
+            replace(base, size=-1, mtime_ns=0, content_hash="", status="failed", error=error.reason)
         )
-        report.processed += 1
-        report.chunks_added += chunk_count
-        report.chunks_removed += old_chunks
-        report.bytes_processed += file.size
-        report.item_ids.append(item.id)
-        return "processed"
+        report.failed.append(FileIssue(path, error.reason))
+        return "failed"
+
+    def _pending(
+        self,
+        kb: str,
+        root: str,
+        file: FoundFile,
+        record: SourceRecord | None,
+        outcome: _Outcome,
+        stamp: Stamp | None,
+        place: int,
+    ) -> _Pending:
+        """The item of an extracted file and its source row, ready to be written."""
+        assert outcome.document is not None
+        item = self._item(kb, root, file, record, outcome.document, stamp)
+        source = SourceRecord(
+            kb=kb,
+            path=str(file.path),
+            root=root,
+            size=file.size,
+            mtime_ns=file.mtime_ns,
+            status="indexed",
+            item_id=item.id,
+            content_hash=outcome.content_hash,
+        )
+        old_chunks = self.storage.count_chunks(item_id=item.id) if record else 0
+        return _Pending(source, item, outcome.document.chunks, old_chunks, file.size, place)
 
     def _item(
         self,
@@ -617,7 +690,7 @@ class Collector:
         record: SourceRecord | None,
         document: ProcessedDocument,
         stamp: Stamp | None,
-    ) -> tuple[KnowledgeItem, int]:
+    ) -> KnowledgeItem:
         metadata = dict(document.metadata)
         metadata.update(
             {
@@ -645,7 +718,7 @@ class Collector:
         if stamped is not None:
             item.updated_at = stamped.updated_at
             item.metadata.update(stamped.metadata)
-        return item, len(document.chunks)
+        return item
 
     def _skip(
         self,
@@ -737,11 +810,6 @@ def _size_text(size: int) -> str:
 
 def _too_large(file: FoundFile, options: WalkOptions) -> str:
     return f"{_size_text(file.size)} is over the {_size_text(options.max_file_size)} limit"
-
-
-def _counts(report: CollectReport) -> tuple[int, int, int, int]:
-    """What storing a file adds to a report: files, chunks added and removed, bytes."""
-    return (report.processed, report.chunks_added, report.chunks_removed, report.bytes_processed)
 
 
 def _same_stat(record: SourceRecord, file: FoundFile) -> bool:

@@ -22,7 +22,8 @@ path (the watcher uses it for single changed files). Both share one rule engine,
    file left out this way, with its kind, so a run can report what it did not read.
 
 Excluded folders are pruned, never descended into, so a gitignore negation cannot re-include a
-file inside an excluded folder (as in git). Pattern matching is ``pathspec``'s GitIgnoreSpec.
+file inside an excluded folder (as in git). Pattern matching is ``pathspec``'s GitIgnoreSpec
+(screened: see ``screened_spec``).
 
 Symlinks whose real target lies inside the root (the root's real path) are followed once:
 every real directory and file is visited at most once, the first in walk order wins, so a link
@@ -44,6 +45,7 @@ from pathlib import Path
 from pathspec import GitIgnoreSpec
 
 from knowledge_agent.errors import ConfigError, IngestError
+from knowledge_agent.ingest.screened_spec import ScreenedSpec
 from knowledge_agent.patterns import gitignore_problem
 
 __all__ = [
@@ -290,10 +292,10 @@ def _pattern_tuple(name: str, value: object) -> tuple[str, ...]:
     return patterns
 
 
-def _compile(name: str, patterns: Iterable[str]) -> GitIgnoreSpec:
+def _compile(name: str, patterns: Iterable[str]) -> ScreenedSpec:
     """Compile user patterns, mapping pathspec's errors to ConfigError."""
     try:
-        return GitIgnoreSpec.from_lines(list(patterns))
+        return ScreenedSpec(GitIgnoreSpec.from_lines(list(patterns)))
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{name}: invalid pattern: {exc}") from exc
 
@@ -320,7 +322,7 @@ def _compile_file_lines(source: str, lines: list[str]) -> GitIgnoreSpec | None:
         return GitIgnoreSpec.from_lines(good) if good else None
 
 
-def _read_ignore_file(path: str) -> GitIgnoreSpec | None:
+def _read_ignore_file(path: str) -> ScreenedSpec | None:
     """Read one ignore file (``.gitignore`` or ``info/exclude``); None if absent or empty."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -331,7 +333,7 @@ def _read_ignore_file(path: str) -> GitIgnoreSpec | None:
         logger.warning("cannot read %s: %s", path, exc)
         return None
     spec = _compile_file_lines(path, lines)
-    return spec if spec is not None and len(spec) else None
+    return ScreenedSpec(spec) if spec is not None and len(spec) else None
 
 
 @dataclass(frozen=True)
@@ -339,7 +341,7 @@ class _Level:
     """One ignore file: ``prefix`` is its folder relative to the root, "" or ending in "/"."""
 
     prefix: str
-    spec: GitIgnoreSpec
+    spec: ScreenedSpec
 
 
 class _Rules:
@@ -353,7 +355,7 @@ class _Rules:
         self.non_text = (
             _compile("exclude", NON_TEXT_EXCLUDES) if options.use_default_excludes else None
         )
-        # The kind of each NON_TEXT_EXCLUDES pattern, by its index (what check_file returns).
+        # The kind of each NON_TEXT_EXCLUDES pattern, by its index (what check returns).
         self.non_text_kinds = [kind for kind, patterns in NON_TEXT_KINDS.items() for _ in patterns]
 
     def root_levels(self, root_abs: str) -> tuple[_Level, ...]:
@@ -390,23 +392,23 @@ class _Rules:
         if name == _GITIGNORE and not is_dir:
             return ""  # a rule file, never content, even with include_hidden
         probe = rel + "/" if is_dir else rel  # a trailing slash lets "build/" match folders only
-        if self.exclude is not None and self.exclude.check_file(probe).include:
+        if self.exclude is not None and self.exclude.check(probe)[0]:
             return ""
         # The deepest .gitignore with an opinion decides (git's precedence).
         for level in reversed(levels):
-            verdict = level.spec.check_file(probe[len(level.prefix) :]).include
+            verdict = level.spec.check(probe[len(level.prefix) :])[0]
             if verdict is not None:
                 if verdict:
                     return ""
                 break
         if is_dir:
             return None
-        if self.include is not None and not self.include.check_file(rel).include:
+        if self.include is not None and not self.include.check(rel)[0]:
             return ""  # outside what was asked for: not worth reporting as not text
         if self.non_text is not None and self.include is None:  # an include pattern lets it in
-            match = self.non_text.check_file(rel)
-            if match.include:
-                return "" if match.index is None else self.non_text_kinds[match.index]
+            excluded, index = self.non_text.check(rel)
+            if excluded:
+                return "" if index is None else self.non_text_kinds[index]
         return None
 
 

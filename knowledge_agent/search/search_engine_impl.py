@@ -267,9 +267,12 @@ class SearchEngineImpl:
             batch = item_ids[start : start + _SYNC_READ]
             upsert_ids = [item_id for item_id in batch if latest[item_id] == "upsert"]
             items = self.storage.get_items(upsert_ids)
+            chunks = self.storage.get_chunks_for_items(
+                item_id for item_id in upsert_ids if item_id in items
+            )
             for item_id in upsert_ids:
                 if item_id in items:
-                    upserts.append((items[item_id], self.storage.get_chunks_for_item(item_id)))
+                    upserts.append((items[item_id], chunks.get(item_id, [])))
                     loaded += len(items[item_id].content)
                     chunks_done += len(upserts[-1][1])
             deletes.extend(item_id for item_id in batch if item_id not in items)

@@ -44,6 +44,14 @@ class StoreConnection(Protocol):
         """Upsert the item (creating its knowledge base), replace its chunks, journal it."""
         ...
 
+    def write_items(
+        self,
+        conn: sqlite3.Connection,
+        entries: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]],
+    ) -> None:
+        """:meth:`write_item` for each of these items, in order."""
+        ...
+
     def delete_items(self, conn: sqlite3.Connection, item_ids: Sequence[str]) -> None:
         """Delete items (their chunks and tracking rows cascade) and journal the deletes."""
         ...

@@ -19,7 +19,7 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -450,6 +450,19 @@ class SourceStore:
             conn.execute(_SOURCE_UPSERT, _source_row(record))
         for chunk in chunks:
             chunk.item_id = item.id
+
+    def save_source_items(
+        self, entries: Sequence[tuple[SourceRecord, KnowledgeItem, list[KnowledgeChunk]]]
+    ) -> None:
+        """:meth:`save_source_item` for several files in one transaction: all or none."""
+        if not entries:
+            return
+        with self._db.writing("save_source_items") as conn:
+            self._db.write_items(conn, [(item, chunks) for _, item, chunks in entries])
+            conn.executemany(_SOURCE_UPSERT, [_source_row(record) for record, _, _ in entries])
+        for _, item, chunks in entries:
+            for chunk in chunks:
+                chunk.item_id = item.id
 
     def delete_source(self, kb: str, path: str) -> str | None:
         """Forget a tracked file and delete its item; returns the item id, if there was one."""

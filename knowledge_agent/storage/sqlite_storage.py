@@ -161,6 +161,9 @@ _ITEM_UPSERT = (
     "ON CONFLICT(id) DO UPDATE SET "
     + ", ".join(f"{name} = excluded.{name}" for name in ITEM_COLUMNS[1:])
 )
+_KB_INSERT = (
+    "INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING"
+)
 _CHUNK_INSERT = (
     f"INSERT INTO knowledge_chunks ({', '.join(CHUNK_COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in CHUNK_COLUMNS)})"
@@ -341,10 +344,7 @@ def _journal(conn: sqlite3.Connection, item_ids: Iterable[str], op: str) -> None
 
 def _upsert_item(conn: sqlite3.Connection, item: KnowledgeItem) -> None:
     # An item's knowledge base exists as soon as the item does.
-    conn.execute(
-        "INSERT INTO knowledge_bases (name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING",
-        (item.kb, item.created_at.isoformat()),
-    )
+    conn.execute(_KB_INSERT, (item.kb, item.created_at.isoformat()))
     conn.execute(_ITEM_UPSERT, _item_to_row(item))
 
 
@@ -375,6 +375,9 @@ class _GuardedConnection:
         self._faults = faults
         self._lock = threading.RLock()
         self._grouped = False  # inside write_group(): writes become savepoints
+        # The error that ended the group's transaction (SQLite rolls it back itself on a
+        # full disk): later writes of the group fail with it rather than start a new one.
+        self._group_lost: sqlite3.Error | None = None
 
     @contextmanager
     def reading(self, operation: str) -> Iterator[sqlite3.Connection]:
@@ -395,14 +398,18 @@ class _GuardedConnection:
         self._check_writable(operation)
         with self.reading(operation) as conn:
             if self._grouped:
+                if self._group_lost is not None:
+                    raise sqlite3.OperationalError(str(self._group_lost))
                 # One all-or-nothing step of the group's transaction.
                 conn.execute("SAVEPOINT write")
                 try:
                     yield conn
-                except BaseException:
+                except BaseException as exc:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK TO write")
                         conn.execute("RELEASE write")
+                    elif isinstance(exc, sqlite3.Error):
+                        self._group_lost = exc
                     raise
                 conn.execute("RELEASE write")
                 return
@@ -430,6 +437,7 @@ class _GuardedConnection:
                 yield
             finally:
                 self._grouped = False
+                self._group_lost = None
                 try:
                     # SQLite ends the transaction itself on some errors (a full disk).
                     if conn.in_transaction:
@@ -449,6 +457,34 @@ class _GuardedConnection:
         _upsert_item(conn, item)
         _replace_chunks(conn, item.id, chunks)
         _journal(conn, [item.id], "upsert")
+
+    def write_items(
+        self,
+        conn: sqlite3.Connection,
+        entries: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]],
+    ) -> None:
+        """:meth:`write_item` for several items, one statement per table (a folder of small
+        files otherwise pays six statements a file)."""
+        if len({item.id for item, _ in entries}) < len(entries):
+            for item, chunks in entries:  # one item twice: its writes in order
+                self.write_item(conn, item, chunks)
+            return
+        kbs: dict[str, str] = {}
+        for item, _ in entries:
+            kbs.setdefault(item.kb, item.created_at.isoformat())
+        conn.executemany(_KB_INSERT, list(kbs.items()))
+        conn.executemany(_ITEM_UPSERT, [_item_to_row(item) for item, _ in entries])
+        conn.executemany(
+            "DELETE FROM knowledge_chunks WHERE item_id = ?", [(item.id,) for item, _ in entries]
+        )
+        conn.executemany(
+            _CHUNK_INSERT,
+            [_chunk_to_row(chunk, item.id) for item, chunks in entries for chunk in chunks],
+        )
+        conn.executemany(
+            INSERT_NAMES, [row for item, chunks in entries for row in name_rows(item.id, chunks)]
+        )
+        _journal(conn, [item.id for item, _ in entries], "upsert")
 
     def delete_items(self, conn: sqlite3.Connection, item_ids: Sequence[str]) -> None:
         """Delete items (their chunks and tracking rows cascade) and journal the deletes."""
@@ -941,6 +977,21 @@ class SQLiteStorageManager:
                 f"{_CHUNK_SELECT} WHERE item_id = ? ORDER BY chunk_index", (item_id,)
             ).fetchall()
         return [row_to_chunk(row) for row in rows]
+
+    def get_chunks_for_items(self, item_ids: Iterable[str]) -> dict[str, list[KnowledgeChunk]]:
+        """:meth:`get_chunks_for_item` of each item, one query per batch of items (an index
+        update reads thousands of small files' chunks); unknown items are absent."""
+        found: dict[str, list[KnowledgeChunk]] = {}
+        with self._db.reading("get_chunks_for_items") as conn:
+            for batch in _batches(item_ids):
+                sql = (
+                    f"{_CHUNK_SELECT} WHERE item_id IN ({_placeholders(len(batch))}) "
+                    "ORDER BY item_id, chunk_index"
+                )
+                for row in conn.execute(sql, batch):
+                    chunk = row_to_chunk(row)
+                    found.setdefault(chunk.item_id, []).append(chunk)
+        return found
 
     def get_chunk_by_id(self, chunk_id: str) -> KnowledgeChunk | None:
         """The chunk with this id, or None."""

@@ -373,6 +373,13 @@ class _Guarded:
     def journal(self, conn: _Connection, item_ids: Iterable[str], op: str) -> None:
         """Nothing: the index writers ran in the transaction (see :class:`PostgresStorage`)."""
 
+    def write_items(
+        self, conn: _Connection, entries: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]]
+    ) -> None:
+        """:meth:`write_item` for each item in order (its statements are pipelined)."""
+        for item, chunks in entries:
+            self.write_item(conn, item, chunks)
+
     def write_item(
         self, conn: _Connection, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]
     ) -> None:
@@ -861,6 +868,11 @@ class PostgresStorage:
                 f"{CHUNK_SELECT} WHERE item_id = ? ORDER BY chunk_index", (text_to_db(item_id),)
             ).fetchall()
         return [row_to_chunk(row) for row in rows]
+
+    def get_chunks_for_items(self, item_ids: Iterable[str]) -> dict[str, list[KnowledgeChunk]]:
+        """:meth:`get_chunks_for_item` of each item that has chunks."""
+        found = {item_id: self.get_chunks_for_item(item_id) for item_id in dict.fromkeys(item_ids)}
+        return {item_id: chunks for item_id, chunks in found.items() if chunks}
 
     def get_chunk_by_id(self, chunk_id: str) -> KnowledgeChunk | None:
         """The chunk with this id, or None."""
