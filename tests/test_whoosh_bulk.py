@@ -23,6 +23,7 @@ from whoosh.writing import CLEAR, NO_MERGE, SegmentWriter
 
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.backends.local.keyword import batch as whoosh_batch
+from knowledge_agent.backends.local.keyword import bulk_terms as whoosh_bulk_terms
 from knowledge_agent.backends.local.keyword import bulk_write as whoosh_bulk_write
 from knowledge_agent.backends.local.keyword.batch import delete_terms
 from knowledge_agent.backends.local.keyword.blocks import chunk_block, item_block
@@ -560,3 +561,81 @@ def test_a_segment_written_ahead_is_written_again_when_a_merge_adds_to_it() -> N
     with indexes[1].reader() as reader:
         assert reader.doc_count() == 8
         assert len(list(reader.all_stored_fields())) == 8  # all of them in the files
+
+
+# --------------------------------------------------------------------------- terms tables
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    homes=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2**24 - 1)), max_size=400),
+    crowded=st.booleans(),
+    files=st.integers(1, 3),
+)
+def test_every_key_of_a_hash_table_is_found_by_the_readers_probe(
+    homes: list[tuple[int, int]], crowded: bool, files: int
+) -> None:
+    """Each key sits in a slot of its own table, reached from its home slot by probing past
+    taken slots only (wrapping at the table's end), as Whoosh's HashReader looks it up."""
+    hashes = np.array(
+        [
+            ((2**24 - 1 - high % 5 if crowded else high) << 8) | (low if crowded else high & 255)
+            for low, high in homes
+        ],
+        np.uint32,
+    )
+    group = np.array([low % files for low, _ in homes], np.int64)
+    slot, slots, base = whoosh_bulk_terms._place(hashes, group, files)
+    assert len(set(slot.tolist())) == hashes.size
+    taken = np.zeros(int(slots.sum()), bool)
+    taken[slot] = True
+    for key in range(hashes.size):
+        table = int(hashes[key] & 255) + 256 * int(group[key])
+        size, first = int(slots[table]), int(base[table])
+        probe = int(hashes[key] >> 8) % size
+        for _ in range(size):
+            if first + probe == slot[key]:
+                break
+            assert taken[first + probe]
+            probe = (probe + 1) % size
+        else:
+            raise AssertionError(f"key {key} is not reachable")
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    tables=st.lists(
+        st.lists(st.sets(st.binary(max_size=6), max_size=60), max_size=4), min_size=1, max_size=3
+    )
+)
+def test_terms_tables_encoded_together_are_read_by_whooshs_hash_reader(
+    tables: list[list[set[bytes]]],
+) -> None:
+    from whoosh.filedb.filetables import OrderedHashReader
+
+    given_tables = []
+    for fields in tables:
+        terms = [sorted(field) for field in fields]
+        values = np.zeros(sum(map(len, terms)), whoosh_bulk_terms.TERM_INFO)
+        values["offset"] = np.arange(values.size) * 3 + 1
+        given_tables.append(({f"f{n}": n for n in range(len(terms))}, terms, values))
+    encoded = whoosh_bulk_terms.encode_term_tables(given_tables)
+    storage = PrivateRamStorage()
+    for number, ((fieldmap, terms, values), data) in enumerate(
+        zip(given_tables, encoded, strict=True)
+    ):
+        assert data == whoosh_bulk_terms.encode_terms(fieldmap, terms, values)
+        with storage.create_file(f"t{number}") as f:
+            f.write(data)
+        reader = OrderedHashReader.open(storage, f"t{number}")
+        assert reader.extras["fieldmap"] == fieldmap
+        at = 0
+        for field_number, field in enumerate(terms):
+            for term in field:
+                key = field_number.to_bytes(2, "big") + term
+                assert reader[key] == values[at].tobytes()
+                at += 1
+        assert list(reader.keys()) == [
+            n.to_bytes(2, "big") + t for n, field in enumerate(terms) for t in field
+        ]
+        reader.close()

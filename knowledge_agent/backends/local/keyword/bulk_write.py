@@ -40,7 +40,9 @@ from knowledge_agent.backends.local.keyword.bulk_columns import (
 )
 from knowledge_agent.backends.local.keyword.bulk_terms import (
     FieldPostings,
+    TermTable,
     encode_postings,
+    encode_term_tables,
     encode_terms,
     length_bytes,
 )
@@ -518,19 +520,24 @@ def write_segments(jobs: Sequence[SegmentJob]) -> None:
         term_counts = [len(p.terms) for p in postings]
         term_at = np.cumsum([0, *term_counts]).tolist()
         byte_at = [*info["offset"].tolist(), data.size]  # where each term's postings begin
+        pieces: list[bytes] = []
+        tables: list[TermTable] = []
         first = 0
-        for files, names in zip(outputs, owned, strict=True):
+        for names in owned:
             last = first + len(names)
             t0, t1 = term_at[first], term_at[last]
             lo, hi = int(byte_at[t0]), int(byte_at[t1])
-            files.add(W3Codec.POSTS_EXT, data[lo:hi].tobytes())
+            pieces.append(data[lo:hi].tobytes())
             values = info[t0:t1].copy()
             values["offset"] -= lo
             fieldmap = {name: number for number, name in enumerate(names)}
-            terms = [postings[i].terms for i in range(first, last)]
-            files.add(W3Codec.TERMS_EXT, encode_terms(fieldmap, terms, values))
-            files.close()
+            tables.append((fieldmap, [postings[i].terms for i in range(first, last)], values))
             first = last
+        encoded = encode_term_tables(tables)
+        for files, posts, terms in zip(outputs, pieces, encoded, strict=True):
+            files.add(W3Codec.POSTS_EXT, posts)
+            files.add(W3Codec.TERMS_EXT, terms)
+            files.close()
     except BaseException:
         for files in outputs:
             files.abandon()
