@@ -283,13 +283,14 @@ def _place(
     slot = np.empty(n, np.int64)
     slot[order] = base[t] + local
     over = local >= slots[t]
-    if over.any():
+    if over.any():  # the j-th key past a table's end takes its j-th free slot
         taken = np.zeros(int(slots.sum()), bool)
         taken[(base[t] + local)[~over]] = True
-        for key, tab in zip(order[over].tolist(), t[over].tolist(), strict=True):
-            free = int(np.argmin(taken[base[tab] : base[tab] + slots[tab]]))
-            slot[key] = base[tab] + free
-            taken[slot[key]] = True
+        free = np.flatnonzero(~taken)
+        free_table = np.repeat(np.arange(slots.size), slots)[free]
+        late = t[over]  # ascending: ``order`` is by table
+        nth = np.arange(late.size) - np.searchsorted(late, late)
+        slot[order[over]] = free[np.searchsorted(free_table, late) + nth]
     return slot, slots, base
 
 
@@ -336,7 +337,9 @@ def encode_term_tables(tables: Sequence[TermTable]) -> list[bytes]:
     _scatter(out, at + 8, numbers.astype(">u2").view(np.uint8).reshape(-1, 2))
     flat = np.frombuffer(b"".join(flat_terms), np.uint8)
     out[gather(at + 10, key_len - 2)] = flat
-    values = np.concatenate([v for _, _, v in tables]).astype(TERM_INFO)
+    values = tables[0][2] if n_files == 1 else np.concatenate([v for _, _, v in tables])
+    if values.dtype != TERM_INFO:  # (concatenating may give the fields native byte order)
+        values = values.astype(TERM_INFO)
     _scatter(out, at + 8 + key_len, values.view(np.uint8).reshape(-1, TERM_INFO.itemsize))
 
     most = max((len(terms) for _, terms, _ in tables), default=0)
