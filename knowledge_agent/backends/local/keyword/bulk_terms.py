@@ -274,7 +274,7 @@ def _place(
     base = np.cumsum(slots) - slots
     home = (hashes >> 8).astype(np.int64) % np.maximum(slots[table], 1)
     n = hashes.size
-    order = np.lexsort((home, table))  # by table, then home (ties: key order)
+    order = np.argsort(table << 32 | home, kind="stable")  # by table, then home, then key
     t, h = table[order], home[order]
     table_first = np.cumsum(slots // 2) - slots // 2  # each table's first key in ``order``
     rank = np.arange(n) - table_first[t]
