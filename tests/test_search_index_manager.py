@@ -887,6 +887,35 @@ def test_small_updates_never_rewrite_large_segments(mem: SearchIndexManager) -> 
     assert mem.chunk_count() == 1800
 
 
+@pytest.mark.skipif(not internals.bulk_writing(), reason="Whoosh's own writers write apart")
+def test_a_small_update_writes_both_segments_in_one_pass(
+    manager: SearchIndexManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chunk and item segments of a small update are written together before the
+    commits (one set of numpy calls); each is written on its own once a merge is due."""
+    from knowledge_agent.backends.local.keyword import bulk
+
+    calls: list[str] = []
+    for name in ("write_segment", "write_segments"):
+        original = getattr(bulk, name)
+
+        def counted(*args: Any, _original: Any = original, _name: str = name, **kw: Any) -> Any:
+            calls.append(_name)
+            return _original(*args, **kw)
+
+        monkeypatch.setattr(bulk, name, counted)
+    manager.update(upserts=[make_pair("a", [("H", "alpha beta")]), make_pair("b", [("", "gamma")])])
+    assert calls == ["write_segments"]
+    assert manager.chunk_count() == 2 and manager.item_count() == 2
+    for n in range(7):  # up to the eighth segment of the tier
+        manager.update(upserts=[make_pair(f"x{n}", [("H", "delta")])])
+    calls.clear()
+    manager.update(upserts=[make_pair("y", [("H", "epsilon")])])  # merges the tier
+    assert calls == ["write_segment", "write_segment"]
+    assert manager.chunk_count() == 10 and manager.item_count() == 10
+    assert set(chunk_ids(manager.search_chunks(terms("alpha epsilon"), 5))) == {"a-c0", "y-c0"}
+
+
 def test_a_segment_of_deleted_documents_only_is_dropped(mem: SearchIndexManager) -> None:
     mem.update(upserts=[make_pair(f"i{n}", [("H", f"text {n}")]) for n in range(50)])
     mem.update(upserts=[make_pair("gone", [("H", "soon deleted")])])

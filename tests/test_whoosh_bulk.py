@@ -23,11 +23,16 @@ from whoosh.writing import CLEAR, NO_MERGE, SegmentWriter
 
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.backends.local.keyword import batch as whoosh_batch
+from knowledge_agent.backends.local.keyword import bulk_terms as whoosh_bulk_terms
 from knowledge_agent.backends.local.keyword import bulk_write as whoosh_bulk_write
 from knowledge_agent.backends.local.keyword.batch import delete_terms
 from knowledge_agent.backends.local.keyword.blocks import chunk_block, item_block
 from knowledge_agent.backends.local.keyword.bm25_scan import Clause, ScanCache, top_docs
-from knowledge_agent.backends.local.keyword.bulk import BulkSegmentWriter, supports_bulk
+from knowledge_agent.backends.local.keyword.bulk import (
+    BulkSegmentWriter,
+    supports_bulk,
+    write_together,
+)
 from knowledge_agent.backends.local.keyword.bulk_columns import StoredValues, stored_column
 from knowledge_agent.backends.local.keyword.parts import Codec
 from knowledge_agent.backends.local.keyword.safe import SafeFileStorage, open_file_index
@@ -487,3 +492,150 @@ def test_postings_written_a_slice_of_terms_at_a_time_are_the_same(
         w.commit(optimize=True)
         found.append(snapshot(ix, QUERIES))
     assert_same(*found)
+
+
+# --------------------------------------------------------------------------- small writes
+
+
+def _segment_files(jobs: list[whoosh_bulk_write.SegmentJob]) -> list[dict[str, bytes]]:
+    return [{name: bytes(data) for name, data in job.storage.files.items()} for job in jobs]
+
+
+def _jobs(batch: AnalysedBatch) -> list[whoosh_bulk_write.SegmentJob]:
+    jobs = []
+    for schema, block in (
+        (chunk_schema(ANALYZER), chunk_block),
+        (item_schema(ANALYZER), item_block),
+    ):
+        storage = PrivateRamStorage()
+        segment = Codec().new_segment(storage, "MAIN")
+        segment.segid = "s" * 16  # the same file names both ways
+        made = block(batch)
+        jobs.append(
+            whoosh_bulk_write.SegmentJob(storage, segment, schema, [made], made.count, False)
+        )
+    return jobs
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 40))
+def test_small_segments_written_together_are_the_files_written_field_by_field(
+    seed: int, n: int
+) -> None:
+    """The chunk and item segments of a small write, their postings sorted and encoded in
+    one pass, are byte for byte the segments written one field at a time."""
+    batch = AnalysedBatch.build(ANALYZER, _pairs(random.Random(seed), n))
+    together = _jobs(batch)
+    assert all(whoosh_bulk_write.jointly_writable(job) for job in together)
+    whoosh_bulk_write.write_segments(together)
+    apart = _jobs(batch)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(whoosh_bulk_write, "JOINT_ROWS", -1)  # the field-by-field path
+        assert not any(whoosh_bulk_write.jointly_writable(job) for job in apart)
+        for job in apart:
+            whoosh_bulk_write.write_segment(
+                job.storage, job.segment, job.schema, job.blocks, job.total, compound=False
+            )
+    assert _segment_files(together) == _segment_files(apart)
+    for a, b in zip(together, apart, strict=True):
+        assert a.segment._fieldlengths == b.segment._fieldlengths
+
+
+def test_a_segment_written_ahead_is_written_again_when_a_merge_adds_to_it() -> None:
+    """write_together writes the writers' segments before their commits; a writer given more
+    documents after (a merge's) writes its whole segment again at the commit."""
+    batch = AnalysedBatch.build(ANALYZER, _pairs(random.Random(2), 6))
+    indexes = [
+        PrivateRamStorage().create_index(s) for s in (chunk_schema(ANALYZER), item_schema(ANALYZER))
+    ]
+    writers = [BulkSegmentWriter(ix, codec=Codec()) for ix in indexes]
+    writers[0].add_block(chunk_block(batch))
+    writers[1].add_block(item_block(batch))
+    assert write_together(writers)
+    extra = AnalysedBatch.build(ANALYZER, _pairs(random.Random(3), 2))
+    writers[1].add_block(item_block(extra))
+    for writer in writers:
+        writer.commit()
+    with indexes[0].reader() as reader:
+        assert reader.doc_count() == batch.n_chunks
+    with indexes[1].reader() as reader:
+        assert reader.doc_count() == 8
+        assert len(list(reader.all_stored_fields())) == 8  # all of them in the files
+
+
+# --------------------------------------------------------------------------- terms tables
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    homes=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2**24 - 1)), max_size=400),
+    crowded=st.booleans(),
+    files=st.integers(1, 3),
+)
+def test_every_key_of_a_hash_table_is_found_by_the_readers_probe(
+    homes: list[tuple[int, int]], crowded: bool, files: int
+) -> None:
+    """Each key sits in a slot of its own table, reached from its home slot by probing past
+    taken slots only (wrapping at the table's end), as Whoosh's HashReader looks it up."""
+    hashes = np.array(
+        [
+            ((2**24 - 1 - high % 5 if crowded else high) << 8) | (low if crowded else high & 255)
+            for low, high in homes
+        ],
+        np.uint32,
+    )
+    group = np.array([low % files for low, _ in homes], np.int64)
+    slot, slots, base = whoosh_bulk_terms._place(hashes, group, files)
+    assert len(set(slot.tolist())) == hashes.size
+    taken = np.zeros(int(slots.sum()), bool)
+    taken[slot] = True
+    for key in range(hashes.size):
+        table = int(hashes[key] & 255) + 256 * int(group[key])
+        size, first = int(slots[table]), int(base[table])
+        probe = int(hashes[key] >> 8) % size
+        for _ in range(size):
+            if first + probe == slot[key]:
+                break
+            assert taken[first + probe]
+            probe = (probe + 1) % size
+        else:
+            raise AssertionError(f"key {key} is not reachable")
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    tables=st.lists(
+        st.lists(st.sets(st.binary(max_size=6), max_size=60), max_size=4), min_size=1, max_size=3
+    )
+)
+def test_terms_tables_encoded_together_are_read_by_whooshs_hash_reader(
+    tables: list[list[set[bytes]]],
+) -> None:
+    from whoosh.filedb.filetables import OrderedHashReader
+
+    given_tables = []
+    for fields in tables:
+        terms = [sorted(field) for field in fields]
+        values = np.zeros(sum(map(len, terms)), whoosh_bulk_terms.TERM_INFO)
+        values["offset"] = np.arange(values.size) * 3 + 1
+        given_tables.append(({f"f{n}": n for n in range(len(terms))}, terms, values))
+    encoded = whoosh_bulk_terms.encode_term_tables(given_tables)
+    storage = PrivateRamStorage()
+    for number, ((fieldmap, terms, values), data) in enumerate(
+        zip(given_tables, encoded, strict=True)
+    ):
+        assert data == whoosh_bulk_terms.encode_terms(fieldmap, terms, values)
+        with storage.create_file(f"t{number}") as f:
+            f.write(data)
+        reader = OrderedHashReader.open(storage, f"t{number}")
+        assert reader.extras["fieldmap"] == fieldmap
+        at = 0
+        for field_number, field in enumerate(terms):
+            for term in field:
+                key = field_number.to_bytes(2, "big") + term
+                assert reader[key] == values[at].tobytes()
+                at += 1
+        assert list(reader.keys()) == [
+            n.to_bytes(2, "big") + t for n, field in enumerate(terms) for t in field
+        ]
+        reader.close()

@@ -24,6 +24,7 @@ written so (:func:`supports_bulk`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -39,9 +40,21 @@ from whoosh.writing import SegmentWriter, UnknownFieldError
 from knowledge_agent.backends.local.keyword.bulk_blocks import DocumentBlock, FieldTerms, TermSource
 from knowledge_agent.backends.local.keyword.bulk_columns import StoredValues
 from knowledge_agent.backends.local.keyword.bulk_read import segment_block
-from knowledge_agent.backends.local.keyword.bulk_write import write_segment
+from knowledge_agent.backends.local.keyword.bulk_write import (
+    SegmentJob,
+    jointly_writable,
+    write_segment,
+    write_segments,
+)
 
-__all__ = ["BulkSegmentWriter", "DocumentBlock", "FieldTerms", "TermSource", "supports_bulk"]
+__all__ = [
+    "BulkSegmentWriter",
+    "DocumentBlock",
+    "FieldTerms",
+    "TermSource",
+    "supports_bulk",
+    "write_together",
+]
 
 
 def supports_bulk(schema: wf.Schema) -> bool:
@@ -101,6 +114,7 @@ class BulkSegmentWriter(SegmentWriter):
         self._searcher = None
         self._blocks: list[DocumentBlock] = []
         self._readers: list[SegmentReader] = []  # segments being merged, read at the flush
+        self._written: list[DocumentBlock] | None = None  # blocks already in the files
 
     @property
     def _tempstorage(self) -> Any:
@@ -183,7 +197,14 @@ class BulkSegmentWriter(SegmentWriter):
 
     # -- writing -------------------------------------------------------------------------
 
+    def _job(self) -> SegmentJob:
+        return SegmentJob(
+            self.storage, self.newsegment, self.schema, self._blocks, self.docnum, self.compound
+        )
+
     def _flush_segment(self) -> None:
+        if self._written is not None and self._written == self._blocks:
+            return  # written by write_together, and no merge has added to it since
         write_segment(
             self.storage,
             self.newsegment,
@@ -204,3 +225,18 @@ class BulkSegmentWriter(SegmentWriter):
 
     def _partial_segment(self) -> Any:
         raise NotImplementedError("a bulk segment writer is not a multiprocessing sub-writer")
+
+
+def write_together(writers: Sequence[BulkSegmentWriter]) -> bool:
+    """Write the new segment of each writer (of different indexes: the chunk and item
+    indexes of one update) before their commits, in one pass (:func:`write_segments`), when
+    each is a small write; their commits then only record the segments. False (nothing
+    written) otherwise. A commit whose merge adds documents after all writes its segment
+    again, whole."""
+    jobs = [writer._job() for writer in writers]
+    if not jobs or not all(jointly_writable(job) for job in jobs):
+        return False
+    write_segments(jobs)
+    for writer in writers:
+        writer._written = list(writer._blocks)
+    return True

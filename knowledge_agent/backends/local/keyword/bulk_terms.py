@@ -29,13 +29,14 @@ import numpy as np
 from whoosh.util.numeric import _length_byte_cache
 
 from knowledge_agent.search.analysed_batch import gather
-from knowledge_agent.search.distinct import distinct_first
 
 __all__ = [
     "BLOCK_LIMIT",
     "TERM_INFO",
     "FieldPostings",
+    "TermTable",
     "encode_postings",
+    "encode_term_tables",
     "encode_terms",
     "length_bytes",
 ]
@@ -253,34 +254,48 @@ def encode_postings(fields: Sequence[FieldPostings]) -> tuple[np.ndarray, np.nda
     return out, info
 
 
-def _place(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(slot of each key, slots per table, first slot of each table) of the 256 hash tables:
+def _place(
+    hashes: np.ndarray, group: np.ndarray | None = None, groups: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(slot of each key, slots per table, first slot of each table) of the 256 hash tables
+    of each of ``groups`` files (``group``: each key's file; all in file 0 without it):
     table ``h & 255``, ``2 × keys`` slots, linear probing from ``(h >> 8) % slots``.
 
-    Keys are placed in rounds; in each, a key takes its next slot if it is free and no
-    earlier key wants it. A key is only ever past slots taken before it, which is all a
-    reader's probe needs."""
+    A reader probes from a key's home slot to the first empty one, so a key may sit
+    anywhere past its home as long as every slot between is taken. Keys are laid out by
+    home: each at its home or just past the key before, ``slot = max(home, previous + 1)``,
+    which is ``rank + running max(home - rank)``; the few pushed past a table's end take
+    its free slots from the start, in order (the run to the end and every slot before
+    each is taken)."""
     table = (hashes & 255).astype(np.int64)
-    slots = 2 * np.bincount(table, minlength=256).astype(np.int64)
+    if group is not None:
+        table += 256 * group
+    slots = 2 * np.bincount(table, minlength=256 * groups).astype(np.int64)
     base = np.cumsum(slots) - slots
     home = (hashes >> 8).astype(np.int64) % np.maximum(slots[table], 1)
-    taken = np.zeros(int(slots.sum()), bool)
-    slot = np.full(hashes.size, -1, np.int64)
-    waiting = np.arange(hashes.size)
-    probe = np.zeros(hashes.size, np.int64)
-    while waiting.size:
-        t = table[waiting]
-        want = base[t] + (home[waiting] + probe[waiting]) % slots[t]
-        free = ~taken[want]
-        _, first = distinct_first(want[free])  # earliest key per wanted slot
-        won = np.flatnonzero(free)[first]
-        slot[waiting[won]] = want[won]
-        taken[want[won]] = True
-        lost = np.ones(waiting.size, bool)
-        lost[won] = False
-        waiting = waiting[lost]
-        probe[waiting] += 1
+    n = hashes.size
+    order = np.argsort(table << 32 | home, kind="stable")  # by table, then home, then key
+    t, h = table[order], home[order]
+    table_first = np.cumsum(slots // 2) - slots // 2  # each table's first key in ``order``
+    rank = np.arange(n) - table_first[t]
+    span = 2 * int(slots.max(initial=0)) + 1  # keeps each table's running max its own
+    local = rank + np.maximum.accumulate(h - rank + t * span) - t * span
+    slot = np.empty(n, np.int64)
+    slot[order] = base[t] + local
+    over = local >= slots[t]
+    if over.any():  # the j-th key past a table's end takes its j-th free slot
+        taken = np.zeros(int(slots.sum()), bool)
+        taken[(base[t] + local)[~over]] = True
+        free = np.flatnonzero(~taken)
+        free_table = np.repeat(np.arange(slots.size), slots)[free]
+        late = t[over]  # ascending: ``order`` is by table
+        nth = np.arange(late.size) - np.searchsorted(late, late)
+        slot[order[over]] = free[np.searchsorted(free_table, late) + nth]
     return slot, slots, base
+
+
+TermTable = tuple[dict[str, int], Sequence[Sequence[bytes]], np.ndarray]
+"""A terms table to encode: ``fieldmap``, each field's terms, their term infos."""
 
 
 def encode_terms(
@@ -288,45 +303,93 @@ def encode_terms(
 ) -> bytes:
     """The terms table: each field's ``terms`` (ascending, fields in ``fieldmap`` order) →
     the term infos :func:`encode_postings` gave. A key is the field number then the term."""
-    numbers = np.repeat(np.arange(len(terms)), [len(t) for t in terms])
-    flat_terms = [term for field in terms for term in field]
-    n = len(flat_terms)
+    return encode_term_tables([(fieldmap, terms, values)])[0]
+
+
+def encode_term_tables(tables: Sequence[TermTable]) -> list[bytes]:
+    """:func:`encode_terms` of several tables (of several segments) in one pass of numpy
+    calls: the files laid out back to back, each with its own header, keys, hash tables and
+    index, then cut apart."""
+    n_files = len(tables)
+    sizes = [sum(len(field) for field in terms) for _, terms, _ in tables]
+    n = sum(sizes)
+    file_of = np.repeat(np.arange(n_files), sizes)
+    numbers = np.concatenate(
+        [np.repeat(np.arange(len(terms)), [len(t) for t in terms]) for _, terms, _ in tables]
+        + [np.zeros(0, np.int64)]
+    )
+    flat_terms = [term for _, terms, _ in tables for field in terms for term in field]
     key_len = 2 + np.fromiter(map(len, flat_terms), np.int64, n)
     record = 8 + key_len + TERM_INFO.itemsize
-    where = len(_HEADER) + np.cumsum(record) - record
-    data_end = len(_HEADER) + int(record.sum())
-    out = np.zeros(data_end, np.uint8)
-    out[: len(_HEADER)] = np.frombuffer(_HEADER, np.uint8)
+    # Each file: the header, then its records; ``where`` is a record's place in its file.
+    data_bytes = np.bincount(file_of, weights=record, minlength=n_files).astype(np.int64)
+    data_end = len(_HEADER) + data_bytes  # per file
+    file_start = np.cumsum(data_end) - data_end
+    earlier_files = np.cumsum(data_bytes) - data_bytes  # record bytes of the files before
+    where = len(_HEADER) + np.cumsum(record) - record - earlier_files[file_of]
+    first_key = np.cumsum(sizes) - sizes
+    at = file_start[file_of] + where  # in the files laid out back to back
+    out = np.zeros(int(data_end.sum()), np.uint8)
+    header = np.frombuffer(_HEADER, np.uint8)
+    out[(file_start[:, None] + np.arange(len(_HEADER))).ravel()] = np.tile(header, n_files)
     lengths = np.stack([key_len, np.full(n, TERM_INFO.itemsize)], 1).astype(">i4")
-    _scatter(out, where, lengths.view(np.uint8).reshape(-1, 8))
-    _scatter(out, where + 8, numbers.astype(">u2").view(np.uint8).reshape(-1, 2))
+    _scatter(out, at, lengths.view(np.uint8).reshape(-1, 8))
+    _scatter(out, at + 8, numbers.astype(">u2").view(np.uint8).reshape(-1, 2))
     flat = np.frombuffer(b"".join(flat_terms), np.uint8)
-    out[gather(where + 10, key_len - 2)] = flat
-    _scatter(out, where + 8 + key_len, values.view(np.uint8).reshape(-1, TERM_INFO.itemsize))
+    out[gather(at + 10, key_len - 2)] = flat
+    values = tables[0][2] if n_files == 1 else np.concatenate([v for _, _, v in tables])
+    if values.dtype != TERM_INFO:  # (concatenating may give the fields native byte order)
+        values = values.astype(TERM_INFO)
+    _scatter(out, at + 8 + key_len, values.view(np.uint8).reshape(-1, TERM_INFO.itemsize))
 
-    prefixes = [zlib.crc32(number.to_bytes(2, "big")) for number in range(len(terms))]
+    most = max((len(terms) for _, terms, _ in tables), default=0)
+    prefixes = [zlib.crc32(number.to_bytes(2, "big")) for number in range(most)]
     hashes = np.fromiter(
         (
             zlib.crc32(term, prefixes[number])
+            for _, terms, _ in tables
             for number, field in enumerate(terms)
             for term in field
         ),
         np.uint32,
         n,
     )
-    slot, slots, base = _place(hashes)
-    tables = np.zeros(int(slots.sum()), _SLOT)
-    tables["hash"][slot] = hashes
-    tables["position"][slot] = where
-    directory = np.zeros(256, _DIRECTORY)
-    directory["position"] = data_end + base * _SLOT.itemsize
-    directory["slots"] = slots
-    largest = int(where.max()) if n else 0
-    # OrderedHashWriter's GrowableArray("H") of positions, widened as it grows.
-    typecode = next((code for code, top in _INDEX_TYPES if largest < top), "q")
-    extras = pickle.dumps(
-        {"fieldmap": fieldmap, "indextype": typecode, "indexlen": n}, pickle.HIGHEST_PROTOCOL
-    )
-    index = where.astype(">" + typecode).tobytes()
-    tail = np.array([len(extras) + len(index)], ">i4").tobytes()
-    return b"".join((out.tobytes(), tables.tobytes(), directory.tobytes(), extras, index, tail))
+    slot, slots, base = _place(hashes, file_of, n_files)
+    found = []
+    for number, (fieldmap, _, _) in enumerate(tables):
+        keys = slice(int(first_key[number]), int(first_key[number]) + sizes[number])
+        own_slots = slots[256 * number : 256 * (number + 1)]
+        first_slot = int(base[256 * number])
+        table = np.zeros(int(own_slots.sum()), _SLOT)
+        table["hash"][slot[keys] - first_slot] = hashes[keys]
+        table["position"][slot[keys] - first_slot] = where[keys]
+        directory = np.zeros(256, _DIRECTORY)
+        end = int(data_end[number])
+        directory["position"] = end + (base[256 * number : 256 * (number + 1)] - first_slot) * (
+            _SLOT.itemsize
+        )
+        directory["slots"] = own_slots
+        own_where = where[keys]
+        largest = int(own_where.max()) if sizes[number] else 0
+        # OrderedHashWriter's GrowableArray("H") of positions, widened as it grows.
+        typecode = next((code for code, top in _INDEX_TYPES if largest < top), "q")
+        extras = pickle.dumps(
+            {"fieldmap": fieldmap, "indextype": typecode, "indexlen": sizes[number]},
+            pickle.HIGHEST_PROTOCOL,
+        )
+        index = own_where.astype(">" + typecode).tobytes()
+        tail = np.array([len(extras) + len(index)], ">i4").tobytes()
+        start = int(file_start[number])
+        found.append(
+            b"".join(
+                (
+                    out[start : start + end].tobytes(),
+                    table.tobytes(),
+                    directory.tobytes(),
+                    extras,
+                    index,
+                    tail,
+                )
+            )
+        )
+    return found

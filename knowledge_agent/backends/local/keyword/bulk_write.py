@@ -24,6 +24,7 @@ import struct
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,13 +40,27 @@ from knowledge_agent.backends.local.keyword.bulk_columns import (
 )
 from knowledge_agent.backends.local.keyword.bulk_terms import (
     FieldPostings,
+    TermTable,
     encode_postings,
+    encode_term_tables,
     encode_terms,
     length_bytes,
 )
 from knowledge_agent.search.distinct import distinct, distinct_counts
 
-__all__ = ["PART_POSTINGS", "write_segment"]
+__all__ = [
+    "JOINT_ROWS",
+    "PART_POSTINGS",
+    "SegmentJob",
+    "jointly_writable",
+    "write_segment",
+    "write_segments",
+]
+
+JOINT_ROWS = 20_000
+"""A block of at most this many term rows (a write of a few dozen texts) has all its fields'
+postings sorted in one pass: its cost is the number of numpy calls, one set per field
+otherwise. Larger blocks keep the field-by-field path."""
 
 PART_POSTINGS = 250_000
 """Postings sorted and encoded at once: about 40 MB of arrays while they are (a merge of
@@ -239,6 +254,63 @@ def _field_postings(
     )
 
 
+def _joint_postings(
+    fields: Sequence[tuple[wf.FieldType, FieldTerms, np.ndarray | None]], total: int
+) -> list[FieldPostings]:
+    """:func:`_field_postings` of several one-block fields (token-stream rows: no
+    frequencies or weights given; each with its documents' length bytes, if scored) in one
+    pass of numpy calls instead of one per field: each field's terms take a range of one id
+    space, ordered field by field, then by bytes. A small write's cost is the number of
+    calls, not their size. The fields may be of several segments: ``total`` is then the
+    largest one's document count."""
+    sizes = [len(part.terms) for _, part, _ in fields]
+    bases = np.cumsum([0, *sizes[:-1]]).tolist()
+    ids = np.concatenate(
+        [part.ids + base for (_, part, _), base in zip(fields, bases, strict=True)]
+    )
+    docs = np.concatenate([part.docs for _, part, _ in fields])
+    order_key = np.concatenate(
+        [
+            base + (part.rank if part.rank is not None else _byte_rank(part.terms))
+            for (_, part, _), base in zip(fields, bases, strict=True)
+        ]
+    )
+    present = np.flatnonzero(np.bincount(ids, minlength=int(order_key.size)))
+    ordered = present[np.argsort(order_key[present])]
+    rank = np.empty(order_key.size, np.int64)
+    rank[ordered] = np.arange(ordered.size)
+    keys, freqs = distinct_counts(rank[ids] * total + docs)
+    term, doc = np.divmod(keys, total)
+    starts = np.searchsorted(term, np.arange(ordered.size + 1))
+    # The present terms of each field are a run of ``ordered``: where each field's run ends.
+    field_of = np.repeat(np.arange(len(fields)), sizes)[ordered]
+    term_bounds = np.searchsorted(field_of, np.arange(len(fields) + 1)).tolist()
+    found = []
+    for number, ((fobj, part, lengths), base) in enumerate(zip(fields, bases, strict=True)):
+        t0, t1 = term_bounds[number], term_bounds[number + 1]
+        a, b = int(starts[t0]), int(starts[t1])
+        field_docs = doc[a:b]
+        field_freqs = freqs[a:b]
+        found.append(
+            FieldPostings(
+                terms=list(map(part.terms.__getitem__, (ordered[t0:t1] - base).tolist())),
+                starts=starts[t0 : t1 + 1] - a,
+                docs=field_docs,
+                weights=(field_freqs * fobj.format.field_boost).astype(np.float32),
+                freqs=field_freqs if isinstance(fobj.format, Frequency) else None,
+                doc_length_bytes=None if lengths is None else lengths[field_docs],
+            )
+        )
+    return found
+
+
+def _byte_rank(terms: Sequence[bytes]) -> np.ndarray:
+    """Each term's rank in byte order."""
+    rank = np.empty(len(terms), np.int64)
+    rank[sorted(range(len(terms)), key=terms.__getitem__)] = np.arange(len(terms))
+    return rank
+
+
 class _InMemory:
     """In-memory rows as a :class:`TermSource`: present terms sorted, rows grouped by term."""
 
@@ -317,6 +389,27 @@ def _sliced(
     return found
 
 
+def _joint_fields(
+    schema: wf.Schema, blocks: Sequence[DocumentBlock]
+) -> list[tuple[str, FieldTerms]]:
+    """The indexed fields of a small write (one block of at most :data:`JOINT_ROWS`
+    token-stream rows in memory), which :func:`_joint_postings` sorts at once; none
+    otherwise."""
+    if len(blocks) != 1 or blocks[0].sources:
+        return []
+    block = blocks[0]
+    found = [
+        (name, block.fields[name])
+        for name in sorted(schema.names())
+        if schema[name].indexed and name in block.fields and block.fields[name].ids.size
+    ]
+    if any(part.freqs is not None or part.weights is not None for _, part in found):
+        return []
+    if sum(part.ids.size for _, part in found) > JOINT_ROWS:
+        return []
+    return found
+
+
 def write_segment(
     storage: Any,
     segment: Any,
@@ -328,6 +421,10 @@ def write_segment(
 ) -> None:
     """Write the files of ``segment`` holding ``blocks`` (``total`` documents in all); with
     ``compound``, as the one compound file Whoosh would assemble from them."""
+    job = SegmentJob(storage, segment, schema, blocks, total, compound)
+    if jointly_writable(job):
+        write_segments([job])
+        return
     offsets = (np.cumsum([block.count for block in blocks]) - [b.count for b in blocks]).tolist()
     files = _SegmentFiles(storage, segment, compound)
     try:
@@ -383,4 +480,65 @@ def write_segment(
         files.close()
     except BaseException:
         files.abandon()
+        raise
+
+
+@dataclass(eq=False)
+class SegmentJob:
+    """A segment to write: where, the schema of its index, its documents."""
+
+    storage: Any
+    segment: Any
+    schema: wf.Schema
+    blocks: Sequence[DocumentBlock]
+    total: int
+    compound: bool
+
+
+def jointly_writable(job: SegmentJob) -> bool:
+    """Whether :func:`write_segments` can write ``job`` (a small write: see
+    :func:`_joint_fields`)."""
+    return bool(_joint_fields(job.schema, job.blocks))
+
+
+def write_segments(jobs: Sequence[SegmentJob]) -> None:
+    """Write small segments (each :func:`jointly_writable`) as :func:`write_segment` would,
+    their postings sorted and encoded in one pass for all: the chunk and item segments of
+    one small write cost one set of numpy calls, not two."""
+    outputs = [_SegmentFiles(job.storage, job.segment, job.compound) for job in jobs]
+    try:
+        fields: list[tuple[wf.FieldType, FieldTerms, np.ndarray | None]] = []
+        owned: list[list[str]] = []  # each job's field names, in the order of ``fields``
+        for job, files in zip(jobs, outputs, strict=True):
+            field_lengths, doc_bytes = _columns(files, job.schema, job.blocks, [0], job.total)
+            job.segment._fieldlengths = field_lengths
+            joint = _joint_fields(job.schema, job.blocks)
+            fields += [(job.schema[name], part, doc_bytes.get(name)) for name, part in joint]
+            owned.append([name for name, _ in joint])
+        postings = _joint_postings(fields, max(job.total for job in jobs))
+        data, info = encode_postings(postings)
+        term_counts = [len(p.terms) for p in postings]
+        term_at = np.cumsum([0, *term_counts]).tolist()
+        byte_at = [*info["offset"].tolist(), data.size]  # where each term's postings begin
+        pieces: list[bytes] = []
+        tables: list[TermTable] = []
+        first = 0
+        for names in owned:
+            last = first + len(names)
+            t0, t1 = term_at[first], term_at[last]
+            lo, hi = int(byte_at[t0]), int(byte_at[t1])
+            pieces.append(data[lo:hi].tobytes())
+            values = info[t0:t1].copy()
+            values["offset"] -= lo
+            fieldmap = {name: number for number, name in enumerate(names)}
+            tables.append((fieldmap, [postings[i].terms for i in range(first, last)], values))
+            first = last
+        encoded = encode_term_tables(tables)
+        for files, posts, terms in zip(outputs, pieces, encoded, strict=True):
+            files.add(W3Codec.POSTS_EXT, posts)
+            files.add(W3Codec.TERMS_EXT, terms)
+            files.close()
+    except BaseException:
+        for files in outputs:
+            files.abandon()
         raise

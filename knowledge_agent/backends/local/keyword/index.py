@@ -93,11 +93,11 @@ from knowledge_agent.backends.local.checksums import Damage
 from knowledge_agent.backends.local.keyword.batch import BatchWriter, cancel, delete_terms
 from knowledge_agent.backends.local.keyword.blocks import chunk_block, item_block
 from knowledge_agent.backends.local.keyword.bm25_scan import Clause, ScanCache, scored_docs
-from knowledge_agent.backends.local.keyword.bulk import BulkSegmentWriter
+from knowledge_agent.backends.local.keyword.bulk import BulkSegmentWriter, write_together
 from knowledge_agent.backends.local.keyword.filters import filter_mask
 from knowledge_agent.backends.local.keyword.groups import ItemGroups
 from knowledge_agent.backends.local.keyword.internals import bulk_writing, compact_posting_pool
-from knowledge_agent.backends.local.keyword.merge import merge_policy
+from knowledge_agent.backends.local.keyword.merge import may_merge, merge_policy
 from knowledge_agent.backends.local.keyword.parts import Codec, PostingTable
 from knowledge_agent.backends.local.keyword.safe import (
     SafeFileStorage,
@@ -417,20 +417,35 @@ class SearchIndexManager:
         with self._lock:
             for idx in (self._chunks, self._items):
                 self._usable(idx)
-            self._write(self._chunks, work, [*doomed, *latest])
-            self._write(self._items, work, [*doomed, *latest])
+            self._write(work, [*doomed, *latest])
 
-    def _write(self, idx: _Index, work: _Work, replaced: Sequence[str]) -> None:
-        writer = self._writer(idx)
+    def _write(self, work: _Work, replaced: Sequence[str]) -> None:
+        """Both indexes' writers, then their commits: a small update's two segments are
+        written in one pass before the commits (:func:`write_together`), the chunk index
+        committed first."""
+        writers: list[tuple[_Index, SegmentWriter]] = []
+        added: dict[str, int] = {}
+        idx = self._chunks
         try:
-            delete_terms(writer, "item_id", replaced)
-            added = self._add(idx, writer, work)
-            writer.commit(mergetype=merge_policy(added))
+            for idx in (self._chunks, self._items):
+                writer = self._writer(idx)
+                writers.append((idx, writer))
+                delete_terms(writer, "item_id", replaced)
+                added[idx.name] = self._add(idx, writer, work)
+            bulk = [writer for _, writer in writers if isinstance(writer, BulkSegmentWriter)]
+            if len(bulk) == len(writers) and not any(may_merge(w.segments) for w in bulk):
+                write_together(bulk)
+            while writers:
+                idx, writer = writers[0]
+                writer.commit(mergetype=merge_policy(added[idx.name]))
+                writers.pop(0)
         except SearchIndexError:
-            cancel(writer)
+            for _, writer in writers:
+                cancel(writer)
             raise
         except Exception as exc:
-            cancel(writer)
+            for _, writer in writers:
+                cancel(writer)
             raise self._failure(idx, exc, "cannot write to") from exc
 
     def _add(self, idx: _Index, writer: SegmentWriter, work: _Work) -> int:

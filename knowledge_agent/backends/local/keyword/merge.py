@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from whoosh.reading import SegmentReader
@@ -11,7 +11,7 @@ from whoosh.writing import SegmentWriter
 
 from knowledge_agent.backends.local.keyword.parts import Codec, spill_to_pool
 
-__all__ = ["merge_policy"]
+__all__ = ["may_merge", "merge_policy"]
 
 _MERGE_LIMIT_MB = 128  # postings Whoosh's own writer holds in a merge before spilling runs
 _SEGMENTS_PER_TIER = 8  # segments of one size tier that are merged into one
@@ -19,6 +19,12 @@ _SEGMENTS_PER_TIER = 8  # segments of one size tier that are merged into one
 
 def size_tier(doc_count: int) -> int:
     return int(math.log10(max(doc_count, 1)))
+
+
+def may_merge(segments: Sequence[Any]) -> bool:
+    """Whether :func:`merge_policy` could merge any of ``segments`` (a tier holds at least
+    ``_SEGMENTS_PER_TIER`` segments with documents)."""
+    return sum(1 for segment in segments if segment.doc_count() > 0) >= _SEGMENTS_PER_TIER
 
 
 def merge_policy(added: int) -> Callable[[SegmentWriter, list[Any]], list[Any]]:
