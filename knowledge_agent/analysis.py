@@ -390,7 +390,9 @@ class _ByConfig:
         return {"config": self.config.to_dict()}
 
 
-_TokenCaches = tuple[dict[str, tuple[str, ...]], dict[str, tuple[_Span, ...]]]
+_TokenCaches = tuple[
+    dict[str, tuple[str, ...]], dict[str, tuple[_Span, ...]], dict[str, tuple[_Span, ...]]
+]
 # Token caches shared by the analyzers of one configuration: a token's terms are a pure
 # function of the token and the configuration, and a process that opens many knowledge bases
 # (a test suite's fixtures) would otherwise analyse the same words again for each.
@@ -403,7 +405,7 @@ def _caches_for(config: AnalyzerConfig) -> _TokenCaches:
     if caches is None:
         if len(_SHARED_CACHES) >= _SHARED_CONFIGS:
             _SHARED_CACHES.pop(next(iter(_SHARED_CACHES)), None)
-        caches = _SHARED_CACHES[config] = ({}, {})
+        caches = _SHARED_CACHES[config] = ({}, {}, {})
     return caches
 
 
@@ -427,7 +429,7 @@ class TextAnalyzer(_ByConfig):
         self._min = config.min_length
         self._max = config.max_length
         self._jieba = _load_jieba() if config.cjk == "jieba" else None
-        self._terms_cache, self._spans_cache = _caches_for(config)
+        self._terms_cache, self._spans_cache, self._segment_cache = _caches_for(config)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -581,21 +583,36 @@ class TextAnalyzer(_ByConfig):
     def _segment_spans(self, tok: str, start: int, end: int) -> list[_Span]:
         """Terms of ``tok[start:end]``, a word with no dot."""
         seg = tok[start:end]
+        # A pure function of the segment: the parts of dotted names (self, path, os) and of
+        # identifiers repeat far more than the names themselves.
+        found = self._segment_cache.get(seg)
+        if found is None:
+            found = self._segment_miss(seg)
+            if len(self._segment_cache) >= _CACHE_LIMIT:
+                self._segment_cache.clear()
+            self._segment_cache[seg] = found
+        if not start:
+            return list(found)
+        return [(term, start + s, start + e) for term, s, e in found]
+
+    def _segment_miss(self, seg: str) -> tuple[_Span, ...]:
+        """Terms of the segment ``seg``, offsets relative to it."""
+        start, end = 0, len(seg)
         core = seg.strip("_")
         if not core:
-            return []
+            return ()
         start += len(seg) - len(seg.lstrip("_"))
         end = start + len(core)
         too_long = len(core) > self._max
         if not self._split:
-            return [] if too_long else self._word(core, start, end)
+            return () if too_long else tuple(self._word(core, start, end))
         if too_long and "_" not in core:
-            return []  # a blob, not a name
+            return ()  # a blob, not a name
         parts = self._parts(core)
         if len(parts) == 1:
-            return self._word(core, start, end)
+            return tuple(self._word(core, start, end))
         if _HEX_RE.fullmatch(core):
-            return [] if too_long else [(core.lower(), start, end)]
+            return () if too_long else ((core.lower(), start, end),)
         out: list[_Span] = []
         if not too_long:
             whole = _fold(core)
@@ -609,7 +626,7 @@ class TextAnalyzer(_ByConfig):
                         out.append((stemmed, start, end))
         for ps, pe in parts:
             out.extend(self._word(core[ps:pe], start + ps, start + pe))
-        return out
+        return tuple(out)
 
     @staticmethod
     def _parts(core: str) -> list[tuple[int, int]]:
