@@ -604,7 +604,8 @@ class TextAnalyzer(_ByConfig):
         start += len(seg) - len(seg.lstrip("_"))
         end = start + len(core)
         too_long = len(core) > self._max
-        if not self._split:
+        if not self._split or _is_plain_word(core):
+            # A plain word is one part: the word rules alone (a long one is a blob).
             return () if too_long else tuple(self._word(core, start, end))
         if too_long and "_" not in core:
             return ()  # a blob, not a name
