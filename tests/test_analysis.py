@@ -623,3 +623,40 @@ def test_whoosh_analyzer_agrees_with_terms(text: str) -> None:
     whoosh_analyzer = analyzer.whoosh_analyzer()
     assert [t.text for t in whoosh_analyzer(text, chars=True)] == analyzer.terms(text)
     assert [t.text for t in whoosh_analyzer(text, positions=True)] == analyzer.terms(text)
+
+
+@given(st.text(st.characters(max_codepoint=127), max_size=120))
+@settings(max_examples=400)
+def test_ascii_texts_are_tokenized_as_by_the_unicode_word_pattern(text: str) -> None:
+    from knowledge_agent.analysis import _ASCII_TOKEN_RE, _TOKEN_RE
+
+    assert _ASCII_TOKEN_RE.findall(text) == _TOKEN_RE.findall(text)
+    words = "getUserName os.path.join a_b __init__ 3.14 x.y. .z runs Running" + text
+    analyzer = TextAnalyzer()
+    assert analyzer.terms(words) == [span[0] for span in analyzer.spans(words)]
+
+
+@given(
+    st.lists(
+        st.sampled_from(["self", "_x", "getName", "os", "path2", "a", "__", "HTTPError"]),
+        min_size=1,
+        max_size=4,
+    ),
+    st.booleans(),
+)
+def test_dotted_names_give_the_terms_of_their_segments_analysed_afresh(
+    segments: list[str], split: bool
+) -> None:
+    # Segments are remembered across tokens: a segment's terms and offsets must not depend on
+    # the name it was first seen in.
+    config = AnalyzerConfig(split_identifiers=split)
+    name = ".".join(segments)
+    warm = TextAnalyzer(config)
+    warm.spans(" ".join(reversed(segments)) + " " + ".".join(reversed(segments)))
+    got = warm.spans(name)
+    fresh = TextAnalyzer(config)
+    fresh._segment_cache.clear()
+    fresh._spans_cache.clear()
+    assert got == fresh.spans(name)
+    for _term, start, end in got:
+        assert 0 <= start < end <= len(name)

@@ -181,6 +181,32 @@ def test_a_collect_indexes_along_the_way(tmp_path: Path, monkeypatch: pytest.Mon
         assert core.status().consistent
 
 
+def test_a_collect_indexes_sooner_at_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first updates come after the first size, then after as many bytes again as were
+    # indexed before, up to the full interval: the items indexed at each file's event.
+    from knowledge_agent.core import knowledge_agent_core
+    from knowledge_agent.ingest import collector
+
+    monkeypatch.setattr(knowledge_agent_core, "_INDEX_ALONG_FIRST", 100)
+    monkeypatch.setattr(knowledge_agent_core, "_INDEX_ALONG_BYTES", 400)
+    monkeypatch.setattr(collector, "_GROUP_FILES", 1)  # a commit per file
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for n in range(12):
+        (docs / f"page{n:02}.md").write_text(f"# Page {n:02}\n\n" + "x" * 89)  # 100 bytes
+    with KnowledgeAgentCore(tmp_path / "kb", workers=1) as core:
+        counts: list[int] = []
+        core.collect_knowledge(
+            docs,
+            progress=lambda e: (
+                e.status == "processed" and counts.append(core.keyword_index.item_count())
+            ),
+        )
+        # Updates after files 1, 2, 4, 8 and 12 (100, 100, 200, 400, 400 bytes apart).
+        assert counts == [0, 1, 2, 2, 4, 4, 4, 4, 8, 8, 8, 8]
+        assert core.keyword_index.item_count() == 12
+
+
 def test_a_close_while_another_process_writes_leaves_its_writes_to_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

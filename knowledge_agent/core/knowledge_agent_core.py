@@ -76,8 +76,12 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-# A collect indexes what it stored so far after every this many bytes of files.
+# A collect indexes what it stored so far after every this many bytes of files; the first
+# updates come sooner (after _INDEX_ALONG_FIRST, then as many bytes as were indexed before):
+# this process indexes while the workers extract instead of waiting for them, and a small
+# folder's whole index update no longer runs after its last file, on one core.
 _INDEX_ALONG_BYTES = 8_000_000
+_INDEX_ALONG_FIRST = 1_000_000
 # A string source longer than this, or with a line break, is text rather than a path.
 _MAX_PATH_TEXT = 1024
 # Absolute, home-relative or ./-relative paths; or one word with a slash or a file extension.
@@ -611,15 +615,16 @@ class KnowledgeAgentCore:
 
     def _indexing_along(self, progress: ProgressCallback | None) -> ProgressCallback:
         """A progress callback that also indexes what a collect has stored so far, every
-        :data:`_INDEX_ALONG_BYTES` of files read: the worker processes extract the next
-        files meanwhile, and the text an index update holds stays bounded."""
+        :data:`_INDEX_ALONG_BYTES` of files read (sooner at first): the worker processes extract
+        the next files meanwhile, and the text an index update holds stays bounded."""
         indexed_at = 0
 
         def step(event: CollectProgress) -> None:
             nonlocal indexed_at
             if progress is not None:
                 progress(event)
-            if event.status == "processed" and event.bytes_done - indexed_at >= _INDEX_ALONG_BYTES:
+            every = min(_INDEX_ALONG_BYTES, max(_INDEX_ALONG_FIRST, indexed_at))
+            if event.status == "processed" and event.bytes_done - indexed_at >= every:
                 indexed_at = event.bytes_done
                 self._index_with_progress(progress)
 

@@ -89,7 +89,8 @@ _MIGRATIONS: list[Migration] = [
             metadata TEXT NOT NULL DEFAULT '{}',
             FOREIGN KEY (item_id) REFERENCES knowledge_items(id) ON DELETE CASCADE
         )""",
-        "CREATE INDEX idx_chunks_item_id ON knowledge_chunks (item_id)",
+        # (item_id, chunk_index) serves every lookup by item id too: no index on item_id alone
+        # (databases created before keep theirs; it only costs writes).
         "CREATE UNIQUE INDEX idx_chunks_item_chunk ON knowledge_chunks (item_id, chunk_index)",
         """CREATE TABLE index_journal (
             seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -170,8 +171,12 @@ _CHUNK_INSERT = (
 )
 
 
+# One encoder: json.dumps builds a new one per call when given any option.
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return _ENCODE(value)
 
 
 def _loads(text: str, what: str) -> Any:
