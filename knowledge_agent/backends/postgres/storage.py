@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -390,31 +390,39 @@ class _Guarded:
                 self.write_item(conn, item, chunks)
             return
         pairs = list(latest.values())
-        conn.execute(ITEMS_WRITE, items_columns([item for item, _ in pairs]))
-        # As in write_item: with the items' rows locked, this sees committed chunks.
-        conn.execute(
-            "DELETE FROM knowledge_chunks WHERE item_id = ANY(?::text[])",
-            ([text_to_db(item.id) for item, _ in pairs],),
-        )
-        if any(chunks for _, chunks in pairs):
-            columns = chunks_columns([(item.id, chunks) for item, chunks in pairs])
-            conn.execute(CHUNK_INSERT, columns)
-            names = [row for item, chunks in pairs for row in name_rows(item.id, chunks)]
-            _insert_name_rows(conn, names)
+        with self._rows(conn):
+            conn.execute(ITEMS_WRITE, items_columns([item for item, _ in pairs]))
+            # As in write_item: with the items' rows locked, this sees committed chunks.
+            conn.execute(
+                "DELETE FROM knowledge_chunks WHERE item_id = ANY(?::text[])",
+                ([text_to_db(item.id) for item, _ in pairs],),
+            )
+            if any(chunks for _, chunks in pairs):
+                columns = chunks_columns([(item.id, chunks) for item, chunks in pairs])
+                conn.execute(CHUNK_INSERT, columns)
+                names = [row for item, chunks in pairs for row in name_rows(item.id, chunks)]
+                _insert_name_rows(conn, names)
         self.index(conn, [(item, _owned(chunks, item.id)) for item, chunks in pairs])
 
     def write_item(
         self, conn: _Connection, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]
     ) -> None:
         """Upsert the item (creating its knowledge base), replace its chunks, index them."""
-        _upsert_item(conn, item)
-        # Not part of the upsert: with the item's row locked, this statement's snapshot sees
-        # the chunks of a writer of the same item that committed meanwhile.
-        conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (text_to_db(item.id),))
-        if chunks:
-            conn.execute(CHUNK_INSERT, chunk_columns(item.id, chunks))
-            _insert_names(conn, item.id, chunks)
+        with self._rows(conn):
+            _upsert_item(conn, item)
+            # Not part of the upsert: with the item's row locked, this statement's snapshot
+            # sees the chunks of a writer of the same item that committed meanwhile.
+            conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (text_to_db(item.id),))
+            if chunks:
+                conn.execute(CHUNK_INSERT, chunk_columns(item.id, chunks))
+                _insert_names(conn, item.id, chunks)
         self.index(conn, [(item, _owned(chunks, item.id))])
+
+    def _rows(self, conn: _Connection) -> AbstractContextManager[None]:
+        """Around a write's row statements: outside a group, pipelined (one round trip; a
+        failure raises at the block's end, still inside the write); in a group, as the
+        group sends them (see :mod:`~knowledge_agent.backends.postgres.batches`)."""
+        return conn.pipelined() if self._group is None else nullcontext()
 
     def index(
         self, conn: _Connection, pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]]
