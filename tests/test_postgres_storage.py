@@ -230,6 +230,42 @@ def test_each_write_calls_replace_inside_its_transaction(
     assert postings(postgres_url) == [("a", "a-c0"), ("f", "f-c0"), ("p", "p-c0")]
 
 
+def test_files_saved_at_once_write_an_item_given_twice_as_its_last_version(
+    indexed: PostgresStorage, writer: PostingsWriter, postgres_url: str
+) -> None:
+    indexed.sources.ensure_kb("docs")
+    indexed.sources.save_root(SourceRoot("docs", "/r"))
+
+    def entry(path: str, item: KnowledgeItem, chunks: int) -> Any:
+        record = SourceRecord("docs", path, "/r", 1, 1, "indexed", item.id)
+        return record, item, chunks_of(item.id, chunks)
+
+    first = KnowledgeItem(id="a", title="first", kb="docs", source_uri=None)
+    last = KnowledgeItem(id="a", title="last", kb="docs", source_uri="/r/a.md")
+    indexed.sources.save_source_items(
+        [
+            entry("/r/a.md", first, 3),
+            entry("/r/b.md", KnowledgeItem(id="b", kb="docs", content='"q" \\ {x}'), 1),
+            entry("/r/a.md", last, 2),
+            entry("/r/c.md", KnowledgeItem(id="c", kb="new-kb"), 0),
+        ]
+    )
+    # One write, in the position of each item's last version, with its chunks only.
+    assert writer.calls == [
+        ("replace", [("b", ["b-c0"]), ("a", ["a-c0", "a-c1"]), ("c", [])], IN_TRANSACTION)
+    ]
+    stored = indexed.get_item("a")
+    assert stored is not None and (stored.title, stored.source_uri) == ("last", "/r/a.md")
+    assert [c.id for c in indexed.get_chunks_for_item("a")] == ["a-c0", "a-c1"]
+    b = indexed.get_item("b")
+    assert b is not None and b.content == '"q" \\ {x}'
+    assert query(postgres_url, "SELECT name FROM knowledge_bases ORDER BY 1") == [
+        ("docs",),
+        ("new-kb",),
+    ]
+    assert postings(postgres_url) == [("a", "a-c0"), ("a", "a-c1"), ("b", "b-c0")]
+
+
 def test_a_writer_that_raises_rolls_the_write_back(postgres_url: str) -> None:
     with connect(postgres_url) as conn:
         migrate(conn, "postings", POSTINGS)

@@ -93,6 +93,10 @@ def merge_small_segments(
     try:
         with conn.transaction():
             conn.execute("SELECT 1 FROM kw_stats ORDER BY kb, level FOR UPDATE NOWAIT")
+            # The segments' rows are found by one pass over each table: a nested loop (what
+            # the planner picks for the few merging segments it expects, the tables not yet
+            # analysed) scans them once per segment, seconds for a few hundred segments.
+            conn.execute("SET LOCAL enable_nestloop = off")
             row = conn.execute(_MERGE, {"below": below, "least": least}).fetchone()
     except (psycopg.errors.LockNotAvailable, psycopg.errors.ReadOnlySqlTransaction):
         logger.debug("small segments not merged: the statistics are busy or read-only")

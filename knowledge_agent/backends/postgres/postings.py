@@ -401,6 +401,11 @@ def _document_terms(vocab: np.ndarray, level: _Level, n: int) -> list[str]:
     return [" ".join(terms[start:end]) for start, end in zip([0, *ends[:-1]], ends, strict=True)]
 
 
+def _plain(batch: AnalysedBatch) -> np.ndarray:
+    """The batch's terms as PostgreSQL stores them (by vocabulary id)."""
+    return np.array([_text(term) for term in batch.vocab] or [""], dtype=object)
+
+
 def _array(values: np.ndarray | Sequence[Any]) -> str:
     """An array literal of numbers or of :func:`_quoted` strings."""
     items = values.tolist() if isinstance(values, np.ndarray) else values
@@ -415,6 +420,20 @@ _LOCK_STATS = """
 """
 _LOCK_STATS_ROWS = """
     SELECT 1 FROM kw_stats WHERE kb = ANY(%(kbs)s::text[]) ORDER BY kb, level FOR UPDATE
+"""
+# The same for a replacement: the items' knowledge bases and those of their old documents.
+_ITEMS_KBS = """
+    SELECT kb FROM kw_documents WHERE item_id = ANY(%(ids)s::text[])
+    UNION SELECT unnest(%(kbs)s::text[])
+"""
+_LOCK_ITEMS_STATS = f"""
+    INSERT INTO kw_stats (kb, level)
+    SELECT kb, level FROM ({_ITEMS_KBS}) AS k(kb), (VALUES (0), (1)) AS l(level)
+    ORDER BY kb, level
+    ON CONFLICT (kb, level) DO NOTHING
+"""
+_LOCK_ITEMS_STATS_ROWS = f"""
+    SELECT 1 FROM kw_stats WHERE kb IN ({_ITEMS_KBS}) ORDER BY kb, level FOR UPDATE
 """
 
 _REMOVE = (
@@ -475,13 +494,13 @@ _REMOVE = (
 _INSERT_DOCUMENTS = """
     INSERT INTO kw_documents (kb, doc, level, key, item_id, chunk_index, source_type,
         doc_type, language, path, updated_at, len, len_head, terms)
-    SELECT kb, doc, %s, key, item_id, chunk_index, source_type, doc_type, language, path,
-        updated_at, len, len_head, terms
+    SELECT kb, currval('kw_documents_doc_seq') * SPAN + position, %s, key, item_id, chunk_index,
+        source_type, doc_type, language, path, updated_at, len, len_head, terms
     FROM unnest(%s::text[], %s::int8[], %s::text[], %s::text[], %s::int4[], %s::text[],
         %s::text[], %s::text[], %s::text[], %s::float8[], %s::int4[], %s::int4[], %s::text[])
-        AS x(kb, doc, key, item_id, chunk_index, source_type, doc_type, language, path,
+        AS x(kb, position, key, item_id, chunk_index, source_type, doc_type, language, path,
             updated_at, len, len_head, terms)
-"""
+""".replace("SPAN", str(BATCH_SPAN))
 
 _COPY_POSTINGS = f"""
     COPY kw_postings (level, seg, df, df_head, df_vec, {", ".join(_POSTING_ARRAYS)}, kb, term)
@@ -520,21 +539,32 @@ class PostingsWriter:
 
     def replace(self, conn: psycopg.Connection, pairs: Sequence[Pair] | AnalysedBatch) -> None:
         """(Re)index these items and their chunks: their previous rows go, in the same
-        transaction."""
+        transaction. Two round trips: the locks, the removal and the new documents in one
+        pipeline (the rows built while the server runs the first statements), then the
+        postings' ``COPY``."""
         batch = self.analysed(pairs)
         if batch.n_items == 0:
             return
         items = [item for item, _ in batch.pairs]
         ids = [item.id for item in items]
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT DISTINCT kb FROM kw_documents WHERE item_id = ANY(%s::text[])", (ids,)
-            )
-            kbs = {row[0] for row in cur.fetchall()} | {_text(item.kb) for item in items}
-            self._lock(cur, kbs)
-            cur.execute(_REMOVE, {"ids": ids})
-            levels = [_chunk_level(batch, self.tfidf), _item_level(batch, self.tfidf)]
-            self._insert(cur, batch, items, levels)
+        with conn.cursor() as cur, conn.cursor() as sequence:
+            with conn.pipeline():
+                # The knowledge bases of the items' old documents and of the items, locked.
+                kbs = {"ids": ids, "kbs": sorted({_text(item.kb) for item in items})}
+                cur.execute(_LOCK_ITEMS_STATS, kbs)
+                cur.execute(_LOCK_ITEMS_STATS_ROWS, kbs)
+                cur.execute(_REMOVE, {"ids": ids})
+                sequence.execute("SELECT nextval('kw_documents_doc_seq')")
+                levels = [_chunk_level(batch, self.tfidf), _item_level(batch, self.tfidf)]
+                total = sum(len(level.keys) for level in levels)
+                if total >= BATCH_SPAN:
+                    raise SearchIndexError(
+                        f"a write of {total} documents is over {BATCH_SPAN}: split it"
+                    )
+                self._documents(cur, batch, items, levels)
+            row = sequence.fetchone()
+            assert row is not None
+            self._postings(cur, batch, items, levels, int(row[0]))
 
     def remove(self, conn: psycopg.Connection, item_ids: Sequence[str]) -> None:
         """Drop every row of these items."""
@@ -571,16 +601,16 @@ class PostingsWriter:
         cur.execute(_LOCK_STATS, {"kbs": names})
         cur.execute(_LOCK_STATS_ROWS, {"kbs": names})
 
-    def _insert(
+    def _documents(
         self,
         cur: psycopg.Cursor[Any],
         batch: AnalysedBatch,
         items: list[KnowledgeItem],
         levels: list[_Level],
     ) -> None:
-        """Insert the new rows and add them to the statistics. The postings go by binary
-        COPY built from the arrays; the other rows' arrays are sent as array literals built
-        here (psycopg dumps a list element by element in Python)."""
+        """Insert the new documents (numbered by the write's ``nextval``, just sent: its
+        ``currval``) and add them to the statistics. Their arrays are sent as array literals
+        built here (psycopg dumps a list element by element in Python)."""
         item_kb = [_text(item.kb) for item in items]
         kb_of_item = _quoted(item_kb)
         meta = [
@@ -589,35 +619,22 @@ class PostingsWriter:
         ]
         item_ids = _quoted([item.id for item in items])
         updated = np.array([repr(to_epoch(item.updated_at)) for item in items], dtype=object)
-        plain = np.array([_text(term) for term in batch.vocab] or [""], dtype=object)
-        vocab_table = TextTable([term.encode("utf-8") for term in plain.tolist()])
-        kb_values, kb_code = np.unique(np.array(item_kb, dtype=object), return_inverse=True)
-        kb_table = TextTable([name.encode("utf-8") for name in kb_values.tolist()])
-        total = sum(len(level.keys) for level in levels)
-        if total >= BATCH_SPAN:
-            raise SearchIndexError(f"a write of {total} documents is over {BATCH_SPAN}: split it")
-        cur.execute("SELECT nextval('kw_documents_doc_seq')")
-        row = cur.fetchone()
-        assert row is not None
-        seg = int(row[0])
-        numbers = seg * BATCH_SPAN + np.arange(total, dtype=np.int64)
-        _, rank = batch.vocab_bytes()
+        plain = _plain(batch)
         stats: dict[tuple[str, int], list[int]] = {}
         start = 0
         for level in levels:
             n = len(level.keys)
             if n == 0:
                 continue
-            doc = numbers[start : start + n]
+            position = np.arange(start, start + n, dtype=np.int64)
             start += n
             owner = level.owner
-            kb = kb_of_item[owner]
             cur.execute(
                 _INSERT_DOCUMENTS,
                 (
                     level.level,
-                    _array(kb),
-                    _array(doc),
+                    _array(kb_of_item[owner]),
+                    _array(position),
                     _array(_quoted(level.keys)),
                     _array(item_ids[owner]),
                     _array(level.chunk_index),
@@ -635,8 +652,42 @@ class PostingsWriter:
                 found[0] += int(mask.sum())
                 found[1] += int(level.length[mask].sum())
                 found[2] += int(level.length_head[mask].sum())
+        keys = sorted(stats)
+        cur.execute(
+            _ADD_STATS,
+            (
+                [k for k, _ in keys],
+                [level for _, level in keys],
+                *([stats[key][i] for key in keys] for i in range(3)),
+            ),
+        )
+
+    def _postings(
+        self,
+        cur: psycopg.Cursor[Any],
+        batch: AnalysedBatch,
+        items: list[KnowledgeItem],
+        levels: list[_Level],
+        seg: int,
+    ) -> None:
+        """The postings of every level in one binary ``COPY`` built from the arrays: a row
+        per (term, knowledge base), its postings in document order."""
+        item_kb = [_text(item.kb) for item in items]
+        plain = _plain(batch)
+        vocab_table = TextTable([term.encode("utf-8") for term in plain.tolist()])
+        kb_values, kb_code = np.unique(np.array(item_kb, dtype=object), return_inverse=True)
+        kb_table = TextTable([name.encode("utf-8") for name in kb_values.tolist()])
+        _, rank = batch.vocab_bytes()
+        blocks: list[bytes] = []
+        start = 0
+        for level in levels:
+            n = len(level.keys)
+            if n == 0:
+                continue
+            doc = seg * BATCH_SPAN + np.arange(start, start + n, dtype=np.int64)
+            start += n
             # One row per (term, kb): the postings are in term order, documents ascending.
-            posting_kb = kb_code[owner][level.row]
+            posting_kb = kb_code[level.owner][level.row]
             order = np.lexsort((level.row, posting_kb, rank[level.term]))
             term, posting_kb, row = level.term[order], posting_kb[order], level.row[order]
             key = term.astype(np.int64) * len(kb_values) + posting_kb
@@ -648,8 +699,8 @@ class PostingsWriter:
             counts = [
                 np.add.reduceat((v > 0).astype(np.int64), starts) for v in (tf, tf_head, w_vec)
             ]
-            with cur.copy(_COPY_POSTINGS) as copy:
-                for block in binary_array_copy(
+            stream = list(
+                binary_array_copy(
                     [
                         (np.full(starts.size, level.level), ">i2"),
                         (np.full(starts.size, seg), ">i8"),
@@ -665,14 +716,14 @@ class PostingsWriter:
                     ],
                     [(posting_kb[starts], kb_table), (term[starts], vocab_table)],
                     starts,
-                ):
-                    copy.write(block)
-        keys = sorted(stats)
-        cur.execute(
-            _ADD_STATS,
-            (
-                [k for k, _ in keys],
-                [level for _, level in keys],
-                *([stats[key][i] for key in keys] for i in range(3)),
-            ),
-        )
+                )
+            )
+            # One stream for every level: a signature, every level's rows, a trailer.
+            head, *rows, end = stream
+            blocks = blocks or [head, end]
+            blocks[-1:-1] = rows
+        if not blocks:
+            return
+        with cur.copy(_COPY_POSTINGS) as copy:
+            for block in blocks:
+                copy.write(block)

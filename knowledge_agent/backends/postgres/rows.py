@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from knowledge_agent.errors import QueryError
 from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
@@ -31,13 +31,16 @@ __all__ = [
     "ESCAPE",
     "FACTS_SELECT",
     "FILTER_FIELDS",
+    "ITEMS_WRITE",
     "ITEM_SELECT",
     "ITEM_UPSERT",
     "SUMMARY_SELECT",
     "Row",
     "check_batch_size",
     "chunk_columns",
+    "chunks_columns",
     "item_to_row",
+    "items_columns",
     "opt_to_db",
     "pg_sql",
     "row_factory",
@@ -74,6 +77,22 @@ CHUNK_INSERT = (
     "?::bigint[], ?::bigint[], ?::text[])"
 )
 
+# Many items in one statement, their knowledge bases first (each created with the
+# ``created_at`` of its first item, as item-by-item upserts would): a row per array element,
+# upserted in the arrays' order.
+_ITEM_ROW = (*ITEM_COLUMNS, "changed_at")
+ITEMS_WRITE = (
+    "WITH x AS MATERIALIZED (SELECT * FROM unnest("
+    + ", ".join("?::text[]" for _ in _ITEM_ROW)
+    + f") WITH ORDINALITY AS x({', '.join(_ITEM_ROW)}, n)), "
+    "kb AS (INSERT INTO knowledge_bases (name, created_at) "
+    "SELECT DISTINCT ON (kb) kb, created_at FROM x ORDER BY kb, n "
+    "ON CONFLICT (name) DO NOTHING) "
+    f"INSERT INTO knowledge_items ({', '.join(_ITEM_ROW)}) "
+    f"SELECT {', '.join(_ITEM_ROW)} FROM x ORDER BY n "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{name} = excluded.{name}" for name in _ITEM_ROW[1:])
+)
 
 # -- text as stored ----------------------------------------------------------------------
 
@@ -204,7 +223,38 @@ def chunk_columns(item_id: str, chunks: Sequence[KnowledgeChunk]) -> list[str]:
     ]
 
 
-def _text_array(values: Sequence[str]) -> str:
+def items_columns(items: Sequence[KnowledgeItem]) -> list[str]:
+    """The items' rows (:func:`item_to_row`) as one array literal per column, for
+    :data:`ITEMS_WRITE`."""
+    rows = [item_to_row(item) for item in items]
+    return [_text_array(column) for column in zip(*rows, strict=True)]
+
+
+def chunks_columns(entries: Sequence[tuple[str, Sequence[KnowledgeChunk]]]) -> list[str]:
+    """:func:`chunk_columns` of several items' chunks (each pair: item id, its chunks)."""
+    chunks = [chunk for _, item_chunks in entries for chunk in item_chunks]
+    owners = [text_to_db(item_id) for item_id, item_chunks in entries for _ in item_chunks]
+    return [
+        _text_array([text_to_db(chunk.id) for chunk in chunks]),
+        _text_array(owners),
+        _number_array([chunk.chunk_index for chunk in chunks]),
+        _text_array([text_to_db(chunk.content) for chunk in chunks]),
+        _text_array([text_to_db(chunk.heading) for chunk in chunks]),
+        _number_array([chunk.start_position for chunk in chunks]),
+        _number_array([chunk.end_position for chunk in chunks]),
+        _text_array([_dumps(chunk.metadata) for chunk in chunks]),
+    ]
+
+
+def _text_array(values: Sequence[str | None]) -> str:
+    """An array literal of these strings (each quoted, so none reads as NULL; None is
+    NULL)."""
+    if None in values:
+        return "{" + ",".join("NULL" if v is None else _text_array([v])[1:-1] for v in values) + "}"
+    return _quoted_array(cast("Sequence[str]", values))
+
+
+def _quoted_array(values: Sequence[str]) -> str:
     """An array literal of these strings (each quoted, so none reads as NULL)."""
     quoted = (value.replace("\\", "\\\\").replace('"', '\\"') for value in values)
     return '{"' + '","'.join(quoted) + '"}' if values else "{}"

@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -47,11 +47,14 @@ from knowledge_agent.backends.postgres.rows import (
     FILTER_FIELDS,
     ITEM_SELECT,
     ITEM_UPSERT,
+    ITEMS_WRITE,
     SUMMARY_SELECT,
     Row,
     check_batch_size,
     chunk_columns,
+    chunks_columns,
     item_to_row,
+    items_columns,
     pg_sql,
     row_factory,
     row_to_chunk,
@@ -376,22 +379,50 @@ class _Guarded:
     def write_items(
         self, conn: _Connection, entries: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]]
     ) -> None:
-        """:meth:`write_item` for each item in order (its statements are pipelined)."""
+        """:meth:`write_item` for each item in order, in one statement per table (an item
+        given twice is written as its last version, in the position of its last write)."""
+        latest: dict[str, tuple[KnowledgeItem, Sequence[KnowledgeChunk]]] = {}
         for item, chunks in entries:
-            self.write_item(conn, item, chunks)
+            latest.pop(item.id, None)
+            latest[item.id] = (item, chunks)
+        if len(latest) <= 1:
+            for item, chunks in latest.values():
+                self.write_item(conn, item, chunks)
+            return
+        pairs = list(latest.values())
+        with self._rows(conn):
+            conn.execute(ITEMS_WRITE, items_columns([item for item, _ in pairs]))
+            # As in write_item: with the items' rows locked, this sees committed chunks.
+            conn.execute(
+                "DELETE FROM knowledge_chunks WHERE item_id = ANY(?::text[])",
+                ([text_to_db(item.id) for item, _ in pairs],),
+            )
+            if any(chunks for _, chunks in pairs):
+                columns = chunks_columns([(item.id, chunks) for item, chunks in pairs])
+                conn.execute(CHUNK_INSERT, columns)
+                names = [row for item, chunks in pairs for row in name_rows(item.id, chunks)]
+                _insert_name_rows(conn, names)
+        self.index(conn, [(item, _owned(chunks, item.id)) for item, chunks in pairs])
 
     def write_item(
         self, conn: _Connection, item: KnowledgeItem, chunks: Sequence[KnowledgeChunk]
     ) -> None:
         """Upsert the item (creating its knowledge base), replace its chunks, index them."""
-        _upsert_item(conn, item)
-        # Not part of the upsert: with the item's row locked, this statement's snapshot sees
-        # the chunks of a writer of the same item that committed meanwhile.
-        conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (text_to_db(item.id),))
-        if chunks:
-            conn.execute(CHUNK_INSERT, chunk_columns(item.id, chunks))
-            _insert_names(conn, item.id, chunks)
+        with self._rows(conn):
+            _upsert_item(conn, item)
+            # Not part of the upsert: with the item's row locked, this statement's snapshot
+            # sees the chunks of a writer of the same item that committed meanwhile.
+            conn.execute("DELETE FROM knowledge_chunks WHERE item_id = ?", (text_to_db(item.id),))
+            if chunks:
+                conn.execute(CHUNK_INSERT, chunk_columns(item.id, chunks))
+                _insert_names(conn, item.id, chunks)
         self.index(conn, [(item, _owned(chunks, item.id))])
+
+    def _rows(self, conn: _Connection) -> AbstractContextManager[None]:
+        """Around a write's row statements: outside a group, pipelined (one round trip; a
+        failure raises at the block's end, still inside the write); in a group, as the
+        group sends them (see :mod:`~knowledge_agent.backends.postgres.batches`)."""
+        return conn.pipelined() if self._group is None else nullcontext()
 
     def index(
         self, conn: _Connection, pairs: Sequence[tuple[KnowledgeItem, Sequence[KnowledgeChunk]]]
@@ -478,7 +509,10 @@ _NAMES_INSERT = (
 
 def _insert_names(conn: _Connection, item_id: str, chunks: Sequence[KnowledgeChunk]) -> None:
     """The ``chunk_names`` rows of the chunks (see :mod:`knowledge_agent.storage.chunk_names`)."""
-    rows = name_rows(item_id, chunks)
+    _insert_name_rows(conn, name_rows(item_id, chunks))
+
+
+def _insert_name_rows(conn: _Connection, rows: Sequence[tuple[str, ...]]) -> None:
     if rows:  # one statement, not one per name: a code file's chunks name hundreds
         columns = [[text_to_db(value) for value in column] for column in zip(*rows, strict=True)]
         conn.execute(_NAMES_INSERT, columns)
