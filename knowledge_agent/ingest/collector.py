@@ -454,10 +454,10 @@ class Collector:
             return
         stored: list[tuple[str, str, int]] = []
         written: dict[str, tuple[int, tuple[int, ...]]] = {}  # item id: place, counts added
+        pending: list[_Pending] = []
         with committing():
             try:
                 with self.storage.write_group("collect"):
-                    pending: list[_Pending] = []
                     for outcome in group:
                         if interrupt_requested():
                             break  # the rest of the group is simply not done yet
@@ -473,7 +473,9 @@ class Collector:
                         stored.append((outcome.path, status, file.size))
                     self._write_pending(pending, report, written)
             except WriteGroupError as exc:
-                self._failed_writes(root, exc, records, written, stored, report)
+                left = self._written_again(exc, pending)
+                if left is not None:
+                    self._failed_writes(root, left, records, written, stored, report)
             finally:
                 # A document whose write raised (the run stops) is not reported done.
                 done = {place for place, _ in written.values()}
@@ -506,6 +508,33 @@ class Collector:
             return
         for entry in pending:
             self._count(entry, report, written)
+
+    def _written_again(
+        self, error: WriteGroupError, pending: list[_Pending]
+    ) -> WriteGroupError | None:
+        """A write of several files that the group rolled back when it checked their batch
+        (a database finds a failure only then) written again one file at a time, in a group
+        of its own: only the files whose own write fails stay failed. The failures left."""
+        by_id = {entry.item.id: entry for entry in pending}
+        left: list[tuple[list[str], Exception]] = []
+        again: list[_Pending] = []
+        for item_ids, cause in error.failures:
+            ours = [by_id[item_id] for item_id in item_ids if item_id in by_id]
+            if len(ours) > 1:
+                again += ours
+            else:
+                left.append((item_ids, cause))
+        if again:
+            logger.debug("a write of %d files failed; writing them one by one", len(again))
+            try:
+                with self.storage.write_group(error.operation):
+                    for entry in again:
+                        self.storage.sources.save_source_item(
+                            entry.record, entry.item, entry.chunks
+                        )
+            except WriteGroupError as exc:
+                left += exc.failures
+        return WriteGroupError(error.operation, left) if left else None
 
     @staticmethod
     def _count(

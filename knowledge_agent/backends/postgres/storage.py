@@ -72,7 +72,7 @@ from knowledge_agent.models import ItemSummary, KnowledgeChunk, KnowledgeItem
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.storage.chunk_names import name_rows, names_query
 from knowledge_agent.storage.doc_sources import DocSourceStore
-from knowledge_agent.storage.sources import SourceRecord, SourceStore
+from knowledge_agent.storage.sources import SourceStore
 from knowledge_agent.storage.sqlite_storage import ItemFacts
 
 if TYPE_CHECKING:
@@ -548,15 +548,6 @@ class _SourceStore(SourceStore):
     def __init__(self, db: _Guarded) -> None:
         super().__init__(cast("StoreConnection", db))
         self._guarded = db
-
-    def save_source_items(
-        self, entries: Sequence[tuple[SourceRecord, KnowledgeItem, list[KnowledgeChunk]]]
-    ) -> None:
-        """:meth:`save_source_item` for each file, each its own write: in a write group the
-        index writes are checked with their batch, after the call, and a write failing there
-        is rolled back whole — one file's failure must not take the others with it."""
-        for record, item, chunks in entries:
-            self.save_source_item(record, item, chunks)
 
     def delete_kb(self, name: str) -> list[str]:
         """Delete a knowledge base, its items, chunks, roots and sources; returns the item ids."""
