@@ -216,6 +216,9 @@ def profile_ingest(core: KnowledgeAgentCore, files: Path, top: int) -> dict[str,
     own0, workers0 = _cpu_seconds()
     # CPU time, not wall time: on a shared machine the wall clock mostly counts other load.
     profiler = cProfile.Profile(time.process_time)
+    # Extraction workers forked from here would inherit the profiler and run several times
+    # slower, their CPU counted as the ingest's: each stops it first.
+    os.register_at_fork(after_in_child=profiler.disable)
     profiler.enable()
     try:
         figures = measure_ingest(core, files)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import resource
 from pathlib import Path
@@ -44,6 +45,7 @@ def ingest_with_cpu(
     server0 = server.cpu_seconds() if server is not None else None
     profiler = cProfile.Profile() if profile_top else None
     if profiler is not None:
+        os.register_at_fork(after_in_child=profiler.disable)  # not in the forked workers
         profiler.enable()
     try:
         figures = measure_ingest(core, files)
