@@ -1035,7 +1035,13 @@ class SQLiteStorageManager:
             for start in range(0, len(wanted), _MAX_VARIABLES // 2):
                 batch = wanted[start : start + _MAX_VARIABLES // 2]
                 pairs = ", ".join(["(?, ?)"] * len(batch))
-                sql = f"{_CHUNK_SELECT} WHERE (item_id, chunk_index) IN (VALUES {pairs})"
+                # A join from the positions: SQLite plans `(item_id, chunk_index) IN
+                # (VALUES …)` as a scan of every chunk, the join as one index search each.
+                sql = (
+                    f"SELECT {', '.join('c.' + name for name in CHUNK_COLUMNS)} "
+                    f"FROM (VALUES {pairs}) AS w JOIN knowledge_chunks AS c "
+                    "ON c.item_id = w.column1 AND c.chunk_index = w.column2"
+                )
                 for row in conn.execute(sql, [value for pair in batch for value in pair]):
                     chunk = row_to_chunk(row)
                     found[(chunk.item_id, chunk.chunk_index)] = chunk
