@@ -146,9 +146,9 @@ class Statistics:
         levels: dict[int, LevelStats] = {}
         df: dict[str, dict[int, tuple[int, int, int]]] = {term: {} for term in wanted}
         changes = norms_at = rows = 0
-        for kind, level, term, a, b, c, d, e, f, fresh in cur.fetchall():
+        for kind, level, term, a, b, c, d, e, f, norms_fresh in cur.fetchall():
             if kind == 0:
-                levels[int(level)] = LevelStats(int(a), int(b), int(c), bool(fresh))
+                levels[int(level)] = LevelStats(int(a), int(b), int(c), bool(norms_fresh))
                 changes, norms_at, rows = changes + int(d), norms_at + int(e), rows + int(f)
             else:
                 df.setdefault(term, {})[int(level)] = (int(a), int(b), int(c))
