@@ -210,17 +210,7 @@ def item_to_row(item: KnowledgeItem) -> tuple[Any, ...]:
 def chunk_columns(item_id: str, chunks: Sequence[KnowledgeChunk]) -> list[str]:
     """The chunks as one array literal per column, for :data:`CHUNK_INSERT` (psycopg would
     dump a list element by element in Python)."""
-    stored_id = text_to_db(item_id)
-    return [
-        _text_array([text_to_db(chunk.id) for chunk in chunks]),
-        _text_array([stored_id] * len(chunks)),
-        _number_array([chunk.chunk_index for chunk in chunks]),
-        _text_array([text_to_db(chunk.content) for chunk in chunks]),
-        _text_array([text_to_db(chunk.heading) for chunk in chunks]),
-        _number_array([chunk.start_position for chunk in chunks]),
-        _number_array([chunk.end_position for chunk in chunks]),
-        _text_array([_dumps(chunk.metadata) for chunk in chunks]),
-    ]
+    return chunks_columns([(item_id, chunks)])
 
 
 def items_columns(items: Sequence[KnowledgeItem]) -> list[str]:
@@ -231,7 +221,8 @@ def items_columns(items: Sequence[KnowledgeItem]) -> list[str]:
 
 
 def chunks_columns(entries: Sequence[tuple[str, Sequence[KnowledgeChunk]]]) -> list[str]:
-    """:func:`chunk_columns` of several items' chunks (each pair: item id, its chunks)."""
+    """:func:`chunk_columns` of several items' chunks (each pair: item id, its chunks), in
+    one statement's columns."""
     chunks = [chunk for _, item_chunks in entries for chunk in item_chunks]
     owners = [text_to_db(item_id) for item_id, item_chunks in entries for _ in item_chunks]
     return [

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from whoosh.reading import SegmentReader, TermNotFound
@@ -50,6 +50,8 @@ TermScores = tuple[np.ndarray, np.ndarray]
 TERM_BUDGET = 2_000_000
 """Postings a searcher's term cache holds at most (12 bytes each: about 24 MB)."""
 
+_V = TypeVar("_V")
+
 _IDF_KEPT = 100_000  # idf values a searcher's cache holds before it starts again
 _STORED_KEPT = 20_000  # documents' stored fields a searcher's cache holds (a few MB)
 
@@ -72,13 +74,9 @@ class ScanCache:
 
     def doc_frequency(self, searcher: Searcher, fieldname: str, btext: bytes) -> int:
         """How many of the searcher's documents hold a term (summed over segments), once."""
-        key = (fieldname, btext)
-        found = self._df.get(key)
-        if found is None:
-            if len(self._df) >= _IDF_KEPT:
-                self._df.clear()
-            found = self._df[key] = int(searcher.doc_frequency(fieldname, btext))
-        return found
+        return _kept(
+            self._df, (fieldname, btext), lambda: int(searcher.doc_frequency(fieldname, btext))
+        )
 
     def stored(self, searcher: Searcher, docnum: int) -> dict[str, Any]:
         """A document's stored fields (its keys), unpickled once while recently used."""
@@ -93,13 +91,7 @@ class ScanCache:
 
     def idf(self, searcher: Searcher, fieldname: str, btext: bytes) -> float:
         """The searcher's idf of a term (a doc frequency summed over every segment), once."""
-        key = (fieldname, btext)
-        found = self._idf.get(key)
-        if found is None:
-            if len(self._idf) >= _IDF_KEPT:
-                self._idf.clear()
-            found = self._idf[key] = float(searcher.idf(fieldname, btext))
-        return found
+        return _kept(self._idf, (fieldname, btext), lambda: float(searcher.idf(fieldname, btext)))
 
     def term(self, key: tuple[str, bytes], score: Callable[[], TermScores]) -> TermScores:
         """The scores of term ``key`` (field, bytes): cached, else ``score()`` kept."""
@@ -144,6 +136,17 @@ class ScanCache:
         self._idf.clear()
         self._stored.clear()
         self._df.clear()
+
+
+def _kept(cache: dict[Any, _V], key: Any, read: Callable[[], _V]) -> _V:
+    """``cache[key]``, else ``read()`` kept there (the cache starts again past
+    :data:`_IDF_KEPT` entries)."""
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= _IDF_KEPT:
+            cache.clear()
+        found = cache[key] = read()
+    return found
 
 
 def top_docs(
