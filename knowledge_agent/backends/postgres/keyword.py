@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.backends.postgres.client_rank import bm25_scores, client_sized, picked
 from knowledge_agent.backends.postgres.filters import filter_condition
 from knowledge_agent.backends.postgres.indexes import PostingsIndex
 from knowledge_agent.backends.postgres.postings import (
@@ -41,6 +42,7 @@ from knowledge_agent.backends.postgres.postings import (
 )
 from knowledge_agent.backends.postgres.ranked import ranked_hits, ranked_sql
 from knowledge_agent.backends.postgres.statistics import Statistics, StatsState
+from knowledge_agent.backends.postgres.term_postings import term_postings
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
 from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
@@ -204,12 +206,40 @@ class PostgresKeywordIndex(PostingsIndex):
                     return []
                 condition, filter_params = found
                 params = self._params(state, level, weights, head_boost, content_boost)
-                params.update(limit=limit, cap=per_item, **filter_params)
-                sql = _score_sql(head_boost > 0, content_boost > 0, condition, per_item is not None)
-                hits = ranked_hits(cur, sql, params, self.statistics, state)
+                head, content = head_boost > 0, content_boost > 0
+                if client_sized(state, level, names):
+                    hits = self._client_ranked(
+                        cur, state, level, params, (head, content), limit, per_item, found
+                    )
+                else:
+                    params.update(limit=limit, cap=per_item, **filter_params)
+                    sql = _score_sql(head, content, condition, per_item is not None)
+                    hits = ranked_hits(cur, sql, params, self.statistics, state)
                 if hits is not None:
                     return hits
         raise SearchIndexError("the keyword index changed within one snapshot")  # never
+
+    def _client_ranked(
+        self,
+        cur: psycopg.Cursor[Any],
+        state: StatsState,
+        level: int,
+        params: dict[str, Any],
+        fields: tuple[bool, bool],
+        limit: int,
+        per_item: int | None,
+        condition: tuple[str, dict[str, Any]],
+    ) -> list[tuple[str, str, int, float]] | None:
+        """The ranking of :func:`_score_sql`, scored in this process (:mod:`.client_rank`);
+        None when a write moved the generation away from ``state``'s."""
+        postings, seen = term_postings(cur, state, level, params["terms"])
+        if seen is not None and not self.statistics.current(state, seen):
+            return None
+        ranked = bm25_scores([postings[term] for term in params["terms"]], params, *fields)
+        hits = picked(cur, state, ranked, limit, per_item, *condition)
+        if hits is None:
+            self.statistics.forget()
+        return hits
 
     def _params(
         self,

@@ -88,6 +88,14 @@ class StatsState:
     generation: Generation
     levels: dict[int, LevelStats]
     df: dict[str, dict[int, tuple[int, int, int]]] = field(default_factory=dict)
+    # What searches read into this process for this generation (:mod:`.term_postings`,
+    # :mod:`.client_rank`): terms' postings by (level, term), least recently read first,
+    # knowledge bases' codes, each level's stored TF-IDF norms.
+    postings: dict[tuple[int, str], Any] = field(default_factory=dict)
+    kept_postings: int = 0
+    kb_codes: dict[str, int] = field(default_factory=dict)
+    norms: dict[int, Any] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def level(self, level: int) -> LevelStats:
         return self.levels.get(level, _EMPTY)

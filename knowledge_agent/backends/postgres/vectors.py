@@ -34,6 +34,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge_agent.analysis import TextAnalyzer
+from knowledge_agent.backends.postgres.client_rank import (
+    MAX_CLIENT_NORMS,
+    client_sized,
+    cosine_scores,
+    picked,
+    stored_norms,
+)
 from knowledge_agent.backends.postgres.filters import filter_condition
 from knowledge_agent.backends.postgres.indexes import PostingsIndex, load_psycopg
 from knowledge_agent.backends.postgres.postings import (
@@ -44,7 +51,8 @@ from knowledge_agent.backends.postgres.postings import (
     PostingsWriter,
 )
 from knowledge_agent.backends.postgres.ranked import ranked_hits, ranked_sql
-from knowledge_agent.backends.postgres.statistics import Statistics
+from knowledge_agent.backends.postgres.statistics import Statistics, StatsState
+from knowledge_agent.backends.postgres.term_postings import term_postings
 from knowledge_agent.errors import SearchIndexError
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.config import TfidfConfig
@@ -316,14 +324,50 @@ class PostgresTfidfIndex(PostingsIndex):
                     return []
                 condition, filter_params = found_filter
                 params = self._params(n, df, counts)
-                params.update(
-                    level=level, min=threshold, limit=int(top_k), cap=per_item, **filter_params
-                )
-                sql = _cosine_sql(condition, per_item is not None, stats.norms_fresh)
-                hits = ranked_hits(cur, sql, params, self.statistics, state)
+                if (
+                    stats.norms_fresh
+                    and n <= MAX_CLIENT_NORMS
+                    and client_sized(state, level, params["terms"])
+                ):
+                    hits = self._client_ranked(
+                        cur, state, level, params, threshold, int(top_k), per_item, found_filter
+                    )
+                else:
+                    params.update(
+                        level=level, min=threshold, limit=int(top_k), cap=per_item, **filter_params
+                    )
+                    sql = _cosine_sql(condition, per_item is not None, stats.norms_fresh)
+                    hits = ranked_hits(cur, sql, params, self.statistics, state)
                 if hits is not None:
                     return hits
         raise SearchIndexError("the TF-IDF index changed within one snapshot")  # never
+
+    def _client_ranked(
+        self,
+        cur: psycopg.Cursor[Any],
+        state: StatsState,
+        level: int,
+        params: dict[str, Any],
+        minimum: float,
+        limit: int,
+        per_item: int | None,
+        condition: tuple[str, dict[str, Any]],
+    ) -> list[tuple[str, str, int, float]] | None:
+        """The ranking of :func:`_cosine_sql` with stored norms, scored in this process
+        (:mod:`.client_rank`); None when a write moved the generation away from ``state``'s."""
+        postings, seen = term_postings(cur, state, level, params["terms"])
+        if seen is not None and not self.statistics.current(state, seen):
+            return None
+        norms = stored_norms(cur, state, level)
+        if norms is None:
+            self.statistics.forget()
+            return None
+        terms = [postings[term] for term in params["terms"]]
+        ranked = cosine_scores(terms, params["coefs"], params["qnorm"], norms, minimum)
+        hits = picked(cur, state, ranked, limit, per_item, *condition)
+        if hits is None:
+            self.statistics.forget()
+        return hits
 
     def _params(self, n: int, df: dict[str, int], counts: Counter[str]) -> dict[str, Any]:
         """The query vector's parameters: its terms that some document holds, their
