@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.backends.local.keyword.index import SearchIndexManager
 from knowledge_agent.backends.local.tfidf.index import SemanticSearcher
+from knowledge_agent.backends.postgres import client_rank, ranked, term_postings
 from knowledge_agent.backends.postgres.keyword import PostgresKeywordIndex
 from knowledge_agent.backends.postgres.postings import COMPONENT, MIGRATIONS, PostingsWriter
 from knowledge_agent.backends.postgres.schema import migrate, schema_version
@@ -217,8 +218,14 @@ def assert_same_hits(
                 )
 
 
-@pytest.fixture
-def indexes(postgres_url: str) -> Iterator[tuple[PostgresKeywordIndex, PostgresTfidfIndex]]:
+@pytest.fixture(params=["client", "sql"], ids=["ranked-here", "ranked-in-sql"])
+def indexes(
+    postgres_url: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[PostgresKeywordIndex, PostgresTfidfIndex]]:
+    """Both indexes, ranking in this process from the postings' arrays or (as for queries of
+    too many postings) in SQL: every test over them holds for both."""
+    if request.param == "sql":
+        monkeypatch.setattr(client_rank, "MAX_CLIENT_POSTINGS", -1)
     keyword = PostgresKeywordIndex(postgres_url, ANALYZER)
     tfidf = PostgresTfidfIndex(postgres_url, ANALYZER)
     yield keyword, tfidf
@@ -613,10 +620,9 @@ def test_capped_rankings_at_any_depth_give_the_local_hits(
     monkeypatch: pytest.MonkeyPatch,
     depth: int,
 ) -> None:
-    """The capped rankings read the best ``depth × limit`` documents first and run again
-    without a depth when those did not decide: the answers never depend on the depth."""
-    from knowledge_agent.backends.postgres import ranked
-
+    """The capped rankings read the best ``depth × limit`` documents first and go deeper
+    (SQL: run again without a depth; here: the next block) when those did not decide: the
+    answers never depend on the depth."""
     rnd = random.Random(3)
     # One long item whose every chunk matches, so that a shallow depth holds only its chunks.
     long_text = "\n\n".join(
@@ -626,17 +632,24 @@ def test_capped_rankings_at_any_depth_give_the_local_hits(
     local = local_indexes(pairs)
     indexes[0].update(pairs)
     monkeypatch.setattr(ranked, "DEPTH_PER_RESULT", depth)
-    reruns: list[int] = []
-    real = ranked.ranked_rows
+    monkeypatch.setattr(client_rank, "DEPTH_PER_RESULT", depth)
+    deeper: list[bool] = []
+    real_rows, real_order = ranked.ranked_rows, client_rank.top_order
 
-    def counted(cur: Any, sql: str, params: dict[str, Any]) -> list[Any]:
-        rows = real(cur, sql, params)
-        reruns.append(params.get("depth") is None and params.get("cap") is not None)
-        return rows
+    def rows(cur: Any, sql: str, params: dict[str, Any]) -> list[Any]:
+        found = real_rows(cur, sql, params)
+        deeper.append(params.get("depth") is None and params.get("cap") is not None)
+        return found
 
-    monkeypatch.setattr(ranked, "ranked_rows", counted)  # what both indexes rank through
+    def order(scores: Any, docs: Any, k: int) -> Any:
+        # A capped ranking's first block is ``depth × limit`` deep, at most 50 × depth.
+        deeper.append(k > depth * 50)
+        return real_order(scores, docs, k)
+
+    monkeypatch.setattr(ranked, "ranked_rows", rows)  # what both indexes rank through
+    monkeypatch.setattr(client_rank, "top_order", order)
     assert compare_all(local, indexes, ["alpha", "alpha beta", "beta gamma"], [None]) > 50
-    assert any(reruns) is (depth == 1)
+    assert any(deeper) is (depth == 1)
 
 
 def test_a_write_through_another_connection_reaches_the_cached_statistics(
@@ -667,25 +680,100 @@ def test_a_write_through_another_connection_reaches_the_cached_statistics(
     assert_same_hits(local[1].search_chunks(terms, 20), tfidf.search_chunks(terms, 20), 1e-6)
 
 
+@pytest.mark.parametrize("postings_read", [False, True], ids=["cold", "postings-kept"])
 def test_a_write_between_the_statistics_and_the_ranking_is_ranked_with_its_statistics(
-    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex], postgres_url: str
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex],
+    postgres_url: str,
+    postings_read: bool,
 ) -> None:
     """Inside a search's scope the statistics are trusted after the first read; a write
-    committed after it is caught by the ranking statement's own generation and the
-    ranking runs again on the new statistics."""
-    keyword, _ = indexes
+    committed after it is caught by the ranking's own generation (that of the statement
+    reading the postings, or, when they were all read before, of the one naming the best
+    documents) and the ranking runs again on the new statistics."""
+    keyword, tfidf = indexes
     pairs = random_corpus(6, 20)
     keyword.update(pairs[:10])
+    tfidf.refresh_norms()
     terms = ANALYZER.terms("alpha gamma")
     other = PostgresKeywordIndex(postgres_url, ANALYZER)
     try:
         with keyword.statistics.search():
             keyword.idf(terms)  # read and trusted for the rest of the scope
+            if postings_read:
+                keyword.search_chunks(terms, 30)
+                tfidf.search_chunks(terms, 30)
             other.update(pairs[10:])
             found = keyword.search_chunks(terms, 30)
     finally:
         other.close()
-    assert_same_hits(local_indexes(pairs)[0].search_chunks(terms, 30), found, 1e-9)
+    local = local_indexes(pairs)
+    assert_same_hits(local[0].search_chunks(terms, 30), found, 1e-9)
+    assert_same_hits(local[1].search_chunks(terms, 30), tfidf.search_chunks(terms, 30), 1e-6)
+
+
+def test_a_generations_postings_are_read_once_within_their_budget(
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Postings read for a ranking are kept for their generation (a second search reads
+    none), never more of them than the budget, and the answers stay those of the local
+    indexes whatever was dropped."""
+    keyword, tfidf = indexes
+    pairs = random_corpus(8, 40)
+    keyword.update(pairs)
+    local = local_indexes(pairs)
+    queries = [ANALYZER.terms(text) for text in QUERIES]
+    for terms in queries:
+        keyword.search_chunks(terms, 10)
+    with keyword._db.cursor("test") as cur:
+        state = keyword.statistics.read(cur)
+        cur.execute("SELECT sum(cardinality(doc)) FROM kw_postings WHERE level = 0")
+        total = cur.fetchone()[0]
+    if client_rank.MAX_CLIENT_POSTINGS < 0:
+        assert not state.postings  # ranked in SQL: nothing was read here
+        return
+    kept = {term for level, term in state.postings if level == 0}
+    assert kept == {t for terms in queries for t in terms if sum(state.frequencies(t, 0))}
+    assert 0 < state.kept_postings <= total
+    # Kept postings are what a search of the same generation reads: none from the table.
+    with monkeypatch.context() as patch:
+        patch.setattr(term_postings, "_READ", "SELECT 1 / 0")
+        hits = keyword.search_chunks(queries[0], 10)
+    assert_same_hits(local[0].search_chunks(queries[0], 10), hits, 1e-9)
+
+    budget = max(p.size for p in state.postings.values())
+    monkeypatch.setattr(term_postings, "MAX_KEPT_POSTINGS", budget)
+    keyword.update(pairs[:1])  # a new generation, with an empty cache
+    tfidf.refresh_norms()  # and the next, which the searches below keep
+    for terms in queries:
+        assert_same_hits(local[0].search_chunks(terms, 10), keyword.search_chunks(terms, 10), 1e-9)
+        assert_same_hits(
+            local[1].search_chunks(terms, 10, 0.0), tfidf.search_chunks(terms, 10), 1e-6
+        )
+        with keyword._db.cursor("test") as cur:
+            assert 0 < keyword.statistics.read(cur).kept_postings <= budget
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    numbers=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50),
+    small=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=50),
+    reals=st.lists(st.floats(width=32, allow_nan=False), max_size=50),
+)
+def test_arrays_sent_in_binary_read_back_as_the_same_numbers(
+    postgres_url: str, numbers: list[int], small: list[int], reals: list[float]
+) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT array_send(%s::int8[]), array_send(%s::int4[]), array_send(%s::float4[])",
+            (numbers, small, reals),
+            binary=True,
+        ).fetchone()
+    assert term_postings.flat_array([row[0]], ">i8").tolist() == numbers
+    assert term_postings.flat_array([row[1], row[1]], ">i4").tolist() == small * 2
+    assert term_postings.flat_array([row[2]], ">f4").tolist() == reals
 
 
 def test_a_search_scope_reads_the_statistics_once(
