@@ -14,6 +14,7 @@ base) the rankings stay in SQL: the arrays would cost more to send than to sum w
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_CLIENT_NORMS",
     "MAX_CLIENT_POSTINGS",
+    "DocumentNames",
     "bm25_scores",
     "client_sized",
     "cosine_scores",
@@ -40,6 +42,9 @@ __all__ = [
 
 MAX_CLIENT_POSTINGS = 2_000_000
 """Postings a query may have (by its terms' document frequencies) to be ranked here."""
+
+MAX_NAMED = 200_000
+"""Documents whose names (key, item, chunk index) a process keeps."""
 
 MAX_CLIENT_NORMS = 4_000_000
 """Documents of a level whose stored norms a process keeps (16 bytes each) for TF-IDF."""
@@ -184,9 +189,35 @@ _NAMED = f"""
 """
 
 
+class DocumentNames:
+    """The key, item and chunk index of documents named so far, by document number (a number
+    never names another document: a changed item's documents get new ones), at most
+    :data:`MAX_NAMED` of them. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: dict[int, tuple[str, str, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def known(self, docs: Sequence[int]) -> dict[int, tuple[str, str, int]]:
+        with self._lock:
+            names = self._names
+            return {doc: found for doc in docs if (found := names.get(doc)) is not None}
+
+    def learn(self, named: dict[int, tuple[str, str, int]]) -> None:
+        with self._lock:
+            self._names.update(named)
+            if len(self._names) > MAX_NAMED:
+                keep = list(self._names.items())[len(self._names) - MAX_NAMED // 2 :]
+                self._names = dict(keep)
+
+
 def picked(
     cur: psycopg.Cursor[Any],
     state: StatsState,
+    names: DocumentNames,
     ranked: tuple[np.ndarray, np.ndarray, np.ndarray],
     limit: int,
     cap: int | None,
@@ -196,34 +227,44 @@ def picked(
     """The best ``limit`` of the ``ranked`` documents (documents, knowledge base codes,
     scores) that pass the filter ``condition`` (on ``d``, with its parameters), at most
     ``cap`` of one item, as (key, item id, chunk index, score); None when a write moved the
-    generation away from ``state``'s (rank again)."""
+    generation away from ``state``'s (rank again). Without a condition, documents whose
+    ``names`` are known are not looked up."""
     docs, kbs, scores = ranked
     sql = _NAMED.format(condition=f"AND {condition}" if condition else "")
-    names = np.array(kb_names(state), dtype=object)
+    kb_name = np.array(kb_names(state), dtype=object)
     block = limit if cap is None and not condition else DEPTH_PER_RESULT * limit
     hits: list[Hit] = []
     per_item: Counter[str] = Counter()
     done = 0
     while done < docs.size:
         chosen = top_order(scores, docs, done + block)[done:]
-        cur.execute(
-            sql,
-            {"kbs": names[kbs[chosen]].tolist(), "docs": docs[chosen].tolist(), **filter_params},
-        )
-        rows = cur.fetchall()
-        if tuple(int(value) for value in rows[0][:3]) != state.generation:
-            return None
-        named = {int(row[3]): row[4:] for row in rows if row[3] is not None}
-        for position in chosen.tolist():
-            found = named.get(int(docs[position]))
-            if found is None:
+        numbers = docs[chosen].tolist()
+        named = {} if condition else names.known(numbers)
+        asked = chosen if condition else chosen[[n not in named for n in numbers]]
+        if asked.size:
+            cur.execute(
+                sql,
+                {
+                    "kbs": kb_name[kbs[asked]].tolist(),
+                    "docs": docs[asked].tolist(),
+                    **filter_params,
+                },
+            )
+            rows = cur.fetchall()
+            if tuple(int(value) for value in rows[0][:3]) != state.generation:
+                return None
+            found = {int(doc): (str(k), str(i), int(c)) for _, _, _, doc, k, i, c in rows if k}
+            names.learn(found)
+            named.update(found)
+        for position, doc in zip(chosen.tolist(), numbers, strict=True):
+            if (name := named.get(doc)) is None:
                 continue
-            key, item_id, index = found
+            key, item_id, index = name
             if cap is not None:
                 if per_item[item_id] >= cap:
                     continue
                 per_item[item_id] += 1
-            hits.append((str(key), str(item_id), int(index), float(scores[position])))
+            hits.append((key, item_id, index, float(scores[position])))
             if len(hits) == limit:
                 return hits
         done += chosen.size

@@ -236,7 +236,7 @@ class PostgresKeywordIndex(PostingsIndex):
         if seen is not None and not self.statistics.current(state, seen):
             return None
         ranked = bm25_scores([postings[term] for term in params["terms"]], params, *fields)
-        hits = picked(cur, state, ranked, limit, per_item, *condition)
+        hits = picked(cur, state, self.statistics.names, ranked, limit, per_item, *condition)
         if hits is None:
             self.statistics.forget()
         return hits

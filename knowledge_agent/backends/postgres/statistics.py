@@ -120,6 +120,10 @@ class Statistics:
         self._scope = threading.local()
         self.reads = 0
         """Statements this object has sent (for tests and profiles)."""
+        from knowledge_agent.backends.postgres.client_rank import DocumentNames
+
+        self.names = DocumentNames()
+        """The documents named by rankings so far (:mod:`.client_rank`)."""
 
     @contextmanager
     def search(self) -> Iterator[None]:

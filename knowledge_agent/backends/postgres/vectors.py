@@ -364,7 +364,7 @@ class PostgresTfidfIndex(PostingsIndex):
             return None
         terms = [postings[term] for term in params["terms"]]
         ranked = cosine_scores(terms, params["coefs"], params["qnorm"], norms, minimum)
-        hits = picked(cur, state, ranked, limit, per_item, *condition)
+        hits = picked(cur, state, self.statistics.names, ranked, limit, per_item, *condition)
         if hits is None:
             self.statistics.forget()
         return hits
