@@ -310,6 +310,30 @@ def test_small_writes_are_merged_and_search_edit_and_remove_as_before(
         assert server.check().consistent
 
 
+def test_a_small_base_written_a_document_at_a_time_is_tidied_at_the_batchs_end(
+    postgres_url: str,
+) -> None:
+    """A hundred documents added one by one in a batch (a new base: every one a change) get
+    the upkeep with the default thresholds: their one-document segments merged, the tables
+    analysed, the norms fresh. The statistics' statement searches the postings' index even
+    in a table never analysed."""
+    from knowledge_agent.backends.postgres.statistics import _READ
+
+    with KnowledgeAgentCore(backend=postgres_url, workers=1) as server:
+        with server.batch():
+            for number in range(100):
+                server.add_text(SHIPS[number % len(SHIPS)] + f" Log {number}.", title="Log")
+        assert server._backend.upkeep.runs == 1  # type: ignore[attr-defined]
+    assert _analyses_and_norms(postgres_url) == (1, True)
+    assert _segments(postgres_url)[1] == 2  # a segment per level
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        # As before any analysis: the planner knows nothing of the rows.
+        conn.execute("CREATE TEMPORARY TABLE kw_postings (LIKE public.kw_postings INCLUDING ALL)")
+        conn.execute("INSERT INTO kw_postings SELECT * FROM public.kw_postings")
+        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + _READ, (["ship", "harbour"],)))
+    assert "Index Cond" in plan and "Seq Scan on kw_postings" not in plan
+
+
 def test_a_collect_that_indexes_along_has_one_upkeep_at_its_end(
     tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -58,8 +58,10 @@ _READ = """
     UNION ALL
     SELECT 1, level, term, sum(df)::int8, sum(df_head)::int8, sum(df_vec)::int8,
         NULL, NULL, NULL, NULL
-    FROM kw_postings WHERE term = ANY(%s::text[]) GROUP BY level, term
+    FROM kw_postings WHERE level IN (0, 1) AND term = ANY(%s::text[]) GROUP BY level, term
 """
+# ``level IN (0, 1)`` names the index's first column: without it, a table not yet analysed is
+# scanned whole (16 ms for 145,000 rows) rather than searched twice per term.
 
 MAX_CACHED_TERMS = 200_000
 """Frequencies kept at most; past it the cache starts again (it refills from the queries)."""

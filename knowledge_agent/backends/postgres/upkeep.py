@@ -59,7 +59,7 @@ class Upkeep:
     """Counts the documents written since the last upkeep (from ``kw_stats``: whichever
     process wrote them) and runs it after a bulk write."""
 
-    def __init__(self, share: float = 0.1, minimum: int = 1_000) -> None:
+    def __init__(self, share: float = 0.1, minimum: int = 200) -> None:
         self.share = share
         """The share of the documents a bulk write changes, at least."""
         self.minimum = minimum
