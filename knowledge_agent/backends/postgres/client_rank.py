@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from knowledge_agent.backends.postgres.ranked import DEPTH_PER_RESULT
-from knowledge_agent.backends.postgres.statistics import GENERATION_SQL, StatsState
-from knowledge_agent.backends.postgres.term_postings import TermPostings, flat_array, kb_names
+from knowledge_agent.backends.postgres.statistics import GENERATION_SQL, Statistics, StatsState
+from knowledge_agent.backends.postgres.term_postings import (
+    TermPostings,
+    flat_array,
+    kb_names,
+    term_postings,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -36,6 +41,7 @@ __all__ = [
     "client_sized",
     "cosine_scores",
     "picked",
+    "ranked_here",
     "stored_norms",
     "top_order",
 ]
@@ -50,6 +56,37 @@ MAX_CLIENT_NORMS = 4_000_000
 """Documents of a level whose stored norms a process keeps (16 bytes each) for TF-IDF."""
 
 Hit = tuple[str, str, int, float]
+Ranked = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Documents, their knowledge bases' codes, their scores."""
+
+
+def ranked_here(
+    cur: psycopg.Cursor[Any],
+    statistics: Statistics,
+    state: StatsState,
+    level: int,
+    terms: Sequence[str],
+    score: Callable[[list[TermPostings]], Ranked | None],
+    limit: int,
+    cap: int | None,
+    condition: tuple[str, dict[str, Any]],
+) -> list[Hit] | None:
+    """The best ``limit`` documents of ``level`` by ``score`` (of the postings of ``terms``,
+    in their order; None when what it read was of another generation), as :func:`picked`
+    gives them; None when a write moved the generation away from ``state``'s (the caller
+    ranks again)."""
+    postings, seen = term_postings(cur, state, level, terms)
+    if seen is not None and not statistics.current(state, seen):
+        return None
+    ranked = score([postings[term] for term in terms])
+    hits = (
+        None
+        if ranked is None
+        else picked(cur, state, statistics.names, ranked, limit, cap, *condition)
+    )
+    if hits is None:
+        statistics.forget()
+    return hits
 
 
 def client_sized(state: StatsState, level: int, terms: Sequence[str]) -> bool:
@@ -59,7 +96,7 @@ def client_sized(state: StatsState, level: int, terms: Sequence[str]) -> bool:
 
 def _summed(
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> Ranked:
     """(documents, their knowledge bases' codes, scores) from each term's (documents, codes,
     values): a document's values added in the order of ``parts``, from 0."""
     if not parts:
@@ -90,7 +127,7 @@ def bm25_scores(
     params: dict[str, Any],
     head: bool,
     content: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> Ranked:
     """The BM25F score of every document matching a term, with the query parameters of
     :meth:`~.keyword.PostgresKeywordIndex._params` (per term, in query order: ``idf``,
     ``boost``, ``idf_head``, ``boost_head``; ``avg``, ``avg_head``, ``k1``, ``b``)."""
@@ -143,7 +180,7 @@ def cosine_scores(
     qnorm: float,
     norms: tuple[np.ndarray, np.ndarray],
     minimum: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> Ranked:
     """The TF-IDF cosine of every document holding a query term in its vector, from the
     query's coefficients (per term: its weight × idf) and norm and the documents' stored
     ``norms`` (sorted documents, their norms); those scoring 0 or under ``minimum`` left
@@ -218,7 +255,7 @@ def picked(
     cur: psycopg.Cursor[Any],
     state: StatsState,
     names: DocumentNames,
-    ranked: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ranked: Ranked,
     limit: int,
     cap: int | None,
     condition: str,

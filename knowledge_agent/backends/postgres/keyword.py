@@ -1,4 +1,4 @@
-"""BM25F over chunks and items in SQL: the keyword index of the PostgreSQL backend.
+"""BM25F over chunks and items: the keyword index of the PostgreSQL backend.
 
 The same scores as the local Whoosh index (:class:`~knowledge_agent.backends.local.keyword.
 index.SearchIndexManager`), computed from the tables of :mod:`.postings`:
@@ -13,8 +13,12 @@ index.SearchIndexManager`), computed from the tables of :mod:`.postings`:
   them;
 * filters restrict the documents inside the query, before ranking; ties are ranked by
   document number (indexing order); ``per_item`` keeps at most that many chunks of one item;
-* a search reads one snapshot (a read-only repeatable-read transaction): statistics and
-  postings agree even while writers commit.
+* a search's statistics and postings are those of one generation of the tables
+  (:mod:`.statistics`), even while writers commit.
+
+The scores are computed in this process from the query terms' postings, read as arrays once
+per generation (:mod:`.client_rank`); a query whose terms have very many postings is ranked
+by one SQL statement instead (:func:`_score_sql`), with the same scores.
 
 Statistics count live documents only. The local index counts documents deleted since its
 segments were last merged until they are, so after deletions the two can differ slightly
@@ -26,12 +30,13 @@ replay, so ``applied_seq`` is always 0 (:class:`~.indexes.PostingsIndex`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from knowledge_agent.analysis import TextAnalyzer
-from knowledge_agent.backends.postgres.client_rank import bm25_scores, client_sized, picked
+from knowledge_agent.backends.postgres.client_rank import bm25_scores, client_sized, ranked_here
 from knowledge_agent.backends.postgres.filters import filter_condition
 from knowledge_agent.backends.postgres.indexes import PostingsIndex
 from knowledge_agent.backends.postgres.postings import (
@@ -42,7 +47,6 @@ from knowledge_agent.backends.postgres.postings import (
 )
 from knowledge_agent.backends.postgres.ranked import ranked_hits, ranked_sql
 from knowledge_agent.backends.postgres.statistics import Statistics, StatsState
-from knowledge_agent.backends.postgres.term_postings import term_postings
 from knowledge_agent.errors import ConfigError, QueryError, SearchIndexError
 from knowledge_agent.search.analysed_batch import AnalysedBatch, grouped
 from knowledge_agent.search.config import KeywordIndexConfig, TfidfConfig
@@ -208,8 +212,16 @@ class PostgresKeywordIndex(PostingsIndex):
                 params = self._params(state, level, weights, head_boost, content_boost)
                 head, content = head_boost > 0, content_boost > 0
                 if client_sized(state, level, names):
-                    hits = self._client_ranked(
-                        cur, state, level, params, (head, content), limit, per_item, found
+                    hits = ranked_here(
+                        cur,
+                        self.statistics,
+                        state,
+                        level,
+                        names,
+                        functools.partial(bm25_scores, params=params, head=head, content=content),
+                        limit,
+                        per_item,
+                        found,
                     )
                 else:
                     params.update(limit=limit, cap=per_item, **filter_params)
@@ -218,28 +230,6 @@ class PostgresKeywordIndex(PostingsIndex):
                 if hits is not None:
                     return hits
         raise SearchIndexError("the keyword index changed within one snapshot")  # never
-
-    def _client_ranked(
-        self,
-        cur: psycopg.Cursor[Any],
-        state: StatsState,
-        level: int,
-        params: dict[str, Any],
-        fields: tuple[bool, bool],
-        limit: int,
-        per_item: int | None,
-        condition: tuple[str, dict[str, Any]],
-    ) -> list[tuple[str, str, int, float]] | None:
-        """The ranking of :func:`_score_sql`, scored in this process (:mod:`.client_rank`);
-        None when a write moved the generation away from ``state``'s."""
-        postings, seen = term_postings(cur, state, level, params["terms"])
-        if seen is not None and not self.statistics.current(state, seen):
-            return None
-        ranked = bm25_scores([postings[term] for term in params["terms"]], params, *fields)
-        hits = picked(cur, state, self.statistics.names, ranked, limit, per_item, *condition)
-        if hits is None:
-            self.statistics.forget()
-        return hits
 
     def _params(
         self,

@@ -23,6 +23,10 @@ whichever process wrote, on whatever machine.
   its caller compares it with the one its statistics came from: when a write committed in
   between, the statistics are read again and the ranking run again, so the scores are
   always those of the statistics of the postings they were computed from.
+* What rankings read into this process for a generation (the query terms' postings, the
+  stored TF-IDF norms: :mod:`.client_rank`) is kept in its :class:`StatsState` and goes with
+  it; a ranking that finds all it needs there sends no statement and answers as of the
+  generation its search checked.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TF-IDF cosine over chunks and items in SQL: the semantic index of the PostgreSQL backend.
+"""TF-IDF cosine over chunks and items: the semantic index of the PostgreSQL backend.
 
 The same scores as the local :class:`~knowledge_agent.backends.local.tfidf.index.
 SemanticSearcher`, from the postings of :mod:`.postings` (``w_vec``: the float32 tf weight
@@ -19,6 +19,10 @@ every document holding a query term). Either way the scores are those of the sta
 search's snapshot sees. ``min_similarity`` and the filters apply before the top-k; ties are
 ranked by document number, ``per_item`` caps the chunks of one item.
 
+With stored norms the cosines are computed in this process from the query terms' postings
+and every document's norm, both read once per generation (:mod:`.client_rank`); computed
+norms, and queries of very many postings, are ranked in SQL.
+
 Differences from the local index, both below the scores' float32 precision in practice: the
 local index hashes terms into ``n_features`` columns, so two terms sharing a column count as
 one there (here terms are never merged), and its norms are summed in float32.
@@ -26,6 +30,7 @@ one there (here terms are never merged), and its norms are summed in float32.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -36,9 +41,10 @@ import numpy as np
 from knowledge_agent.analysis import TextAnalyzer
 from knowledge_agent.backends.postgres.client_rank import (
     MAX_CLIENT_NORMS,
+    Ranked,
     client_sized,
     cosine_scores,
-    picked,
+    ranked_here,
     stored_norms,
 )
 from knowledge_agent.backends.postgres.filters import filter_condition
@@ -52,7 +58,7 @@ from knowledge_agent.backends.postgres.postings import (
 )
 from knowledge_agent.backends.postgres.ranked import ranked_hits, ranked_sql
 from knowledge_agent.backends.postgres.statistics import Statistics, StatsState
-from knowledge_agent.backends.postgres.term_postings import term_postings
+from knowledge_agent.backends.postgres.term_postings import TermPostings
 from knowledge_agent.errors import SearchIndexError
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.config import TfidfConfig
@@ -329,8 +335,16 @@ class PostgresTfidfIndex(PostingsIndex):
                     and n <= MAX_CLIENT_NORMS
                     and client_sized(state, level, params["terms"])
                 ):
-                    hits = self._client_ranked(
-                        cur, state, level, params, threshold, int(top_k), per_item, found_filter
+                    hits = ranked_here(
+                        cur,
+                        self.statistics,
+                        state,
+                        level,
+                        params["terms"],
+                        functools.partial(self._cosines, cur, state, level, params, threshold),
+                        int(top_k),
+                        per_item,
+                        found_filter,
                     )
                 else:
                     params.update(
@@ -342,32 +356,21 @@ class PostgresTfidfIndex(PostingsIndex):
                     return hits
         raise SearchIndexError("the TF-IDF index changed within one snapshot")  # never
 
-    def _client_ranked(
-        self,
+    @staticmethod
+    def _cosines(
         cur: psycopg.Cursor[Any],
         state: StatsState,
         level: int,
         params: dict[str, Any],
         minimum: float,
-        limit: int,
-        per_item: int | None,
-        condition: tuple[str, dict[str, Any]],
-    ) -> list[tuple[str, str, int, float]] | None:
-        """The ranking of :func:`_cosine_sql` with stored norms, scored in this process
-        (:mod:`.client_rank`); None when a write moved the generation away from ``state``'s."""
-        postings, seen = term_postings(cur, state, level, params["terms"])
-        if seen is not None and not self.statistics.current(state, seen):
-            return None
+        postings: list[TermPostings],
+    ) -> Ranked | None:
+        """The ranking of :func:`_cosine_sql` with stored norms, from the query terms'
+        postings; None when the norms read were of another generation than ``state``'s."""
         norms = stored_norms(cur, state, level)
         if norms is None:
-            self.statistics.forget()
             return None
-        terms = [postings[term] for term in params["terms"]]
-        ranked = cosine_scores(terms, params["coefs"], params["qnorm"], norms, minimum)
-        hits = picked(cur, state, self.statistics.names, ranked, limit, per_item, *condition)
-        if hits is None:
-            self.statistics.forget()
-        return hits
+        return cosine_scores(postings, params["coefs"], params["qnorm"], norms, minimum)
 
     def _params(self, n: int, df: dict[str, int], counts: Counter[str]) -> dict[str, Any]:
         """The query vector's parameters: its terms that some document holds, their
