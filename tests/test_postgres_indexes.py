@@ -27,6 +27,7 @@ from knowledge_agent.backends.postgres import client_rank, ranked, term_postings
 from knowledge_agent.backends.postgres.keyword import PostgresKeywordIndex
 from knowledge_agent.backends.postgres.postings import COMPONENT, MIGRATIONS, PostingsWriter
 from knowledge_agent.backends.postgres.schema import migrate, schema_version
+from knowledge_agent.backends.postgres.statistics import Statistics
 from knowledge_agent.backends.postgres.vectors import PostgresTfidfIndex
 from knowledge_agent.chunking.content_chunker import ChunkConfig, ContentChunker
 from knowledge_agent.errors import QueryError, SearchIndexError
@@ -353,16 +354,31 @@ def test_weighted_terms_and_field_boosts(postgres_url: str) -> None:
     local.update(pairs)
     from knowledge_agent.search.config import KeywordIndexConfig
 
-    with PostgresKeywordIndex(
-        postgres_url, ANALYZER, KeywordIndexConfig(field_boosts=config_boosts)
-    ) as keyword:
+    plain_local = SearchIndexManager(None, ANALYZER)
+    plain_local.update(pairs)
+    shared = Statistics()  # the boosted index finds postings read without the head fields
+    with (
+        PostgresKeywordIndex(postgres_url, ANALYZER, statistics=shared) as plain,
+        PostgresKeywordIndex(
+            postgres_url,
+            ANALYZER,
+            KeywordIndexConfig(field_boosts=config_boosts),
+            statistics=shared,
+        ) as keyword,
+    ):
         keyword.update(pairs)
         for weighted in ({"alpha": 1.0, "guide": 0.5}, {"beta": 2.5, "sigma": 0.0}):
+            assert_same_hits(
+                plain_local.search_chunks(weighted, 20), plain.search_chunks(weighted, 20), 1e-9
+            )
             assert_same_hits(
                 local.search_chunks(weighted, 20), keyword.search_chunks(weighted, 20), 1e-9
             )
         for text in QUERIES:
             terms = ANALYZER.terms(text)
+            assert_same_hits(
+                plain_local.search_items(terms, 20), plain.search_items(terms, 20), 1e-9
+            )
             assert_same_hits(local.search_items(terms, 20), keyword.search_items(terms, 20), 1e-9)
         with pytest.raises(QueryError):
             keyword.search_chunks({"alpha": -1.0}, 5)
@@ -740,7 +756,7 @@ def test_a_generations_postings_are_read_once_within_their_budget(
     assert 0 < state.kept_postings <= total
     # Kept postings are what a search of the same generation reads: none from the table.
     with monkeypatch.context() as patch:
-        patch.setattr(term_postings, "_READ", "SELECT 1 / 0")
+        patch.setattr(term_postings, "_READ", dict.fromkeys((False, True), "SELECT 1 / 0"))
         hits = keyword.search_chunks(queries[0], 10)
     assert_same_hits(local[0].search_chunks(queries[0], 10), hits, 1e-9)
 

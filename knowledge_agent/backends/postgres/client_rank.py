@@ -70,12 +70,14 @@ def ranked_here(
     limit: int,
     cap: int | None,
     condition: tuple[str, dict[str, Any]],
+    *,
+    head: bool = False,
 ) -> list[Hit] | None:
     """The best ``limit`` documents of ``level`` by ``score`` (of the postings of ``terms``,
-    in their order; None when what it read was of another generation), as :func:`picked`
-    gives them; None when a write moved the generation away from ``state``'s (the caller
-    ranks again)."""
-    postings, seen = term_postings(cur, state, level, terms)
+    in their order, with their head field's if ``head``; None when what it read was of
+    another generation), as :func:`picked` gives them; None when a write moved the
+    generation away from ``state``'s (the caller ranks again)."""
+    postings, seen = term_postings(cur, state, level, terms, head=head)
     if seen is not None and not statistics.current(state, seen):
         return None
     ranked = score([postings[term] for term in terms])
@@ -139,6 +141,7 @@ def bm25_scores(
         matched = np.zeros(term.size, bool)
         values = np.zeros(term.size, np.float64)
         if head:
+            assert term.tf_head is not None and term.norm_len_head is not None  # read with head
             has = term.tf_head > 0
             matched |= has
             values = np.where(

@@ -222,6 +222,7 @@ class PostgresKeywordIndex(PostingsIndex):
                         limit,
                         per_item,
                         found,
+                        head=head,
                     )
                 else:
                     params.update(limit=limit, cap=per_item, **filter_params)

@@ -44,41 +44,49 @@ _HEADER = 20  # ndim, has-nulls flag, element type, then the one dimension's siz
 _COLUMNS: tuple[tuple[str, str], ...] = (
     ("doc", ">i8"),
     ("tf", ">i4"),
-    ("tf_head", ">i4"),
     ("w_vec", ">f4"),
     ("norm_len", ">i4"),
-    ("norm_len_head", ">i4"),
 )
+# Read only when a head field (a chunk's heading, an item's title) is weighed: most
+# configurations give it no weight, and each column read costs as much as the others.
+_HEAD_COLUMNS: tuple[tuple[str, str], ...] = (("tf_head", ">i4"), ("norm_len_head", ">i4"))
 
-_READ = f"""
-    WITH {GENERATION_SQL}
-    SELECT g.changes, g.norms_at, g.rows, p.term, p.kb,
-        {", ".join(f"array_send(p.{name})" for name, _ in _COLUMNS)}
-    FROM generation g
-    LEFT JOIN kw_postings p ON p.level = %(level)s AND p.term = ANY(%(terms)s::text[])
-"""
+
+def _read_sql(head: bool) -> str:
+    columns = _COLUMNS + (_HEAD_COLUMNS if head else ())
+    return f"""
+        WITH {GENERATION_SQL}
+        SELECT g.changes, g.norms_at, g.rows, p.term, p.kb,
+            {", ".join(f"array_send(p.{name})" for name, _ in columns)}
+        FROM generation g
+        LEFT JOIN kw_postings p ON p.level = %(level)s AND p.term = ANY(%(terms)s::text[])
+    """
+
+
+_READ = {head: _read_sql(head) for head in (False, True)}
 
 
 @dataclass(frozen=True, eq=False)
 class TermPostings:
     """Every posting of one term at one level, in no particular order of documents: the
     document numbers, the code of each one's knowledge base (:func:`kb_code`) and its
-    per-posting values (as :mod:`.postings` stores them)."""
+    per-posting values (as :mod:`.postings` stores them; the head field's None when they
+    were not read)."""
 
     doc: np.ndarray  # int64
     kb: np.ndarray  # int32 codes
     tf: np.ndarray  # int32
-    tf_head: np.ndarray  # int32
     w_vec: np.ndarray  # float32
     norm_len: np.ndarray  # int32
-    norm_len_head: np.ndarray  # int32
+    tf_head: np.ndarray | None = None  # int32
+    norm_len_head: np.ndarray | None = None  # int32
 
     @property
     def size(self) -> int:
         return int(self.doc.size)
 
 
-_EMPTY = TermPostings(*(np.zeros(0, kind) for kind in ("i8", "i4", "i4", "i4", "f4", "i4", "i4")))
+_EMPTY = TermPostings(*(np.zeros(0, kind) for kind in ("i8", "i4", "i4", "f4", "i4", "i4", "i4")))
 
 
 def kb_code(state: StatsState, name: str) -> int:
@@ -113,11 +121,16 @@ def flat_array(blobs: Sequence[bytes], kind: str) -> np.ndarray:
 
 
 def term_postings(
-    cur: psycopg.Cursor[Any], state: StatsState, level: int, terms: Sequence[str]
+    cur: psycopg.Cursor[Any],
+    state: StatsState,
+    level: int,
+    terms: Sequence[str],
+    *,
+    head: bool = False,
 ) -> tuple[dict[str, TermPostings], Generation | None]:
-    """The postings of ``terms`` at ``level``: those ``state`` keeps, the others read in one
-    statement and kept; with the generation that statement saw (None when none ran). A term
-    no document holds has no postings."""
+    """The postings of ``terms`` at ``level`` (with their head field's values if ``head``):
+    those ``state`` keeps, the others read in one statement and kept; with the generation
+    that statement saw (None when none ran). A term no document holds has no postings."""
     found: dict[str, TermPostings] = {}
     missing: list[str] = []
     for term in dict.fromkeys(terms):
@@ -125,7 +138,7 @@ def term_postings(
             kept = state.postings.pop((level, term), None)
             if kept is not None:
                 state.postings[(level, term)] = kept  # the most recently read now
-        if kept is not None:
+        if kept is not None and (kept.tf_head is not None or not head):
             found[term] = kept
         elif sum(state.frequencies(term, level)) == 0:
             found[term] = _EMPTY
@@ -133,24 +146,25 @@ def term_postings(
             missing.append(term)
     if not missing:
         return found, None
-    cur.execute(_READ, {"level": level, "terms": missing}, binary=True)
+    cur.execute(_READ[head], {"level": level, "terms": missing}, binary=True)
     rows = cur.fetchall()
     generation = tuple(int(value) for value in rows[0][:3])
     by_term: dict[str, list[Any]] = {term: [] for term in missing}
     for row in rows:
         if row[3] is not None:
             by_term[row[3]].append(row)
+    kinds = [kind for _, kind in _COLUMNS + (_HEAD_COLUMNS if head else ())]
     for term, term_rows in by_term.items():
         if not term_rows:
             found[term] = _EMPTY
             continue
-        blobs = [[bytes(row[5 + i]) for row in term_rows] for i in range(len(_COLUMNS))]
-        sizes = np.array([(len(blob) - _HEADER) // 12 for blob in blobs[0]], np.int64)
-        codes = np.array([kb_code(state, row[4]) for row in term_rows], np.int32)
         columns = [
-            flat_array(column, kind) for column, (_, kind) in zip(blobs, _COLUMNS, strict=True)
+            flat_array([bytes(row[5 + i]) for row in term_rows], kind)
+            for i, kind in enumerate(kinds)
         ]
-        found[term] = TermPostings(columns[0], np.repeat(codes, sizes), *columns[1:])
+        sizes = [(len(row[5]) - _HEADER) // 12 for row in term_rows]  # 12: int8 and its size
+        codes = np.repeat(np.array([kb_code(state, row[4]) for row in term_rows], np.int32), sizes)
+        found[term] = TermPostings(columns[0], codes, *columns[1:])
     _keep(state, level, {term: found[term] for term in missing}, generation)
     return found, generation  # type: ignore[return-value]
 
