@@ -290,16 +290,22 @@ def test_the_indexes_implement_the_protocols(
     assert keyword.applied_seq == 0
 
 
-@pytest.mark.parametrize("stored_norms", [True, False], ids=["stored-norms", "query-norms"])
+@pytest.mark.parametrize("stored_norms", [True, False], ids=["stored-norms", "stale-norms"])
 def test_same_hits_as_the_local_indexes_with_filters_and_per_item(
     indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex], stored_norms: bool
 ) -> None:
+    """With stale stored norms, a ranking here computes them from the vectors it keeps, a
+    ranking in SQL from the candidates' postings; neither refreshes them."""
     pairs = random_corpus(1, 40)
     local = local_indexes(pairs)
     indexes[0].update(pairs)
-    indexes[1].refresh_stale_norms = stored_norms
+    if stored_norms:
+        indexes[1].refresh_norms()
+    indexes[1].refresh_stale_norms = False
     assert compare_all(local, indexes, QUERIES, filters_cases()) > 500
     assert indexes[1]._norms_fresh() is stored_norms
+    mirrored = indexes[1]._mirrors[0].generation is not None
+    assert mirrored is (not stored_norms and client_rank.MAX_CLIENT_POSTINGS >= 0)
 
 
 def test_a_search_does_not_wait_for_a_writer_to_refresh_norms(
@@ -308,7 +314,7 @@ def test_a_search_does_not_wait_for_a_writer_to_refresh_norms(
     pairs = random_corpus(10, 20)
     keyword, tfidf = indexes
     keyword.update(pairs[:10])
-    assert tfidf.search_chunks(ANALYZER.terms("alpha"), 5)  # refreshes the norms
+    assert tfidf.refresh_norms()
     assert tfidf._norms_fresh()
     keyword.update(pairs[10:])
     local = local_indexes(pairs)
@@ -447,6 +453,60 @@ def test_updates_and_removals_rank_like_a_fresh_local_index(
     assert keyword.search_chunks(ANALYZER.terms("alpha"), 5) == []
     assert tfidf.search_chunks(ANALYZER.terms("alpha"), 5) == []
     assert not keyword.has_chunk_index() and not tfidf.has_chunks()
+
+
+def test_stale_norms_come_from_kept_vectors_that_follow_every_write(
+    indexes: tuple[PostgresKeywordIndex, PostgresTfidfIndex],
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With stale stored norms, a TF-IDF ranking here computes them from the vectors this
+    process keeps, brought up to date at each write whichever connection made it: additions
+    (also those numbered below documents already kept: a writer that took its numbers first
+    and committed last), replacements and removals; each ranking equals a fresh local index.
+    A base too large to keep is ranked in SQL."""
+    from knowledge_agent.backends.postgres import vector_mirror
+
+    keyword, tfidf = indexes
+    tfidf.refresh_stale_norms = False
+    pairs = random_corpus(11, 30)
+    for item, _ in pairs[10:15]:
+        item.kb = "early"  # its own statistics rows: the other writer does not wait for it
+
+    def check(current: list[Pair]) -> None:
+        local = local_indexes(current)
+        for text in QUERIES:
+            terms = ANALYZER.terms(text)
+            assert_same_hits(
+                local[1].search_chunks(terms, 30, 0.0), tfidf.search_chunks(terms, 30), 1e-6
+            )
+            assert_same_hits(
+                local[1].search_items(terms, 30, 0.0), tfidf.search_items(terms, 30), 1e-6
+            )
+        assert not tfidf._norms_fresh()
+
+    keyword.update(pairs[:10])
+    check(pairs[:10])
+    with psycopg.connect(postgres_url) as early:
+        PostingsWriter(ANALYZER).replace(early, pairs[10:15])  # numbered, not committed
+        other = PostgresKeywordIndex(postgres_url, ANALYZER)
+        try:
+            other.update(pairs[15:20])
+        finally:
+            other.close()
+        check(pairs[:10] + pairs[15:20])
+        early.commit()
+    check(pairs[:20])
+    keyword.update(pairs[20:], deletes=[item.id for item, _ in pairs[:3]])
+    check(pairs[3:])
+    kept = tfidf._mirrors[0]
+    assert (kept.generation is not None) is (client_rank.MAX_CLIENT_POSTINGS >= 0)
+
+    monkeypatch.setattr(vector_mirror, "MAX_MIRRORED_POSTINGS", 1)
+    tfidf._mirrors.clear()
+    keyword.update(deletes=[item.id for item, _ in pairs[3:6]])
+    check(pairs[6:])
+    assert tfidf._mirrors[0].generation is None
 
 
 def test_rebuild_and_refit_replace_everything(

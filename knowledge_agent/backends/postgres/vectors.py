@@ -11,17 +11,20 @@ SemanticSearcher`, from the postings of :mod:`.postings` (``w_vec``: the float32
 
 Norms depend on the idf of every term of a document, which every write changes. They are
 stored in ``kw_documents.norm`` by :meth:`PostgresTfidfIndex.refresh_norms` (one pass over
-the postings, recording the statistics' change counts it reflects); a search reads them when
-no write came since. A search that finds them stale refreshes them first, unless a writer
-holds the statistics (it never waits for one) or the database is a standby: it then computes
-its candidates' norms from their postings, exact but slower (a pass over every posting of
-every document holding a query term). Either way the scores are those of the statistics the
-search's snapshot sees. ``min_similarity`` and the filters apply before the top-k; ties are
-ranked by document number, ``per_item`` caps the chunks of one item.
+the postings, recording the statistics' change counts it reflects, at the end of a bulk
+write); a search reads them when no write came since. A search that finds them stale
+computes them from the documents' vectors this process keeps (:mod:`.vector_mirror`); one
+ranked in SQL refreshes them first, unless a writer holds the statistics (it never waits for
+one) or the database is a standby: it then computes its candidates' norms from their
+postings, exact but slow (a pass over every posting of every document holding a query
+term). Either way the scores are those of the statistics the search's snapshot sees.
+``min_similarity`` and the filters apply before the top-k; ties are ranked by document
+number, ``per_item`` caps the chunks of one item.
 
-With stored norms the cosines are computed in this process from the query terms' postings
-and every document's norm, both read once per generation (:mod:`.client_rank`); computed
-norms, and queries of very many postings, are ranked in SQL.
+The cosines are computed in this process from the query terms' postings and every
+document's norm, both read once per generation (:mod:`.client_rank`); queries of very many
+postings, and bases too large to keep their vectors while the norms are stale, are ranked in
+SQL.
 
 Differences from the local index, both below the scores' float32 precision in practice: the
 local index hashes terms into ``n_features`` columns, so two terms sharing a column count as
@@ -59,6 +62,7 @@ from knowledge_agent.backends.postgres.postings import (
 from knowledge_agent.backends.postgres.ranked import ranked_hits, ranked_sql
 from knowledge_agent.backends.postgres.statistics import Statistics, StatsState
 from knowledge_agent.backends.postgres.term_postings import TermPostings
+from knowledge_agent.backends.postgres.vector_mirror import VectorMirror
 from knowledge_agent.errors import SearchIndexError
 from knowledge_agent.search.analysed_batch import AnalysedBatch
 from knowledge_agent.search.config import TfidfConfig
@@ -228,8 +232,8 @@ class PostgresTfidfIndex(PostingsIndex):
 
     _label = "TF-IDF index"
 
-    #: Whether a search that finds the stored norms stale refreshes them first, if no
-    #: writer holds the statistics (otherwise it computes its candidates' norms).
+    #: Whether a search ranked in SQL that finds the stored norms stale refreshes them
+    #: first, if no writer holds the statistics (otherwise it computes its candidates').
     refresh_stale_norms: bool = True
 
     def __init__(
@@ -241,6 +245,7 @@ class PostgresTfidfIndex(PostingsIndex):
         statistics: Statistics | None = None,
     ) -> None:
         self.config = config if config is not None else TfidfConfig()
+        self._mirrors: dict[int, VectorMirror] = {}
         analyzer = analyzer if analyzer is not None else TextAnalyzer()
         super().__init__(source, PostingsWriter(analyzer, tfidf=self.config), statistics=statistics)
 
@@ -309,8 +314,6 @@ class PostgresTfidfIndex(PostingsIndex):
         names = list(counts)
         for attempt in range(_ATTEMPTS):
             last = attempt == _ATTEMPTS - 1
-            if self.refresh_stale_norms and not self._norms_fresh():
-                self.refresh_norms(wait=False)
             reading = self._db.snapshot if last else self._db.cursor
             with reading("search the TF-IDF index") as cur:
                 state = self.statistics.read(cur, names, fresh=last)
@@ -330,18 +333,34 @@ class PostgresTfidfIndex(PostingsIndex):
                     return []
                 condition, filter_params = found_filter
                 params = self._params(n, df, counts)
-                if (
-                    stats.norms_fresh
-                    and n <= MAX_CLIENT_NORMS
+                mirror = self._mirrors.setdefault(level, VectorMirror(level))
+                here = (
+                    n <= MAX_CLIENT_NORMS
                     and client_sized(state, level, params["terms"])
+                    and (stats.norms_fresh or not mirror.too_large)
+                )
+                if (
+                    not here
+                    and not stats.norms_fresh
+                    and self.refresh_stale_norms
+                    and not last
+                    and self.refresh_norms(wait=False)
                 ):
+                    continue  # the refresh moved the generation on: rank on its norms
+                if here:
+                    # Stale stored norms are computed from the vectors kept in this process.
+                    norms = (
+                        functools.partial(stored_norms, level=level)
+                        if stats.norms_fresh
+                        else mirror.norms
+                    )
                     hits = ranked_here(
                         cur,
                         self.statistics,
                         state,
                         level,
                         params["terms"],
-                        functools.partial(self._cosines, cur, state, level, params, threshold),
+                        functools.partial(self._cosines, cur, state, norms, params, threshold),
                         int(top_k),
                         per_item,
                         found_filter,
@@ -360,14 +379,14 @@ class PostgresTfidfIndex(PostingsIndex):
     def _cosines(
         cur: psycopg.Cursor[Any],
         state: StatsState,
-        level: int,
+        norms_of: Callable[[psycopg.Cursor[Any], StatsState], tuple[np.ndarray, np.ndarray] | None],
         params: dict[str, Any],
         minimum: float,
         postings: list[TermPostings],
     ) -> Ranked | None:
-        """The ranking of :func:`_cosine_sql` with stored norms, from the query terms'
-        postings; None when the norms read were of another generation than ``state``'s."""
-        norms = stored_norms(cur, state, level)
+        """The ranking of :func:`_cosine_sql` from the query terms' postings and the norms
+        ``norms_of`` gives; None when those were of another generation than ``state``'s."""
+        norms = norms_of(cur, state)
         if norms is None:
             return None
         return cosine_scores(postings, params["coefs"], params["qnorm"], norms, minimum)
