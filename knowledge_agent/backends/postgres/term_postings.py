@@ -109,15 +109,24 @@ def kb_names(state: StatsState) -> list[str]:
 
 
 def flat_array(blobs: Sequence[bytes], kind: str) -> np.ndarray:
-    """The values of ``array_send`` blobs of fixed-width ``kind`` (big-endian, e.g.
-    ``">i8"``) one after the other, in native byte order."""
+    """The values of ``array_send`` blobs of fixed-width ``kind`` (4 or 8 bytes, big-endian,
+    e.g. ``">i8"``) one after the other, in native byte order. Every blob is whole 4-byte
+    words (a header of five, then each value's length word and value), so the values are
+    gathered as words from all the blobs joined: no Python step per blob but its length."""
     for blob in blobs[:1]:
         ndim, nulls = np.frombuffer(blob, ">i4", 2) if len(blob) >= 8 else (0, 0)
         if ndim > 1 or nulls:
             raise SearchIndexError("a postings array is not a flat array without NULLs")
-    layout = np.dtype([("size", ">i4"), ("value", kind)])
-    body = b"".join(memoryview(blob)[_HEADER:] for blob in blobs)
-    return np.frombuffer(body, layout)["value"].astype(kind[1:])
+    size = np.dtype(kind).itemsize // 4  # words a value takes
+    words = np.frombuffer(b"".join(blobs), np.uint8).reshape(-1, 4)
+    lengths = np.fromiter(map(len, blobs), np.int64, len(blobs)) // 4
+    counts = np.maximum(lengths - _HEADER // 4, 0) // (1 + size)
+    first = np.cumsum(lengths) - lengths + _HEADER // 4 + 1  # each blob's first value
+    ends = np.cumsum(counts)
+    within = np.arange(int(ends[-1]) if ends.size else 0) - np.repeat(ends - counts, counts)
+    at = np.repeat(first, counts) + within * (1 + size)
+    gathered = np.concatenate([words[at + i] for i in range(size)], axis=1)
+    return gathered.view(kind).reshape(-1).astype(kind[1:])
 
 
 def term_postings(

@@ -155,7 +155,9 @@ class VectorMirror:
         self.term, self.weight = self.term[entries], self.weight[entries]
 
     def _add(self, doc: np.ndarray, term: np.ndarray, weight: np.ndarray, replace: bool) -> None:
-        order = np.argsort(doc, kind="stable")
+        # A document's entries by term: equal vectors sum in the same order to equal norms,
+        # so their ties rank by document number as the local index ranks them.
+        order = np.lexsort((term, doc))
         doc, term, weight = doc[order], term[order].astype(np.int32), weight[order]
         docs, counts = np.unique(doc, return_counts=True)
         if replace or self.docs.size == 0:
