@@ -185,9 +185,9 @@ def cosine_scores(
     minimum: float,
 ) -> Ranked:
     """The TF-IDF cosine of every document holding a query term in its vector, from the
-    query's coefficients (per term: its weight × idf) and norm and the documents' stored
-    ``norms`` (sorted documents, their norms); those scoring 0 or under ``minimum`` left
-    out."""
+    query's coefficients (per term: its weight × idf) and norm and the documents' ``norms``
+    (sorted documents, their norms: stored or computed here); those scoring 0 or under
+    ``minimum`` left out."""
     parts = []
     for term, coef in zip(postings, coefs, strict=True):
         held = term.w_vec > 0
