@@ -485,20 +485,27 @@ def test_stale_norms_come_from_kept_vectors_that_follow_every_write(
             )
         assert not tfidf._norms_fresh()
 
+    pairs[0] = make_pair(random.Random(1), "", "")  # an item without a vector
     keyword.update(pairs[:10])
     check(pairs[:10])
-    with psycopg.connect(postgres_url) as early:
-        PostingsWriter(ANALYZER).replace(early, pairs[10:15])  # numbered, not committed
-        other = PostgresKeywordIndex(postgres_url, ANALYZER)
-        try:
-            other.update(pairs[15:20])
-        finally:
-            other.close()
-        check(pairs[:10] + pairs[15:20])
-        early.commit()
-    check(pairs[:20])
-    keyword.update(pairs[20:], deletes=[item.id for item, _ in pairs[:3]])
-    check(pairs[3:])
+    here = client_rank.MAX_CLIENT_POSTINGS >= 0
+    with monkeypatch.context() as patch:
+        # After the first read, each write's vectors are read alone.
+        patch.setattr(vector_mirror, "_READ_ALL", "SELECT 1 / 0")
+        with psycopg.connect(postgres_url) as early:
+            PostingsWriter(ANALYZER).replace(early, pairs[10:15])  # numbered, not committed
+            other = PostgresKeywordIndex(postgres_url, ANALYZER)
+            try:
+                other.update(pairs[15:20])
+            finally:
+                other.close()
+            check(pairs[:10] + pairs[15:20])
+            # The five new items read, not the one without a vector (known, no entries).
+            assert not here or tfidf._mirrors[1].added == 5
+            early.commit()
+        check(pairs[:20])
+        keyword.update(pairs[20:], deletes=[item.id for item, _ in pairs[:3]])
+        check(pairs[3:])
     kept = tfidf._mirrors[0]
     assert (kept.generation is not None) is (client_rank.MAX_CLIENT_POSTINGS >= 0)
 

@@ -5,7 +5,7 @@ aggregate); the same rows sent as arrays in binary format and scored with numpy 
 of that (:mod:`.client_rank`). A term's rows (one per knowledge base and segment) are read in
 one statement, each array as ``array_send`` bytes: a one-dimensional array without NULLs is a
 20-byte header, then each element as its length and its big-endian value, so a column of
-every row is one ``numpy.frombuffer``.
+every row is gathered at once from their bytes joined (:func:`flat_array`).
 
 What is read is kept in the :class:`~.statistics.StatsState` of the generation it belongs
 to (a write starts a new generation, and with it an empty cache), up to

@@ -77,7 +77,8 @@ class VectorMirror:
     def __init__(self, level: int) -> None:
         self.level = level
         self.generation: Generation | None = None
-        self.docs = _EMPTY_I8  # documents with a vector, ascending
+        self.known = _EMPTY_I8  # every document of the level, ascending
+        self.docs = _EMPTY_I8  # those with a vector, ascending
         self.counts = _EMPTY_I8  # entries of each
         self.term = np.zeros(0, np.int32)
         self.weight = np.zeros(0, np.float32)
@@ -86,6 +87,8 @@ class VectorMirror:
         self._lock = threading.Lock()
         self.too_large = False
         """Whether the level held too many entries to mirror (then it is not tried again)."""
+        self.added = 0
+        """Documents the last update read (every one, when it read them all)."""
 
     def norms(
         self, cur: psycopg.Cursor[Any], state: StatsState
@@ -108,7 +111,7 @@ class VectorMirror:
         current = flat_array([row[3]], ">i8") if row[3] is not None else _EMPTY_I8
         kbs = np.array(row[4] or [], dtype=object)
         segs = flat_array([row[5]], ">i8") if row[5] is not None else _EMPTY_I8
-        added = ~np.isin(current, self.docs, assume_unique=True)
+        added = ~np.isin(current, self.known, assume_unique=True)
         if self.generation is None or added.sum() > max(1_000, current.size // 10):
             cur.execute(_READ_ALL, {"level": self.level}, binary=True)
             fresh = True
@@ -141,6 +144,8 @@ class VectorMirror:
             keep &= np.isin(doc, current[added])
             self._drop(current)
         self._add(doc[keep], term[keep], weight[keep], replace=fresh)
+        self.known = np.sort(current)
+        self.added = int(current.size if fresh else added.sum())
         self.generation = state.generation
         self._norms = None
         return True
