@@ -134,45 +134,29 @@ def bm25_scores(
     :meth:`~.keyword.PostgresKeywordIndex._params` (per term, in query order: ``idf``,
     ``boost``, ``idf_head``, ``boost_head``; ``avg``, ``avg_head``, ``k1``, ``b``)."""
     k1, b = params["k1"], params["b"]
+    # The head field's clause first, as the SQL statement and the local index add them.
+    fields = (["_head"] if head else []) + ([""] if content else [])
     parts = []
     for i, term in enumerate(postings):
         if term.size == 0:
             continue
         matched = np.zeros(term.size, bool)
         values = np.zeros(term.size, np.float64)
-        if head:
-            assert term.tf_head is not None and term.norm_len_head is not None  # read with head
-            has = term.tf_head > 0
+        for field in fields:
+            tf = getattr(term, "tf" + field)
+            assert tf is not None, "postings read without their head field"
+            has = tf > 0
             matched |= has
-            values = np.where(
-                has,
-                _bm25(
-                    term.tf_head,
-                    term.norm_len_head,
-                    params["idf_head"][i],
-                    params["boost_head"][i],
-                    params["avg_head"],
-                    k1,
-                    b,
-                ),
-                0.0,
+            clause = _bm25(
+                tf,
+                getattr(term, "norm_len" + field),
+                params["idf" + field][i],
+                params["boost" + field][i],
+                params["avg" + field],
+                k1,
+                b,
             )
-        if content:
-            has = term.tf > 0
-            matched |= has
-            values = values + np.where(
-                has,
-                _bm25(
-                    term.tf,
-                    term.norm_len,
-                    params["idf"][i],
-                    params["boost"][i],
-                    params["avg"],
-                    k1,
-                    b,
-                ),
-                0.0,
-            )
+            values = values + np.where(has, clause, 0.0)
         parts.append((term.doc[matched], term.kb[matched], values[matched]))
     return _summed(parts)
 
