@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge_agent.backends.postgres.ranked import DEPTH_PER_RESULT
-from knowledge_agent.backends.postgres.statistics import GENERATION_SQL, Statistics, StatsState
+from knowledge_agent.backends.postgres.statistics import (
+    GENERATION_SQL,
+    Statistics,
+    StatsState,
+    generation_of,
+)
 from knowledge_agent.backends.postgres.term_postings import (
     TermPostings,
     flat_array,
@@ -275,7 +280,7 @@ def picked(
                 },
             )
             rows = cur.fetchall()
-            if tuple(int(value) for value in rows[0][:3]) != state.generation:
+            if generation_of(rows[0]) != state.generation:
                 return None
             found = {int(doc): (str(k), str(i), int(c)) for _, _, _, doc, k, i, c in rows if k}
             names.learn(found)
@@ -317,7 +322,7 @@ def stored_norms(
         return kept  # type: ignore[no-any-return]
     cur.execute(_NORMS, {"level": level}, binary=True)
     row = cur.fetchone()
-    if tuple(int(value) for value in row[:3]) != state.generation:
+    if generation_of(row) != state.generation:
         return None
     if row[3] is None:
         norms = (np.zeros(0, np.int64), np.zeros(0, np.float64))

@@ -32,7 +32,7 @@ whichever process wrote, on whatever machine.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,7 +40,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["GENERATION_SQL", "Generation", "LevelStats", "Statistics", "StatsState"]
+__all__ = [
+    "GENERATION_SQL",
+    "Generation",
+    "LevelStats",
+    "Statistics",
+    "StatsState",
+    "generation_of",
+]
 
 Generation = tuple[int, int, int]
 
@@ -52,6 +59,12 @@ GENERATION_SQL = """
     )
 """
 """A CTE naming the generation of the statement's snapshot (columns changes, norms_at, rows)."""
+
+
+def generation_of(row: Any) -> Generation:
+    """The generation in a row's first three columns (those of :data:`GENERATION_SQL`)."""
+    return (int(row[0]), int(row[1]), int(row[2]))
+
 
 # The statistics per level, then the frequencies of the terms asked for: one snapshot.
 _READ = """
@@ -185,10 +198,10 @@ class Statistics:
             self._scope.checked = True
         return state
 
-    def current(self, state: StatsState, generation: Iterable[Any]) -> bool:
+    def current(self, state: StatsState, generation: Sequence[Any]) -> bool:
         """Whether a ranking statement that saw ``generation`` saw ``state``'s; when not,
         the next read in this thread checks the generation again."""
-        seen = tuple(int(value) for value in generation)
+        seen = generation_of(generation)
         if seen == state.generation:
             return True
         if getattr(self._scope, "depth", 0) > 0:

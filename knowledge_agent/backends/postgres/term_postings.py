@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from knowledge_agent.backends.postgres.statistics import GENERATION_SQL, Generation, StatsState
+from knowledge_agent.backends.postgres.statistics import (
+    GENERATION_SQL,
+    Generation,
+    StatsState,
+    generation_of,
+)
 from knowledge_agent.errors import SearchIndexError
 
 if TYPE_CHECKING:
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_KEPT_POSTINGS",
     "TermPostings",
+    "array_sizes",
     "flat_array",
     "kb_code",
     "kb_names",
@@ -108,6 +114,12 @@ def kb_names(state: StatsState) -> list[str]:
     return names
 
 
+def array_sizes(blobs: Sequence[bytes], kind: str) -> np.ndarray:
+    """How many values of fixed-width ``kind`` each ``array_send`` blob holds."""
+    lengths = np.fromiter(map(len, blobs), np.int64, len(blobs))
+    return np.maximum(lengths - _HEADER, 0) // (4 + np.dtype(kind).itemsize)
+
+
 def flat_array(blobs: Sequence[bytes], kind: str) -> np.ndarray:
     """The values of ``array_send`` blobs of fixed-width ``kind`` (4 or 8 bytes, big-endian,
     e.g. ``">i8"``) one after the other, in native byte order. Every blob is whole 4-byte
@@ -120,7 +132,7 @@ def flat_array(blobs: Sequence[bytes], kind: str) -> np.ndarray:
     size = np.dtype(kind).itemsize // 4  # words a value takes
     words = np.frombuffer(b"".join(blobs), np.uint8).reshape(-1, 4)
     lengths = np.fromiter(map(len, blobs), np.int64, len(blobs)) // 4
-    counts = np.maximum(lengths - _HEADER // 4, 0) // (1 + size)
+    counts = array_sizes(blobs, kind)
     first = np.cumsum(lengths) - lengths + _HEADER // 4 + 1  # each blob's first value
     ends = np.cumsum(counts)
     within = np.arange(int(ends[-1]) if ends.size else 0) - np.repeat(ends - counts, counts)
@@ -157,7 +169,7 @@ def term_postings(
         return found, None
     cur.execute(_READ[head], {"level": level, "terms": missing}, binary=True)
     rows = cur.fetchall()
-    generation = tuple(int(value) for value in rows[0][:3])
+    generation = generation_of(rows[0])
     by_term: dict[str, list[Any]] = {term: [] for term in missing}
     for row in rows:
         if row[3] is not None:
@@ -171,15 +183,15 @@ def term_postings(
             flat_array([bytes(row[5 + i]) for row in term_rows], kind)
             for i, kind in enumerate(kinds)
         ]
-        sizes = [(len(row[5]) - _HEADER) // 12 for row in term_rows]  # 12: int8 and its size
-        codes = np.repeat(np.array([kb_code(state, row[4]) for row in term_rows], np.int32), sizes)
+        codes = np.array([kb_code(state, row[4]) for row in term_rows], np.int32)
+        codes = np.repeat(codes, array_sizes([row[5] for row in term_rows], ">i8"))
         found[term] = TermPostings(columns[0], codes, *columns[1:])
     _keep(state, level, {term: found[term] for term in missing}, generation)
-    return found, generation  # type: ignore[return-value]
+    return found, generation
 
 
 def _keep(
-    state: StatsState, level: int, read: dict[str, TermPostings], generation: tuple[int, ...]
+    state: StatsState, level: int, read: dict[str, TermPostings], generation: Generation
 ) -> None:
     """Keep what was read, if it is of ``state``'s generation, within the budget."""
     if generation != state.generation:

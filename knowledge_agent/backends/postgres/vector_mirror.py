@@ -23,8 +23,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge_agent.backends.postgres.postings import BATCH_SPAN
-from knowledge_agent.backends.postgres.statistics import GENERATION_SQL, Generation, StatsState
-from knowledge_agent.backends.postgres.term_postings import flat_array
+from knowledge_agent.backends.postgres.statistics import (
+    GENERATION_SQL,
+    Generation,
+    StatsState,
+    generation_of,
+)
+from knowledge_agent.backends.postgres.term_postings import array_sizes, flat_array
 
 if TYPE_CHECKING:
     import psycopg
@@ -106,7 +111,7 @@ class VectorMirror:
     def _update(self, cur: psycopg.Cursor[Any], state: StatsState) -> bool:
         cur.execute(_READ_DOCUMENTS, {"level": self.level}, binary=True)
         row = cur.fetchone()
-        if _generation(row) != state.generation:
+        if generation_of(row) != state.generation:
             return False
         current = flat_array([row[3]], ">i8") if row[3] is not None else _EMPTY_I8
         kbs = np.array(row[4] or [], dtype=object)
@@ -128,11 +133,11 @@ class VectorMirror:
             )
             fresh = False
         rows = cur.fetchall()
-        if _generation(rows[0]) != state.generation:
+        if generation_of(rows[0]) != state.generation:
             return False
         read = [r for r in rows if r[3] is not None]
-        sizes = [(len(r[4]) - 20) // 12 for r in read]  # 20: the array header; 12: an int8
-        if sum(sizes) + (0 if fresh else self.weight.size) > MAX_MIRRORED_POSTINGS:
+        sizes = array_sizes([r[4] for r in read], ">i8")
+        if int(sizes.sum()) + (0 if fresh else self.weight.size) > MAX_MIRRORED_POSTINGS:
             self.too_large = True
             return False
         ids = np.array([self.terms.setdefault(r[3], len(self.terms)) for r in read], np.int32)
@@ -191,7 +196,3 @@ class VectorMirror:
         squares = (self.weight * self.weight).astype(np.float64) * (idf * idf)[self.term]
         starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
         return np.sqrt(np.add.reduceat(squares, starts))
-
-
-def _generation(row: Any) -> Generation:
-    return (int(row[0]), int(row[1]), int(row[2]))
